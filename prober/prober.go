@@ -1,0 +1,79 @@
+// Package prober owns the probe engine: the probe spec grammar, one prober per
+// protocol (tcp, udp, http, https, tls, mysql, dns), typed outcomes with
+// per-phase timings, and the scheduler that probes many targets with
+// intervals, jitter, hysteresis and bounded concurrency.
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// DefaultTimeout bounds a probe whose context carries no deadline.
+const DefaultTimeout = 2 * time.Second
+
+// Prober checks one target. Probe returns a Result whose Outcome is never
+// zero, and returns by ctx's deadline.
+type Prober interface {
+	Probe(ctx context.Context, target netip.AddrPort) Result
+}
+
+// ProberFunc adapts a function to the Prober interface.
+type ProberFunc func(ctx context.Context, target netip.AddrPort) Result
+
+// Probe calls f.
+func (f ProberFunc) Probe(ctx context.Context, target netip.AddrPort) Result { return f(ctx, target) }
+
+// SecretSource resolves the secret= option of the mysql probe.
+type SecretSource interface {
+	// Password returns the password stored in the named Secret. It never
+	// logs the value.
+	Password(ctx context.Context, name string) (string, error)
+}
+
+// ErrNoSecrets is returned when a spec names a secret but no SecretSource
+// was configured.
+var ErrNoSecrets = errors.New("no secret source configured")
+
+// Options are what a Prober needs beyond its Spec.
+type Options struct {
+	// Secrets resolves secret= for mysql probes; nil means none are available.
+	Secrets SecretSource
+	// LocalAddr, when valid, is the source address of every probe.
+	LocalAddr netip.Addr
+}
+
+// constructors is the protocol table: adding a protocol adds one line here.
+var constructors = map[Protocol]func(Spec, Options) (Prober, error){
+	TCP:   newTCP,
+	UDP:   newUDP,
+	HTTP:  newHTTP,
+	HTTPS: newHTTP,
+	TLS:   newTLS,
+	MySQL: newMySQL,
+	DNS:   newDNS,
+}
+
+// New returns the Prober for spec.
+func New(spec Spec, opts Options) (Prober, error) {
+	mk, ok := constructors[spec.Protocol]
+	if !ok {
+		return nil, fmt.Errorf("unknown protocol %q", spec.Protocol)
+	}
+	p, err := mk(spec, opts)
+	if err != nil {
+		return nil, fmt.Errorf("building %s prober: %w", spec.Protocol, err)
+	}
+	return p, nil
+}
+
+// withDeadline returns ctx bounded by DefaultTimeout when it has no deadline.
+func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, DefaultTimeout)
+}
