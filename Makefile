@@ -1,0 +1,45 @@
+# pulselb — build, test, lint, benchmark.
+# Every tool is pinned; `make deps` installs the Debian packages the tests use.
+
+GO            ?= go
+GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+FUZZTIME      ?= 20s
+DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter
+
+.PHONY: all build test unit fuzz lint deps bench clean
+
+all: build
+
+build:
+	$(GO) build -o bin/pulselb ./cmd/pulselb
+
+## test: the whole suite — unit and real-server tests with the race detector, then bounded fuzzing.
+test: deps unit fuzz
+
+unit:
+	$(GO) vet ./...
+	cd test && $(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./prober/
+
+lint:
+	$(GO) run $(GOLANGCI_LINT) run ./...
+
+## deps: Debian packages the tests and benchmarks need (installed when run as root, only if missing).
+deps:
+	@if [ "$$(id -u)" != 0 ]; then echo "deps: not root, not installing $(DEBIAN_DEPS); tests that need them skip"; exit 0; fi; \
+	missing=""; for p in $(DEBIAN_DEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+## bench: pulselb against its anchors, side by side; results go to docs/benchmarks.md.
+bench: deps
+	cd test && $(GO) run ./bench/prober
+
+clean:
+	rm -rf bin

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/pulselb/pulselb/prober"
+)
+
+// loopbackServer is a throwaway server for `pulselb check --serve`, so a
+// user can try a probe spec without a server of their own.
+type loopbackServer struct {
+	Addr  netip.AddrPort
+	close func()
+}
+
+// Close stops the server.
+func (s *loopbackServer) Close() { s.close() }
+
+// serveLoopback starts a server on 127.0.0.1 for spec's protocol: tcp, udp
+// and tls echo what they receive; http and https answer 200 "ok" on every
+// path; dns answers A 127.0.0.1 and AAAA ::1 for every name.
+func serveLoopback(ctx context.Context, spec prober.Spec) (*loopbackServer, error) {
+	switch spec.Protocol {
+	case prober.TCP:
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		go acceptEcho(ln)
+		return &loopbackServer{Addr: addrOf(ln.Addr()), close: func() { ln.Close() }}, nil
+	case prober.TLS:
+		cfg, err := selfSignedTLS()
+		if err != nil {
+			return nil, err
+		}
+		cfg.NextProtos = spec.ALPN
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+		if err != nil {
+			return nil, err
+		}
+		go acceptEcho(ln)
+		return &loopbackServer{Addr: addrOf(ln.Addr()), close: func() { ln.Close() }}, nil
+	case prober.UDP:
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			buf := make([]byte, 65535)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				_, _ = pc.WriteTo(buf[:n], from)
+			}
+		}()
+		return &loopbackServer{Addr: addrOf(pc.LocalAddr()), close: func() { pc.Close() }}, nil
+	case prober.HTTP, prober.HTTPS:
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		if spec.Protocol == prober.HTTPS {
+			cfg, err := selfSignedTLS()
+			if err != nil {
+				ln.Close()
+				return nil, err
+			}
+			ln = tls.NewListener(ln, cfg)
+		}
+		srv := &http.Server{
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				_, _ = io.WriteString(w, "ok\n")
+			}),
+			ReadHeaderTimeout: 5 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return ctx },
+		}
+		go func() { _ = srv.Serve(ln) }()
+		return &loopbackServer{Addr: addrOf(ln.Addr()), close: func() { srv.Close() }}, nil
+	case prober.DNS:
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err != nil {
+			pc.Close()
+			return nil, err
+		}
+		h := dns.HandlerFunc(answerLoopback)
+		udp := &dns.Server{PacketConn: pc, Handler: h}
+		tcp := &dns.Server{Listener: ln, Handler: h}
+		go func() { _ = udp.ActivateAndServe() }()
+		go func() { _ = tcp.ActivateAndServe() }()
+		return &loopbackServer{Addr: addrOf(pc.LocalAddr()), close: func() {
+			_ = udp.Shutdown()
+			_ = tcp.Shutdown()
+		}}, nil
+	default:
+		return nil, fmt.Errorf("no built-in %s server; point pulselb check at a real one", spec.Protocol)
+	}
+}
+
+func addrOf(a net.Addr) netip.AddrPort {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.AddrPort()
+	case *net.UDPAddr:
+		return a.AddrPort()
+	}
+	return netip.AddrPort{}
+}
+
+func acceptEcho(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			_, _ = io.Copy(c, c)
+		}()
+	}
+}
+
+func answerLoopback(w dns.ResponseWriter, req *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(req)
+	m.Authoritative = true
+	for _, q := range req.Question {
+		hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Rrtype: q.Qtype, Ttl: 5}
+		switch q.Qtype {
+		case dns.TypeA:
+			m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: net.IPv4(127, 0, 0, 1)})
+		case dns.TypeAAAA:
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: net.IPv6loopback})
+		}
+	}
+	_ = w.WriteMsg(m)
+}
+
+// selfSignedTLS returns a server config with a fresh one-day certificate
+// for 127.0.0.1 and localhost.
+func selfSignedTLS() (*tls.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "pulselb check --serve"},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, errors.Join(errors.New("creating a self-signed certificate"), err)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		MinVersion:   tls.VersionTLS12,
+	}, nil
+}
