@@ -1,0 +1,163 @@
+package prober
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// dnsUDPSize is the EDNS0 buffer size advertised, the value the DNS flag
+// day 2020 settled on to avoid IP fragmentation.
+const dnsUDPSize = 1232
+
+// dnsProber asks one non-recursive question and judges the rcode and,
+// optionally, the answer section.
+type dnsProber struct {
+	name   string
+	qtype  uint16
+	rcode  int
+	answer bool
+	opts   Options
+}
+
+// newDNS builds a dns prober, filling in the question the spec leaves out.
+func newDNS(spec Spec, opts Options) (Prober, error) {
+	p := &dnsProber{name: spec.Name, qtype: spec.Type, rcode: spec.Rcode, answer: spec.Answer, opts: opts}
+	if p.name == "" {
+		// Every authoritative or recursive server can say something about
+		// the root, so it makes a question that needs no configuration.
+		p.name = "."
+		if p.qtype == 0 {
+			p.qtype = dns.TypeNS
+		}
+	}
+	if p.qtype == 0 {
+		p.qtype = dns.TypeA
+	}
+	p.name = dns.Fqdn(p.name)
+	if _, ok := dns.IsDomainName(p.name); !ok {
+		return nil, fmt.Errorf("invalid DNS name %q", spec.Name)
+	}
+	return p, nil
+}
+
+// Probe queries target over UDP, and again over TCP when the UDP answer is
+// truncated. Connect and FirstByte describe the exchange that gave the
+// final answer.
+func (p *dnsProber) Probe(ctx context.Context, target netip.AddrPort) Result {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	start := time.Now()
+	res := p.probe(ctx, target, start)
+	res.Timings.Total = time.Since(start)
+	return res
+}
+
+func (p *dnsProber) probe(ctx context.Context, target netip.AddrPort, start time.Time) Result {
+	var res Result
+	q := new(dns.Msg)
+	q.SetQuestion(p.name, p.qtype)
+	// Asking without recursion checks the server itself rather than
+	// whatever it would forward to.
+	q.RecursionDesired = false
+	q.SetEdns0(dnsUDPSize, false)
+
+	network := "udp"
+	r, err := p.exchange(ctx, network, q, target, start, &res)
+	if err == nil && r.Truncated {
+		network = "tcp"
+		r, err = p.exchange(ctx, network, q, target, start, &res)
+	}
+	if err != nil {
+		res.Err = err
+		return res
+	}
+
+	if r.Rcode != p.rcode {
+		res.Outcome = L7STS
+		res.Err = fmt.Errorf("rcode %s, want %s", rcodeName(r.Rcode), rcodeName(p.rcode))
+		return res
+	}
+	if p.answer && !p.answered(r) {
+		res.Outcome = L7RSP
+		res.Err = fmt.Errorf("no %s record for %s in the answer section (%d records)",
+			dns.Type(p.qtype), p.name, len(r.Answer))
+		return res
+	}
+	res.Outcome = L7OK
+	res.Detail = fmt.Sprintf("%s, %d answers", rcodeName(r.Rcode), len(r.Answer))
+	if len(r.Answer) == 1 {
+		res.Detail = fmt.Sprintf("%s, 1 answer", rcodeName(r.Rcode))
+	}
+	if network == "tcp" {
+		res.Detail += " over tcp"
+	}
+	return res
+}
+
+// exchange sends q over network and reads one answer. On failure it sets
+// res.Outcome and returns an error that names the transport.
+func (p *dnsProber) exchange(ctx context.Context, network string, q *dns.Msg, target netip.AddrPort, start time.Time, res *Result) (*dns.Msg, error) {
+	c := &dns.Client{Net: network, Dialer: dialer(network, p.opts)}
+	co, err := c.DialContext(ctx, target.String())
+	if err != nil {
+		res.Outcome = dialOutcome(err)
+		return nil, fmt.Errorf("connecting over %s: %w", network, err)
+	}
+	res.Timings.Connect = time.Since(start)
+	defer co.Close()
+	deadline, _ := ctx.Deadline()
+	_ = co.SetDeadline(deadline)
+	defer abortOnCancel(ctx, co.Conn)()
+	// Read whole datagrams even from a server that ignores the advertised
+	// size; a cut datagram would only fail to unpack.
+	co.UDPSize = dns.MaxMsgSize
+
+	if err := co.WriteMsg(q); err != nil {
+		res.Outcome = sendOutcome(err)
+		return nil, fmt.Errorf("sending query over %s: %w", network, err)
+	}
+	// Unlike dns.Client.Exchange, a UDP answer with another ID is not
+	// skipped: the socket is new and connected, so it can only come from a
+	// server that mangles IDs.
+	r, err := co.ReadMsg()
+	if err != nil {
+		res.Outcome = readOutcome(err)
+		if res.Outcome == L7TOUT {
+			return nil, fmt.Errorf("no answer over %s before the deadline: %w", network, err)
+		}
+		return nil, fmt.Errorf("reading answer over %s: %w", network, err)
+	}
+	res.Timings.FirstByte = time.Since(start)
+	if r.Id != q.Id {
+		res.Outcome = L7RSP
+		return nil, fmt.Errorf("answer over %s has ID %d, want %d", network, r.Id, q.Id)
+	}
+	if !r.Response {
+		res.Outcome = L7RSP
+		return nil, fmt.Errorf("answer over %s is not a response", network)
+	}
+	return r, nil
+}
+
+// answered reports whether r's answer section holds a record of the asked
+// type; a CNAME chain that ends elsewhere does not count unless CNAME was asked.
+func (p *dnsProber) answered(r *dns.Msg) bool {
+	for _, rr := range r.Answer {
+		if p.qtype == dns.TypeANY || rr.Header().Rrtype == p.qtype {
+			return true
+		}
+	}
+	return false
+}
+
+// rcodeName names an rcode, falling back to its number for unassigned ones.
+func rcodeName(rcode int) string {
+	if s, ok := dns.RcodeToString[rcode]; ok {
+		return s
+	}
+	return fmt.Sprintf("RCODE%d", rcode)
+}

@@ -1,0 +1,180 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"regexp"
+	"syscall"
+	"time"
+)
+
+// tcpReadLimit caps how much of a tcp answer is read while looking for a
+// match, so a server that streams forever cannot hold a probe or its memory.
+const tcpReadLimit = 64 << 10
+
+// quoteLimit is how many received bytes an error message quotes.
+const quoteLimit = 64
+
+// expectation is what the answer of a tcp or udp probe must look like. When
+// both are set both must match.
+type expectation struct {
+	re  *regexp.Regexp
+	hex *HexPattern
+}
+
+// set reports whether the spec asked to check the answer at all.
+func (e expectation) set() bool { return e.re != nil || e.hex != nil }
+
+// check reports whether b matches, and whether more bytes could still turn
+// a failed match into a match. A hex pattern is decided as soon as enough
+// bytes arrived, so a wrong banner fails at once instead of at the deadline.
+func (e expectation) check(b []byte) (ok, more bool) {
+	if e.hex != nil {
+		if len(b) < len(e.hex.Value) {
+			return false, true
+		}
+		if !e.hex.Match(b) {
+			return false, false
+		}
+	}
+	if e.re != nil && !e.re.Match(b) {
+		return false, true
+	}
+	return true, false
+}
+
+// quoteReceived renders received bytes for an error message, truncated so a
+// chatty server cannot flood reports.
+func quoteReceived(b []byte) string {
+	if len(b) > quoteLimit {
+		return fmt.Sprintf("%q (first %d of %d bytes)", b[:quoteLimit], quoteLimit, len(b))
+	}
+	return fmt.Sprintf("%q", b)
+}
+
+// sendOutcome classifies an error from writing a request: a reset, broken
+// pipe or ICMP refusal means the peer is gone (L4CON), a timeout that it
+// did not take the request before the deadline (L7TOUT).
+func sendOutcome(err error) Outcome {
+	switch {
+	case isTimeout(err):
+		return L7TOUT
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return L4UNREACH
+	default:
+		return L4CON
+	}
+}
+
+// abortOnCancel makes blocked reads and writes on conn return when ctx is
+// cancelled before its deadline; the deadline itself is already on conn.
+// The returned function releases the hook.
+func abortOnCancel(ctx context.Context, conn net.Conn) func() bool {
+	return context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+}
+
+// tcpProber connects, optionally sends bytes and optionally checks the answer.
+type tcpProber struct {
+	send   []byte
+	expect expectation
+	opts   Options
+}
+
+// newTCP builds a tcp prober; every field of the spec is optional.
+func newTCP(spec Spec, opts Options) (Prober, error) {
+	return &tcpProber{
+		send:   spec.Send,
+		expect: expectation{re: spec.Expect, hex: spec.ExpectHex},
+		opts:   opts,
+	}, nil
+}
+
+// Probe connects to target and, when the spec asks, sends its bytes and
+// reads until the answer matches, the peer closes, 64 KiB arrived or the
+// deadline passes.
+func (p *tcpProber) Probe(ctx context.Context, target netip.AddrPort) Result {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	start := time.Now()
+	res := p.probe(ctx, target, start)
+	res.Timings.Total = time.Since(start)
+	return res
+}
+
+func (p *tcpProber) probe(ctx context.Context, target netip.AddrPort, start time.Time) Result {
+	var res Result
+	conn, err := dialer("tcp", p.opts).DialContext(ctx, "tcp", target.String())
+	if err != nil {
+		res.Outcome = dialOutcome(err)
+		res.Err = fmt.Errorf("connecting: %w", err)
+		return res
+	}
+	res.Timings.Connect = time.Since(start)
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	_ = conn.SetDeadline(deadline)
+	defer abortOnCancel(ctx, conn)()
+
+	if len(p.send) > 0 {
+		if _, err := conn.Write(p.send); err != nil {
+			res.Outcome = sendOutcome(err)
+			res.Err = fmt.Errorf("sending %d bytes: %w", len(p.send), err)
+			return res
+		}
+	}
+	if !p.expect.set() {
+		res.Outcome = L4OK
+		res.Detail = "connected"
+		if len(p.send) > 0 {
+			res.Detail = fmt.Sprintf("connected, %d bytes sent", len(p.send))
+		}
+		return res
+	}
+
+	got := make([]byte, 0, 512)
+	chunk := make([]byte, 4096)
+	for {
+		n, err := conn.Read(chunk[:min(len(chunk), tcpReadLimit-len(got))])
+		if n > 0 {
+			if len(got) == 0 {
+				res.Timings.FirstByte = time.Since(start)
+			}
+			got = append(got, chunk[:n]...)
+			ok, more := p.expect.check(got)
+			switch {
+			case ok:
+				res.Outcome = L7OK
+				res.Detail = fmt.Sprintf("%d bytes matched", len(got))
+				return res
+			case !more:
+				res.Outcome = L7RSP
+				res.Err = fmt.Errorf("answer does not match: received %s", quoteReceived(got))
+				return res
+			case len(got) >= tcpReadLimit:
+				res.Outcome = L7RSP
+				res.Err = fmt.Errorf("no match in the first %d bytes: received %s", len(got), quoteReceived(got))
+				return res
+			}
+		}
+		if err == nil {
+			continue
+		}
+		res.Outcome = readOutcome(err)
+		switch {
+		case errors.Is(err, io.EOF):
+			res.Outcome = L7RSP
+			res.Err = fmt.Errorf("connection closed without a match: received %s", quoteReceived(got))
+		case res.Outcome == L7TOUT && len(got) == 0:
+			res.Err = fmt.Errorf("no answer before the deadline: %w", err)
+		case res.Outcome == L7TOUT:
+			res.Err = fmt.Errorf("no match before the deadline: received %s", quoteReceived(got))
+		default:
+			res.Err = fmt.Errorf("reading answer: %w", err)
+		}
+		return res
+	}
+}

@@ -1,0 +1,457 @@
+package prober
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// transportTimeout bounds every probe in the tcp, udp and dns tests.
+const transportTimeout = 300 * time.Millisecond
+
+// transportLoopbacks are the loopback hosts every tcp, udp and dns case runs against.
+var transportLoopbacks = []struct{ name, host string }{
+	{"ipv4", "127.0.0.1"},
+	{"ipv6", "::1"},
+}
+
+// requireTransportLoopback skips the test when host cannot be bound on network.
+func requireTransportLoopback(t *testing.T, network, host string) {
+	t.Helper()
+	addr := net.JoinHostPort(host, "0")
+	var c io.Closer
+	var err error
+	if strings.HasPrefix(network, "udp") {
+		c, err = net.ListenPacket(network, addr)
+	} else {
+		c, err = net.Listen(network, addr)
+	}
+	if err != nil {
+		t.Skipf("%s on %s unavailable: %v", network, host, err)
+	}
+	c.Close()
+}
+
+// transportAddrPort converts a listener address to the target a Prober takes.
+func transportAddrPort(t *testing.T, a net.Addr) netip.AddrPort {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		t.Fatalf("parsing listener address %s: %v", a, err)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// transportProbe builds the prober for spec, probes target with a context
+// of the given timeout, and checks the invariants every Result keeps.
+func transportProbe(t *testing.T, spec Spec, opts Options, target netip.AddrPort, timeout time.Duration) Result {
+	t.Helper()
+	p, err := New(spec, opts)
+	if err != nil {
+		t.Fatalf("New(%v): %v", spec.Protocol, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	start := time.Now()
+	res := p.Probe(ctx, target)
+	elapsed := time.Since(start)
+	if res.Outcome == OutcomeUnknown {
+		t.Errorf("Probe returned OutcomeUnknown")
+	}
+	if res.Up() != (res.Err == nil) {
+		t.Errorf("outcome %s with Err %v: Err must be set exactly when down", res.Outcome, res.Err)
+	}
+	if res.Timings.Total <= 0 || res.Timings.Total > elapsed {
+		t.Errorf("Timings.Total = %v, want in (0, %v]", res.Timings.Total, elapsed)
+	}
+	// The race detector slows everything; the margin only has to catch a
+	// probe that ignores its deadline.
+	if elapsed > timeout+250*time.Millisecond {
+		t.Errorf("Probe took %v with a %v deadline", elapsed, timeout)
+	}
+	return res
+}
+
+// tcpTestServer listens on host:0 and runs handle on every accepted
+// connection, closing it afterwards, until the test ends.
+func tcpTestServer(t *testing.T, host string, handle func(net.Conn)) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatalf("listening: %v", err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+	})
+	return transportAddrPort(t, l.Addr())
+}
+
+// tcpTestClosedPort returns a loopback port that nothing listens on.
+func tcpTestClosedPort(t *testing.T, host string) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatalf("listening: %v", err)
+	}
+	ap := transportAddrPort(t, l.Addr())
+	l.Close()
+	return ap
+}
+
+// tcpDrain reads until the prober closes; the handlers below end the same way.
+func tcpDrain(c net.Conn) { _, _ = io.Copy(io.Discard, c) }
+
+func tcpBanner(banner string, hold bool) func(net.Conn) {
+	return func(c net.Conn) {
+		if _, err := io.WriteString(c, banner); err != nil {
+			return
+		}
+		if hold {
+			tcpDrain(c)
+		}
+	}
+}
+
+func tcpEcho(n int) func(net.Conn) {
+	return func(c net.Conn) {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(c, b); err != nil {
+			return
+		}
+		if _, err := c.Write(b); err != nil {
+			return
+		}
+		tcpDrain(c)
+	}
+}
+
+func tcpHex(value, mask string) *HexPattern {
+	return &HexPattern{Value: []byte(value), Mask: []byte(mask)}
+}
+
+func TestTCP(t *testing.T) {
+	tests := []struct {
+		name    string
+		handle  func(net.Conn)
+		spec    Spec
+		want    Outcome
+		detail  string // Detail, when up
+		errHas  string // a substring of Err, when down
+		quickly bool   // must be decided well before the deadline
+	}{
+		{
+			name:    "connect only",
+			handle:  tcpDrain,
+			want:    L4OK,
+			detail:  "connected",
+			quickly: true,
+		},
+		{
+			name:    "send without expectation",
+			handle:  tcpDrain,
+			spec:    Spec{Send: []byte("PING\r\n")},
+			want:    L4OK,
+			detail:  "connected, 6 bytes sent",
+			quickly: true,
+		},
+		{
+			name:    "banner matches",
+			handle:  tcpBanner("220 ready\r\n", true),
+			spec:    Spec{Expect: regexp.MustCompile(`^220 `)},
+			want:    L7OK,
+			detail:  "11 bytes matched",
+			quickly: true,
+		},
+		{
+			name: "banner split across writes",
+			handle: func(c net.Conn) {
+				if _, err := io.WriteString(c, "220 "); err != nil {
+					return
+				}
+				tcpBanner("ready\r\n", true)(c)
+			},
+			spec:    Spec{Expect: regexp.MustCompile(`^220 ready\r\n`)},
+			want:    L7OK,
+			quickly: true,
+		},
+		{
+			name:    "banner mismatch then close",
+			handle:  tcpBanner("220 ready\r\n", false),
+			spec:    Spec{Expect: regexp.MustCompile(`^500`)},
+			want:    L7RSP,
+			errHas:  `"220 ready\r\n"`,
+			quickly: true,
+		},
+		{
+			name:   "banner mismatch and connection held",
+			handle: tcpBanner("220 ready\r\n", true),
+			spec:   Spec{Expect: regexp.MustCompile(`^500`)},
+			want:   L7TOUT,
+			errHas: `"220 ready\r\n"`,
+		},
+		{
+			name:   "server never answers",
+			handle: tcpDrain,
+			spec:   Spec{Expect: regexp.MustCompile(`^220`)},
+			want:   L7TOUT,
+			errHas: "no answer",
+		},
+		{
+			name:    "server closes at once",
+			handle:  func(net.Conn) {},
+			spec:    Spec{Expect: regexp.MustCompile(`.`)},
+			want:    L7RSP,
+			errHas:  "closed",
+			quickly: true,
+		},
+		{
+			name: "server resets",
+			handle: func(c net.Conn) {
+				_ = c.(*net.TCPConn).SetLinger(0)
+			},
+			spec:    Spec{Expect: regexp.MustCompile(`.`)},
+			want:    L4CON,
+			quickly: true,
+		},
+		{
+			name:    "binary echo with wildcard nibbles",
+			handle:  tcpEcho(3),
+			spec:    Spec{Send: []byte("\x00\x01\xff"), ExpectHex: tcpHex("\x00\x01\xf0", "\xff\xff\xf0")},
+			want:    L7OK,
+			detail:  "3 bytes matched",
+			quickly: true,
+		},
+		{
+			name:    "binary echo mismatch decided without waiting",
+			handle:  tcpEcho(3),
+			spec:    Spec{Send: []byte("\x00\x01\xff"), ExpectHex: tcpHex("\x00\x02", "\xff\xff")},
+			want:    L7RSP,
+			errHas:  `"\x00\x01\xff"`,
+			quickly: true,
+		},
+		{
+			name:    "hex and regexp must both match",
+			handle:  tcpBanner("220 ready\r\n", true),
+			spec:    Spec{ExpectHex: tcpHex("2", "\xff"), Expect: regexp.MustCompile(`ready`)},
+			want:    L7OK,
+			quickly: true,
+		},
+		{
+			name: "endless answer stops at 64 KiB",
+			handle: func(c net.Conn) {
+				chunk := bytes.Repeat([]byte("a"), 8192)
+				for {
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+			},
+			spec:    Spec{Expect: regexp.MustCompile(`b`)},
+			want:    L7RSP,
+			errHas:  "first 65536 bytes",
+			quickly: true,
+		},
+	}
+	for _, lo := range transportLoopbacks {
+		t.Run(lo.name, func(t *testing.T) {
+			requireTransportLoopback(t, "tcp", lo.host)
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					t.Parallel()
+					target := tcpTestServer(t, lo.host, tt.handle)
+					spec := tt.spec
+					spec.Protocol = TCP
+					res := transportProbe(t, spec, Options{}, target, transportTimeout)
+					if res.Outcome != tt.want {
+						t.Fatalf("outcome = %s (%v), want %s", res.Outcome, res.Err, tt.want)
+					}
+					if tt.detail != "" && res.Detail != tt.detail {
+						t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
+					}
+					if tt.errHas != "" && (res.Err == nil || !strings.Contains(res.Err.Error(), tt.errHas)) {
+						t.Errorf("Err = %v, want it to contain %s", res.Err, tt.errHas)
+					}
+					// A reset can arrive before the dialer has seen the
+					// handshake finish, so only a connection that lived
+					// must have a connect time.
+					if tt.want != L4CON && res.Timings.Connect <= 0 {
+						t.Errorf("Timings.Connect = %v, want > 0", res.Timings.Connect)
+					}
+					if tt.want == L7OK && res.Timings.FirstByte <= 0 {
+						t.Errorf("Timings.FirstByte = %v, want > 0", res.Timings.FirstByte)
+					}
+					if tt.quickly && res.Timings.Total > transportTimeout/2 {
+						t.Errorf("took %v, want a decision well before the %v deadline", res.Timings.Total, transportTimeout)
+					}
+					if tt.want == L7TOUT && res.Timings.Total < transportTimeout*3/4 {
+						t.Errorf("timed out after %v, before the %v deadline", res.Timings.Total, transportTimeout)
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestTCPClosedPort(t *testing.T) {
+	for _, lo := range transportLoopbacks {
+		t.Run(lo.name, func(t *testing.T) {
+			requireTransportLoopback(t, "tcp", lo.host)
+			res := transportProbe(t, Spec{Protocol: TCP}, Options{}, tcpTestClosedPort(t, lo.host), transportTimeout)
+			if res.Outcome != L4CON {
+				t.Fatalf("outcome = %s (%v), want L4CON", res.Outcome, res.Err)
+			}
+			if !errors.Is(res.Err, syscall.ECONNREFUSED) {
+				t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
+			}
+		})
+	}
+}
+
+func TestTCPSendIsExact(t *testing.T) {
+	for _, lo := range transportLoopbacks {
+		t.Run(lo.name, func(t *testing.T) {
+			requireTransportLoopback(t, "tcp", lo.host)
+			got := make(chan []byte, 1)
+			target := tcpTestServer(t, lo.host, func(c net.Conn) {
+				b, _ := io.ReadAll(c)
+				got <- b
+			})
+			send := []byte("\x00bin\xff\r\x00")
+			res := transportProbe(t, Spec{Protocol: TCP, Send: send}, Options{}, target, transportTimeout)
+			if res.Outcome != L4OK {
+				t.Fatalf("outcome = %s (%v), want L4OK", res.Outcome, res.Err)
+			}
+			select {
+			case b := <-got:
+				if !bytes.Equal(b, send) {
+					t.Errorf("server received %q, want exactly %q", b, send)
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatal("server never saw the connection close")
+			}
+		})
+	}
+}
+
+func TestTCPLocalAddr(t *testing.T) {
+	// All of 127.0.0.0/8 is loopback on Linux, so a second source address
+	// shows that the dialer really binds LocalAddr.
+	local := netip.MustParseAddr("127.0.0.2")
+	if l, err := net.Listen("tcp", "127.0.0.2:0"); err != nil {
+		t.Skipf("127.0.0.2 is not usable here: %v", err)
+	} else {
+		l.Close()
+	}
+	from := make(chan net.Addr, 1)
+	target := tcpTestServer(t, "127.0.0.1", func(c net.Conn) {
+		from <- c.RemoteAddr()
+		tcpDrain(c)
+	})
+	res := transportProbe(t, Spec{Protocol: TCP}, Options{LocalAddr: local}, target, transportTimeout)
+	if res.Outcome != L4OK {
+		t.Fatalf("outcome = %s (%v), want L4OK", res.Outcome, res.Err)
+	}
+	select {
+	case a := <-from:
+		if got := transportAddrPort(t, a).Addr(); got != local {
+			t.Errorf("server saw source %v, want %v", got, local)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("server never accepted the connection")
+	}
+}
+
+func TestTCPConnectTimeout(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listening: %v", err)
+	}
+	defer l.Close()
+	// Shrink the accept queue to its minimum and never accept: once it is
+	// full Linux drops further SYNs, so a connect hangs without any packet
+	// leaving loopback.
+	rc, err := l.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatalf("getting listener fd: %v", err)
+	}
+	var lerr error
+	if err := rc.Control(func(fd uintptr) { lerr = syscall.Listen(int(fd), 0) }); err != nil || lerr != nil {
+		t.Skipf("cannot shrink the listen backlog: %v %v", err, lerr)
+	}
+	target := transportAddrPort(t, l.Addr())
+	full := false
+	for range 16 {
+		c, err := net.DialTimeout("tcp", target.String(), 100*time.Millisecond)
+		if err != nil {
+			if !isTimeout(err) {
+				t.Fatalf("filling the backlog: %v", err)
+			}
+			full = true
+			break
+		}
+		defer c.Close()
+	}
+	if !full {
+		t.Skip("the listen backlog never filled, so a connect timeout cannot be made on loopback")
+	}
+	res := transportProbe(t, Spec{Protocol: TCP}, Options{}, target, 200*time.Millisecond)
+	if res.Outcome != L4TOUT {
+		t.Fatalf("outcome = %s (%v), want L4TOUT", res.Outcome, res.Err)
+	}
+}
+
+func TestTCPCancel(t *testing.T) {
+	accepted := make(chan struct{})
+	target := tcpTestServer(t, "127.0.0.1", func(c net.Conn) {
+		close(accepted)
+		tcpDrain(c)
+	})
+	p, err := New(Spec{Protocol: TCP, Expect: regexp.MustCompile(`never`)}, Options{})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-accepted:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	start := time.Now()
+	res := p.Probe(ctx, target)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Probe returned %v after its context was cancelled", d)
+	}
+	if res.Up() || res.Err == nil {
+		t.Errorf("cancelled probe = %s (%v), want a down outcome with Err", res.Outcome, res.Err)
+	}
+}
