@@ -1,0 +1,523 @@
+package prober
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// httpSeen is what the test server saw of one request.
+type httpSeen struct {
+	method, host, path string
+	// remoteIP is the client's address; table tests leave it out.
+	remoteIP string
+}
+
+// httpTestServer is an httptest server on loopback with handlers for every
+// case the http tests need.
+type httpTestServer struct {
+	srv  *httptest.Server
+	addr netip.AddrPort
+	// seen receives every request the server answers.
+	seen chan httpSeen
+	// sni receives the server name of every TLS ClientHello.
+	sni chan string
+	// conns counts accepted connections.
+	conns atomic.Int32
+}
+
+// startHTTPTestServer starts a server on host (an IP), with TLS when cert
+// is not nil. Handlers that hang return when the test ends.
+func startHTTPTestServer(t *testing.T, host string, cert *tls.Certificate) *httpTestServer {
+	t.Helper()
+	s := &httpTestServer{seen: make(chan httpSeen, 64), sni: make(chan string, 64)}
+	release := make(chan struct{})
+	hang := func(r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-App", "pulselb-1.2")
+		fmt.Fprint(w, "hello from pulselb")
+	})
+	mux.HandleFunc("/fail", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+	})
+	mux.HandleFunc("/missing", func(w http.ResponseWriter, r *http.Request) {
+		http.NotFound(w, r)
+	})
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/final", http.StatusFound)
+	})
+	mux.HandleFunc("/final", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "final page")
+	})
+	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/loop", http.StatusFound)
+	})
+	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
+		hang(r)
+	})
+	mux.HandleFunc("/hang-body", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, "partial")
+		w.(http.Flusher).Flush()
+		hang(r)
+	})
+	mux.HandleFunc("/close", func(w http.ResponseWriter, r *http.Request) {
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = c.Close()
+		}
+	})
+	record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case s.seen <- httpSeen{method: r.Method, host: r.Host, path: r.URL.Path, remoteIP: remoteIP(r.RemoteAddr)}:
+		default:
+		}
+		mux.ServeHTTP(w, r)
+	})
+
+	srv := httptest.NewUnstartedServer(record)
+	if host != "127.0.0.1" {
+		ln, _ := tlsTestListen(t, host)
+		_ = srv.Listener.Close()
+		srv.Listener = ln
+	}
+	// Failed handshakes are what several tests provoke; keep them quiet.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	if cert != nil {
+		srv.TLS = &tls.Config{
+			Certificates: []tls.Certificate{*cert},
+			GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+				select {
+				case s.sni <- hello.ServerName:
+				default:
+				}
+				return nil, nil
+			},
+		}
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	// Registered after srv.Close, so it runs first and lets Close return.
+	t.Cleanup(func() { close(release) })
+	s.srv = srv
+	s.addr = netip.MustParseAddrPort(srv.Listener.Addr().String())
+	return s
+}
+
+// remoteIP returns the IP of a host:port address.
+func remoteIP(addr string) string {
+	host, _, _ := net.SplitHostPort(addr)
+	return host
+}
+
+// lastSeen returns the last request the server answered so far.
+func (s *httpTestServer) lastSeen(t *testing.T) httpSeen {
+	t.Helper()
+	var last httpSeen
+	for {
+		select {
+		case last = <-s.seen:
+		default:
+			if last.method == "" {
+				t.Fatalf("server saw no request")
+			}
+			return last
+		}
+	}
+}
+
+func TestHTTPProbe(t *testing.T) {
+	srv := startHTTPTestServer(t, "127.0.0.1", nil)
+	only := func(codes ...int) StatusSet {
+		var s StatusSet
+		for _, c := range codes {
+			s = append(s, StatusRange{c, c})
+		}
+		return s
+	}
+	tests := []struct {
+		name    string
+		spec    Spec
+		want    Outcome
+		errPart string
+		detail  string
+		seen    *httpSeen
+	}{
+		{
+			name:   "defaults",
+			spec:   Spec{Protocol: HTTP},
+			want:   L7OK,
+			detail: "HTTP 200",
+			seen:   &httpSeen{method: "GET", host: srv.addr.String(), path: "/"},
+		},
+		{
+			name:    "failing status",
+			spec:    Spec{Protocol: HTTP, Path: "/fail"},
+			want:    L7STS,
+			errPart: "HTTP 503, want 200-399",
+		},
+		{
+			name:   "status list accepts 404",
+			spec:   Spec{Protocol: HTTP, Path: "/missing", Status: only(200, 404)},
+			want:   L7OK,
+			detail: "HTTP 404",
+		},
+		{
+			name:    "status list rejects 503",
+			spec:    Spec{Protocol: HTTP, Path: "/fail", Status: only(200, 404)},
+			want:    L7STS,
+			errPart: "HTTP 503, want 200,404",
+		},
+		{
+			name: "body matches",
+			spec: Spec{Protocol: HTTP, Body: regexp.MustCompile(`from pulse`)},
+			want: L7OK,
+		},
+		{
+			name:    "body does not match",
+			spec:    Spec{Protocol: HTTP, Body: regexp.MustCompile(`^ready$`)},
+			want:    L7RSP,
+			errPart: `body does not match "^ready$"`,
+		},
+		{
+			name: "header matches",
+			spec: Spec{Protocol: HTTP, Headers: []HeaderMatch{
+				{Name: "content-type", Value: regexp.MustCompile(`^text/plain`)},
+				{Name: "X-App", Value: regexp.MustCompile(`^pulselb-1\.`)},
+			}},
+			want: L7OK,
+		},
+		{
+			name:    "header does not match",
+			spec:    Spec{Protocol: HTTP, Headers: []HeaderMatch{{Name: "x-app", Value: regexp.MustCompile(`^other`)}}},
+			want:    L7RSP,
+			errPart: `header X-App does not match "^other"`,
+		},
+		{
+			name:    "header absent",
+			spec:    Spec{Protocol: HTTP, Headers: []HeaderMatch{{Name: "X-Ready", Value: regexp.MustCompile(`.`)}}},
+			want:    L7RSP,
+			errPart: "header X-Ready missing",
+		},
+		{
+			name: "host header",
+			spec: Spec{Protocol: HTTP, Host: "app.example", Path: "/final?x=1"},
+			want: L7OK,
+			seen: &httpSeen{method: "GET", host: "app.example", path: "/final"},
+		},
+		{
+			name:   "head",
+			spec:   Spec{Protocol: HTTP, Method: "HEAD"},
+			want:   L7OK,
+			detail: "HTTP 200",
+			seen:   &httpSeen{method: "HEAD", host: srv.addr.String(), path: "/"},
+		},
+		{
+			name:   "redirect not followed is in 200-399",
+			spec:   Spec{Protocol: HTTP, Path: "/redirect"},
+			want:   L7OK,
+			detail: "HTTP 302",
+			seen:   &httpSeen{method: "GET", host: srv.addr.String(), path: "/redirect"},
+		},
+		{
+			name:    "redirect not followed fails status 200",
+			spec:    Spec{Protocol: HTTP, Path: "/redirect", Status: only(200)},
+			want:    L7STS,
+			errPart: "HTTP 302, want 200",
+		},
+		{
+			name:   "redirect followed keeps host",
+			spec:   Spec{Protocol: HTTP, Path: "/redirect", Host: "app.example", Follow: true, Status: only(200), Body: regexp.MustCompile("^final page$")},
+			want:   L7OK,
+			detail: "HTTP 200",
+			seen:   &httpSeen{method: "GET", host: "app.example", path: "/final"},
+		},
+		{
+			name:    "redirect loop",
+			spec:    Spec{Protocol: HTTP, Path: "/loop", Follow: true},
+			want:    L7RSP,
+			errPart: "stopped after 10 redirects",
+		},
+		{
+			name:    "closed without answer",
+			spec:    Spec{Protocol: HTTP, Path: "/close"},
+			want:    L7RSP,
+			errPart: "reading response",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := tlsTestProbe(t, tc.spec, srv.addr)
+			t.Logf("%v: %s", res.Outcome, res.Message())
+			tlsTestCheck(t, res, tc.want, tc.errPart)
+			if tc.detail != "" && res.Detail != tc.detail {
+				t.Errorf("Detail = %q, want %q", res.Detail, tc.detail)
+			}
+			if tc.seen != nil {
+				got := srv.lastSeen(t)
+				got.remoteIP = ""
+				if got != *tc.seen {
+					t.Errorf("server saw %+v, want %+v", got, *tc.seen)
+				}
+			}
+			if res.TLS != nil {
+				t.Errorf("TLS = %+v for plain http", res.TLS)
+			}
+			if tm := res.Timings; res.Up() && (tm.Connect <= 0 || tm.TLS != 0 || tm.FirstByte < tm.Connect || tm.Total < tm.FirstByte) {
+				t.Errorf("timings %+v: want 0 < Connect <= FirstByte <= Total and no TLS", tm)
+			}
+		})
+	}
+}
+
+func TestHTTPProbeTimeouts(t *testing.T) {
+	srv := startHTTPTestServer(t, "127.0.0.1", nil)
+	ln, closed := tlsTestListen(t, "127.0.0.1")
+	_ = ln.Close()
+	tests := []struct {
+		name    string
+		path    string
+		target  netip.AddrPort
+		want    Outcome
+		errPart string
+	}{
+		{"no response headers", "/hang", srv.addr, L7TOUT, "waiting for response headers"},
+		{"body never ends", "/hang-body", srv.addr, L7TOUT, "reading body"},
+		{"closed port", "/", closed, L4CON, "connecting"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := tlsTestProbe(t, Spec{Protocol: HTTP, Path: tc.path}, tc.target)
+			t.Logf("%v: %s", res.Outcome, res.Message())
+			tlsTestCheck(t, res, tc.want, tc.errPart)
+		})
+	}
+}
+
+func TestHTTPProbeNewConnectionEachProbe(t *testing.T) {
+	ca := newTestCA(t)
+	cert := ca.Leaf(t, certOpts{DNSNames: []string{"app.example"}})
+	for _, proto := range []Protocol{HTTP, HTTPS} {
+		t.Run(string(proto), func(t *testing.T) {
+			var c *tls.Certificate
+			if proto == HTTPS {
+				c = &cert
+			}
+			srv := startHTTPTestServer(t, "127.0.0.1", c)
+			p, err := New(Spec{Protocol: proto}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const probes = 3
+			for range probes {
+				if res := p.Probe(t.Context(), srv.addr); res.Outcome != L7OK {
+					t.Fatalf("outcome = %v (%v), want L7OK", res.Outcome, res.Message())
+				}
+			}
+			// ConnState(StateNew) runs before the server reads the request,
+			// so every connection is counted once its probe has an answer.
+			if n := srv.conns.Load(); n != probes {
+				t.Errorf("server accepted %d connections for %d probes, want one each", n, probes)
+			}
+		})
+	}
+}
+
+func TestHTTPSProbe(t *testing.T) {
+	const day = 24 * time.Hour
+	now := time.Now()
+	ca := newTestCA(t)
+	useRoots(t, ca.Pool())
+	names := []string{"app.example", "sni.example"}
+	good := ca.Leaf(t, certOpts{DNSNames: names})
+	expired := ca.Leaf(t, certOpts{DNSNames: names, NotBefore: now.Add(-30 * day), NotAfter: now.Add(-day)})
+	soon := ca.Leaf(t, certOpts{DNSNames: names, NotAfter: now.Add(3 * day)})
+	untrusted := newTestCA(t).Leaf(t, certOpts{DNSNames: names})
+
+	tests := []struct {
+		name    string
+		cert    tls.Certificate
+		spec    Spec
+		want    Outcome
+		errPart string
+	}{
+		{
+			name: "not verified",
+			cert: untrusted,
+			spec: Spec{Protocol: HTTPS},
+			want: L7OK,
+		},
+		{
+			name:    "untrusted",
+			cert:    untrusted,
+			spec:    Spec{Protocol: HTTPS, Verify: true, Host: "app.example"},
+			want:    L6ERR,
+			errPart: "unknown authority",
+		},
+		{
+			name: "verified against host",
+			cert: good,
+			spec: Spec{Protocol: HTTPS, Verify: true, Host: "app.example"},
+			want: L7OK,
+		},
+		{
+			name: "sni overrides host",
+			cert: good,
+			spec: Spec{Protocol: HTTPS, Verify: true, Host: "app.example", SNI: "sni.example"},
+			want: L7OK,
+		},
+		{
+			name:    "name mismatch",
+			cert:    good,
+			spec:    Spec{Protocol: HTTPS, Verify: true, Host: "other.example"},
+			want:    L6ERR,
+			errPart: "not other.example",
+		},
+		{
+			name: "verified chain without a name",
+			cert: good,
+			spec: Spec{Protocol: HTTPS, Verify: true},
+			want: L7OK,
+		},
+		{
+			name:    "expired",
+			cert:    expired,
+			spec:    Spec{Protocol: HTTPS, Verify: true, Host: "app.example"},
+			want:    L6ERR,
+			errPart: "expired",
+		},
+		{
+			name:    "expires sooner than min-valid",
+			cert:    soon,
+			spec:    Spec{Protocol: HTTPS, Verify: true, Host: "app.example", MinValid: 7 * day},
+			want:    L6ERR,
+			errPart: "certificate expires in 3d, want at least 7d",
+		},
+		{
+			name: "expires later than min-valid",
+			cert: soon,
+			spec: Spec{Protocol: HTTPS, Verify: true, Host: "app.example", MinValid: 2 * day},
+			want: L7OK,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startHTTPTestServer(t, "127.0.0.1", &tc.cert)
+			res := tlsTestProbe(t, tc.spec, srv.addr)
+			t.Logf("%v: %s", res.Outcome, res.Message())
+			tlsTestCheck(t, res, tc.want, tc.errPart)
+			wantSNI := tc.spec.SNI
+			if wantSNI == "" {
+				wantSNI = tc.spec.Host
+			}
+			if got := tlsTestReceive(t, srv.sni, "ClientHello"); got != wantSNI {
+				t.Errorf("server saw SNI %q, want %q", got, wantSNI)
+			}
+			if res.Outcome == L6ERR && tc.spec.MinValid == 0 {
+				return // the handshake failed: no certificate to report
+			}
+			if res.TLS == nil {
+				t.Fatalf("TLS not reported")
+			}
+			if res.TLS.Version != "TLS 1.3" || res.TLS.Verified != tc.spec.Verify || !res.TLS.NotAfter.Equal(tc.cert.Leaf.NotAfter) {
+				t.Errorf("TLS = %+v, want TLS 1.3, verified %v, NotAfter %v", res.TLS, tc.spec.Verify, tc.cert.Leaf.NotAfter)
+			}
+			if tm := res.Timings; res.Up() && (tm.Connect <= 0 || tm.TLS < tm.Connect || tm.FirstByte < tm.TLS || tm.Total < tm.FirstByte) {
+				t.Errorf("timings %+v: want 0 < Connect <= TLS <= FirstByte <= Total", tm)
+			}
+			if res.Up() && tc.spec.Host != "" {
+				if got := srv.lastSeen(t).host; got != tc.spec.Host {
+					t.Errorf("server saw Host %q, want %q", got, tc.spec.Host)
+				}
+			}
+		})
+	}
+}
+
+func TestHTTPSProbeBrokenServers(t *testing.T) {
+	plain := startHTTPTestServer(t, "127.0.0.1", nil)
+	silent := tlsTestServe(t, "127.0.0.1", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	tests := []struct {
+		name    string
+		target  netip.AddrPort
+		want    Outcome
+		errPart string
+	}{
+		{"plain http server", plain.addr, L6ERR, "tls handshake"},
+		{"silent server", silent, L6TOUT, "tls handshake"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := tlsTestProbe(t, Spec{Protocol: HTTPS}, tc.target)
+			t.Logf("%v: %s", res.Outcome, res.Message())
+			tlsTestCheck(t, res, tc.want, tc.errPart)
+		})
+	}
+}
+
+func TestHTTPProbeIPv6(t *testing.T) {
+	ca := newTestCA(t)
+	useRoots(t, ca.Pool())
+	cert := ca.Leaf(t, certOpts{DNSNames: []string{"app.example"}})
+	tests := []struct {
+		proto Protocol
+		cert  *tls.Certificate
+	}{
+		{HTTP, nil},
+		{HTTPS, &cert},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.proto), func(t *testing.T) {
+			srv := startHTTPTestServer(t, "::1", tc.cert)
+			spec := Spec{Protocol: tc.proto, Verify: true, Host: "app.example", Body: regexp.MustCompile("pulselb")}
+			res := tlsTestProbe(t, spec, srv.addr)
+			tlsTestCheck(t, res, L7OK, "")
+			if got := srv.lastSeen(t).host; got != "app.example" {
+				t.Errorf("server saw Host %q, want app.example", got)
+			}
+			if !strings.HasPrefix(srv.addr.String(), "[::1]:") {
+				t.Errorf("server listens on %v, want [::1]", srv.addr)
+			}
+		})
+	}
+}
+
+func TestHTTPProbeLocalAddr(t *testing.T) {
+	// All of 127.0.0.0/8 is loopback on Linux, so a probe bound to
+	// 127.0.0.2 reaches a server on 127.0.0.1 from that address.
+	srv := startHTTPTestServer(t, "127.0.0.1", nil)
+	p, err := New(Spec{Protocol: HTTP}, Options{LocalAddr: netip.MustParseAddr("127.0.0.2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := p.Probe(t.Context(), srv.addr)
+	if res.Outcome != L7OK {
+		t.Skipf("cannot probe from 127.0.0.2 here: %v", res.Message())
+	}
+	if got := srv.lastSeen(t).remoteIP; got != "127.0.0.2" {
+		t.Errorf("server saw the probe from %s, want 127.0.0.2", got)
+	}
+}
