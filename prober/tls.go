@@ -83,9 +83,9 @@ func checkMinValid(info *CertInfo, minValid time.Duration, now time.Time) error 
 		return nil
 	}
 	if left < 0 {
-		return fmt.Errorf("certificate expired %s ago, want at least %s left", approxDuration(-left), approxDuration(minValid))
+		return fmt.Errorf("certificate expired %s ago, want at least %s left", ApproxDuration(-left), ApproxDuration(minValid))
 	}
-	return fmt.Errorf("certificate expires in %s, want at least %s", approxDuration(left), approxDuration(minValid))
+	return fmt.Errorf("certificate expires in %s, want at least %s", ApproxDuration(left), ApproxDuration(minValid))
 }
 
 // expiryDetail says when the leaf expires, such as "expires 2027-03-01 (89d)".
@@ -96,15 +96,15 @@ func expiryDetail(info *CertInfo, now time.Time) string {
 	left := info.NotAfter.Sub(now)
 	day := info.NotAfter.UTC().Format(time.DateOnly)
 	if left < 0 {
-		return fmt.Sprintf("expired %s (%s ago)", day, approxDuration(-left))
+		return fmt.Sprintf("expired %s (%s ago)", day, ApproxDuration(-left))
 	}
-	return fmt.Sprintf("expires %s (%s)", day, approxDuration(left))
+	return fmt.Sprintf("expires %s (%s)", day, ApproxDuration(left))
 }
 
-// approxDuration formats d in days and hours, or smaller units when short,
+// ApproxDuration formats d in days and hours, or smaller units when short,
 // rounded so that a certificate made "2 days" ago reads "2d" rather than
 // "1d23h".
-func approxDuration(d time.Duration) string {
+func ApproxDuration(d time.Duration) string {
 	const day = 24 * time.Hour
 	switch {
 	case d >= 10*day:

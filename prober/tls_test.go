@@ -428,8 +428,8 @@ func TestTLSApproxDuration(t *testing.T) {
 		{1500 * time.Millisecond, "2s"},
 	}
 	for _, tc := range tests {
-		if got := approxDuration(tc.d); got != tc.want {
-			t.Errorf("approxDuration(%v) = %q, want %q", tc.d, got, tc.want)
+		if got := ApproxDuration(tc.d); got != tc.want {
+			t.Errorf("ApproxDuration(%v) = %q, want %q", tc.d, got, tc.want)
 		}
 	}
 }

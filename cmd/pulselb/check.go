@@ -237,14 +237,13 @@ func writeText(w io.Writer, spec prober.Spec, target netip.AddrPort, r prober.Re
 	}
 }
 
-// untilText says how far t is from now in days, or that it has passed.
+// untilText says how far t is from now, or that it has passed.
 func untilText(t time.Time) string {
 	d := time.Until(t)
-	days := int(d.Hours() / 24)
 	if d < 0 {
-		return fmt.Sprintf("expired %dd ago", -days)
+		return "expired " + prober.ApproxDuration(-d) + " ago"
 	}
-	return fmt.Sprintf("in %dd", days)
+	return "in " + prober.ApproxDuration(d)
 }
 
 func writeSummary(w io.Writer, up, down int, totals []time.Duration) {

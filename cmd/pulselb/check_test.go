@@ -95,7 +95,7 @@ func TestCheckJSON(t *testing.T) {
 	if !got.Up || got.Outcome.String() != "L7OK" || got.TLS == nil || got.TimingsMS["total"] <= 0 {
 		t.Errorf("unexpected result: %+v", got)
 	}
-	if got.Spec != "https verify=false status=200" {
+	if got.Spec != "https status=200 verify=false" {
 		t.Errorf("spec = %q, want the canonical form", got.Spec)
 	}
 }

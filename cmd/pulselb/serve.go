@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -91,6 +92,9 @@ func serveLoopback(ctx context.Context, spec prober.Spec) (*loopbackServer, erro
 				_, _ = io.WriteString(w, "ok\n")
 			}),
 			ReadHeaderTimeout: 5 * time.Second,
+			// A probe that rejects the certificate aborts the handshake;
+			// that is the point of the probe, not a server error to print.
+			ErrorLog: log.New(io.Discard, "", 0),
 			BaseContext:       func(net.Listener) context.Context { return ctx },
 		}
 		go func() { _ = srv.Serve(ln) }()
