@@ -1,0 +1,860 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// waitLimit bounds every wait in these tests; reaching it is a failure.
+const waitLimit = 10 * time.Second
+
+var (
+	resUp   = Result{Outcome: L4OK, Detail: "connected", Timings: Timings{Connect: time.Millisecond, Total: time.Millisecond}}
+	resDown = Result{Outcome: L4CON, Err: errors.New("connecting: connection refused")}
+)
+
+// probeCall is one call of a harness prober, answered by sending on reply.
+type probeCall struct {
+	addr netip.AddrPort
+	// at is the fake time the probe started.
+	at time.Time
+	// budget is the time left until the probe context's deadline.
+	budget time.Duration
+	reply  chan Result
+}
+
+type resultEvent struct {
+	key string
+	r   Result
+}
+
+// harness runs a Scheduler on a fake clock with a prober whose every call
+// the test receives and answers.
+type harness struct {
+	clk     *clocktesting.FakeClock
+	s       *Scheduler
+	calls   chan *probeCall
+	results chan resultEvent
+	stop    chan struct{}
+
+	mu      sync.Mutex
+	changes []Transition
+}
+
+func newHarness(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	h := &harness{
+		clk:     clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)),
+		calls:   make(chan *probeCall, 64),
+		results: make(chan resultEvent, 4096),
+		stop:    make(chan struct{}),
+	}
+	cfg.Clock = h.clk
+	cfg.OnChange = func(tr Transition) {
+		h.mu.Lock()
+		h.changes = append(h.changes, tr)
+		h.mu.Unlock()
+	}
+	cfg.OnResult = func(key string, r Result) { h.results <- resultEvent{key, r} }
+	h.s = NewScheduler(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.s.Run(ctx) }()
+	t.Cleanup(func() {
+		close(h.stop)
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v", err)
+			}
+		case <-time.After(waitLimit):
+			t.Errorf("Run did not return after its context ended")
+		}
+	})
+	return h
+}
+
+// prober answers each call with what the test sends on the call's reply.
+// It ignores its context on purpose: the tests decide the result, and a
+// slow test machine must not turn a reply into a timeout.
+func (h *harness) prober() Prober {
+	return ProberFunc(func(ctx context.Context, addr netip.AddrPort) Result {
+		var budget time.Duration
+		if dl, ok := ctx.Deadline(); ok {
+			budget = time.Until(dl)
+		}
+		c := &probeCall{addr: addr, at: h.clk.Now(), budget: budget, reply: make(chan Result, 1)}
+		select {
+		case h.calls <- c:
+		case <-h.stop:
+			return resDown
+		}
+		select {
+		case r := <-c.reply:
+			return r
+		case <-h.stop:
+			return resDown
+		}
+	})
+}
+
+// target returns a target probed by the harness prober at 127.0.0.1:port,
+// with a long explicit timeout so real time never interferes.
+func (h *harness) target(key string, port uint16) Target {
+	return Target{
+		Key:      key,
+		Addr:     netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port),
+		Protocol: TCP,
+		Prober:   h.prober(),
+		Timeout:  time.Minute,
+	}
+}
+
+func (h *harness) next(t *testing.T) *probeCall {
+	t.Helper()
+	return recv(t, h.calls, "a probe call")
+}
+
+func (h *harness) result(t *testing.T) resultEvent {
+	t.Helper()
+	return recv(t, h.results, "a probe result")
+}
+
+// probe steps the clock by d, answers the probe that starts with r and
+// waits until the scheduler has recorded it.
+func (h *harness) probe(t *testing.T, d time.Duration, r Result) *probeCall {
+	t.Helper()
+	h.clk.Step(d)
+	c := h.next(t)
+	c.reply <- r
+	h.result(t)
+	return c
+}
+
+func (h *harness) transitions() []Transition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Transition(nil), h.changes...)
+}
+
+func (h *harness) status(t *testing.T, key string) TargetStatus {
+	t.Helper()
+	st, ok := h.s.Status(key)
+	if !ok {
+		t.Fatalf("Status(%q): no such target", key)
+	}
+	return st
+}
+
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitLimit):
+		t.Fatalf("timed out after %v waiting for %s", waitLimit, what)
+		panic("unreachable")
+	}
+}
+
+// waitFor polls cond until it holds or the wait limit passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", waitLimit, what)
+		}
+		<-tick.C
+	}
+}
+
+func TestSchedulerState(t *testing.T) {
+	for _, st := range []State{StateUnknown, StateUp, StateDown} {
+		b, err := st.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got State
+		if err := got.UnmarshalText(b); err != nil || got != st {
+			t.Errorf("round trip of %v through %q gave %v, %v", st, b, got, err)
+		}
+	}
+	if got := StateDown.String(); got != "Down" {
+		t.Errorf("StateDown.String() = %q", got)
+	}
+	if got := State(9).String(); got != "State(9)" {
+		t.Errorf("State(9).String() = %q", got)
+	}
+}
+
+func TestSchedulerHysteresis(t *testing.T) {
+	const U, D = true, false
+	type change struct{ from, to State }
+	tests := []struct {
+		name       string
+		rise, fall int // target overrides; 0 uses the config's 2/2
+		results    []bool
+		states     []State // after each result
+		changes    []change
+	}{
+		{
+			name:    "unknown to up after rise successes",
+			results: []bool{U, U, U},
+			states:  []State{StateUnknown, StateUp, StateUp},
+			changes: []change{{StateUnknown, StateUp}},
+		},
+		{
+			name:    "unknown to down after fall failures",
+			results: []bool{D, D},
+			states:  []State{StateUnknown, StateDown},
+			changes: []change{{StateUnknown, StateDown}},
+		},
+		{
+			name:    "one failure while up stays up",
+			results: []bool{U, U, D, U, D, U},
+			states:  []State{StateUnknown, StateUp, StateUp, StateUp, StateUp, StateUp},
+			changes: []change{{StateUnknown, StateUp}},
+		},
+		{
+			name:    "fall failures while up go down once",
+			results: []bool{U, U, D, D, D, D},
+			states:  []State{StateUnknown, StateUp, StateUp, StateDown, StateDown, StateDown},
+			changes: []change{{StateUnknown, StateUp}, {StateUp, StateDown}},
+		},
+		{
+			name:    "recovery needs rise successes in a row",
+			results: []bool{D, D, U, D, U, U},
+			states:  []State{StateUnknown, StateDown, StateDown, StateDown, StateDown, StateUp},
+			changes: []change{{StateUnknown, StateDown}, {StateDown, StateUp}},
+		},
+		{
+			name:    "flapping never leaves unknown",
+			results: []bool{U, D, U, D, U, D},
+			states:  []State{StateUnknown, StateUnknown, StateUnknown, StateUnknown, StateUnknown, StateUnknown},
+		},
+		{
+			name:    "target rise and fall override the config",
+			rise:    3,
+			fall:    1,
+			results: []bool{U, U, U, D, U, U},
+			states:  []State{StateUnknown, StateUnknown, StateUp, StateDown, StateDown, StateDown},
+			changes: []change{{StateUnknown, StateUp}, {StateUp, StateDown}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{Interval: time.Second, Rise: 2, Fall: 2, Jitter: -1})
+			tg := h.target("ns/svc:80@node-a", 80)
+			tg.Rise, tg.Fall = tt.rise, tt.fall
+			h.s.Set([]Target{tg})
+
+			for i, up := range tt.results {
+				r := resDown
+				if up {
+					r = resUp
+				}
+				h.probe(t, time.Second, r)
+				st := h.status(t, tg.Key)
+				if st.State != tt.states[i] {
+					t.Fatalf("after result %d (up=%v): state %v, want %v", i, up, st.State, tt.states[i])
+				}
+				if st.Last.Outcome != r.Outcome {
+					t.Errorf("after result %d: Last.Outcome %v, want %v", i, st.Last.Outcome, r.Outcome)
+				}
+			}
+
+			got := h.transitions()
+			if len(got) != len(tt.changes) {
+				t.Fatalf("OnChange called %d times (%+v), want %d", len(got), got, len(tt.changes))
+			}
+			for i, tr := range got {
+				if tr.From != tt.changes[i].from || tr.To != tt.changes[i].to {
+					t.Errorf("change %d: %v→%v, want %v→%v", i, tr.From, tr.To, tt.changes[i].from, tt.changes[i].to)
+				}
+				if tr.Key != tg.Key {
+					t.Errorf("change %d: key %q", i, tr.Key)
+				}
+				if tr.Result.Up() != (tr.To == StateUp) {
+					t.Errorf("change %d to %v carries result %v", i, tr.To, tr.Result.Outcome)
+				}
+			}
+			if len(got) > 0 {
+				last := got[len(got)-1]
+				if st := h.status(t, tg.Key); !st.LastChange.Equal(last.At) {
+					t.Errorf("LastChange %v, want the last transition's time %v", st.LastChange, last.At)
+				}
+			}
+		})
+	}
+}
+
+func TestSchedulerFastReprobe(t *testing.T) {
+	const interval, fast = time.Second, 200 * time.Millisecond
+	h := newHarness(t, Config{Interval: interval, FastInterval: fast, Rise: 2, Fall: 2, Jitter: -1})
+	tg := h.target("svc", 80)
+	h.s.Set([]Target{tg})
+
+	gap := func(what string, want time.Duration) {
+		t.Helper()
+		st := h.status(t, tg.Key)
+		if got := st.Next.Sub(st.LastAt); got != want {
+			t.Fatalf("%s: next probe due %v after the last, want %v", what, got, want)
+		}
+	}
+
+	h.probe(t, interval, resUp)
+	gap("first success while Unknown", fast)
+	h.probe(t, fast, resUp)
+	gap("success while Up", interval)
+
+	upAt := h.probe(t, interval, resDown).at
+	gap("first failure while Up", fast)
+	if st := h.status(t, tg.Key); st.State != StateUp {
+		t.Fatalf("one failure changed state to %v", st.State)
+	}
+
+	// Stepping exactly the fast interval must start the confirming probe.
+	c := h.probe(t, fast, resDown)
+	if got := c.at.Sub(upAt); got != fast {
+		t.Errorf("confirming probe started %v after the first failure, want %v", got, fast)
+	}
+	if st := h.status(t, tg.Key); st.State != StateDown {
+		t.Fatalf("two failures left state %v", st.State)
+	}
+	gap("failure while Down", interval)
+
+	h.probe(t, interval, resUp)
+	gap("first success while Down", fast)
+}
+
+func TestSchedulerJitter(t *testing.T) {
+	const interval, n = time.Second, 200
+	tests := []struct {
+		name        string
+		jitter      float64
+		wantSpread  time.Duration // the largest allowed distance from interval
+		wantVarying bool
+	}{
+		{name: "default ten percent", jitter: 0, wantSpread: interval / 10, wantVarying: true},
+		{name: "twenty percent", jitter: 0.2, wantSpread: interval / 5, wantVarying: true},
+		{name: "disabled", jitter: -1, wantSpread: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+			var results atomic.Int64
+			s := NewScheduler(Config{
+				Interval: interval, Rise: 1, Fall: 1, Jitter: tt.jitter, Clock: clk,
+				OnResult: func(string, Result) { results.Add(1) },
+			})
+			up := ProberFunc(func(context.Context, netip.AddrPort) Result { return resUp })
+			targets := make([]Target, n)
+			for i := range targets {
+				targets[i] = Target{Key: fmt.Sprintf("t%03d", i), Prober: up, Timeout: time.Minute}
+			}
+			start := clk.Now()
+			s.Set(targets)
+
+			// First probes spread over one interval whatever the jitter,
+			// so a large new set does not probe all at once.
+			firsts := map[time.Time]bool{}
+			for _, st := range s.Snapshot() {
+				if st.Next.Before(start) || !st.Next.Before(start.Add(interval)) {
+					t.Fatalf("%s: first probe due at +%v, outside [0, %v)", st.Key, st.Next.Sub(start), interval)
+				}
+				firsts[st.Next] = true
+			}
+			if len(firsts) < n/2 {
+				t.Errorf("only %d distinct first due times for %d targets", len(firsts), n)
+			}
+
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			defer func() {
+				cancel()
+				recv(t, done, "Run to return")
+			}()
+			clk.Step(interval)
+			waitFor(t, "every target's first result", func() bool { return results.Load() == n })
+
+			gaps := map[time.Duration]bool{}
+			for _, st := range s.Snapshot() {
+				if st.State != StateUp {
+					t.Fatalf("%s: state %v after one success with rise=1", st.Key, st.State)
+				}
+				gap := st.Next.Sub(st.LastAt)
+				if d := (gap - interval).Abs(); d > tt.wantSpread {
+					t.Errorf("%s: next probe %v after the last, more than %v from %v", st.Key, gap, tt.wantSpread, interval)
+				}
+				gaps[gap] = true
+			}
+			if tt.wantVarying && len(gaps) < 2 {
+				t.Errorf("all %d targets have the same interval %v", n, gaps)
+			}
+			if !tt.wantVarying && len(gaps) != 1 {
+				t.Errorf("jitter disabled but intervals vary: %v", gaps)
+			}
+		})
+	}
+}
+
+func TestSchedulerOneInFlight(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	h := newHarness(t, Config{Interval: interval, Jitter: -1})
+	keys := []string{"a", "b", "c"}
+	var targets []Target
+	for i, k := range keys {
+		targets = append(targets, h.target(k, uint16(80+i)))
+	}
+	h.s.Set(targets)
+
+	h.clk.Step(interval)
+	var pending []*probeCall
+	for range keys {
+		pending = append(pending, h.next(t))
+	}
+	// Many intervals pass while every probe hangs: none may start again.
+	for range 20 {
+		h.clk.Step(interval)
+	}
+	for _, k := range keys {
+		if st := h.status(t, k); !st.Next.IsZero() {
+			t.Errorf("%s: next probe scheduled at %v while one is in flight", k, st.Next)
+		}
+	}
+	select {
+	case c := <-h.calls:
+		t.Fatalf("second probe of %v started while the first is in flight", c.addr)
+	default:
+	}
+
+	for _, c := range pending {
+		c.reply <- resUp
+	}
+	for range keys {
+		h.result(t)
+	}
+	// Each target's next probe was due long ago, so it starts at once and
+	// exactly once per target.
+	seen := map[netip.AddrPort]int{}
+	for range keys {
+		c := h.next(t)
+		seen[c.addr]++
+		c.reply <- resUp
+	}
+	for addr, n := range seen {
+		if n != 1 {
+			t.Errorf("%v probed %d times after its probe finished, want 1", addr, n)
+		}
+	}
+}
+
+func TestSchedulerConcurrencyBound(t *testing.T) {
+	const limit, n = 3, 20
+	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	var running, peak, calls atomic.Int64
+	started := make(chan chan struct{}, n)
+	block := ProberFunc(func(ctx context.Context, _ netip.AddrPort) Result {
+		now := running.Add(1)
+		defer running.Add(-1)
+		for {
+			p := peak.Load()
+			if now <= p || peak.CompareAndSwap(p, now) {
+				break
+			}
+		}
+		calls.Add(1)
+		release := make(chan struct{})
+		started <- release
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return resUp
+	})
+	s := NewScheduler(Config{Interval: time.Second, Concurrency: limit, Clock: clk})
+	targets := make([]Target, n)
+	for i := range targets {
+		targets[i] = Target{Key: fmt.Sprintf("t%02d", i), Prober: block, Timeout: time.Minute}
+	}
+	s.Set(targets)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		recv(t, done, "Run to return")
+	}()
+
+	clk.Step(time.Second) // every target is due
+	var held []chan struct{}
+	for range limit {
+		held = append(held, recv(t, started, "a probe to start"))
+	}
+	select {
+	case <-started:
+		t.Fatalf("probe %d started while %d are in flight", limit+1, limit)
+	default:
+	}
+	// Each release lets exactly one more start, until all have run.
+	for received := limit; len(held) > 0; {
+		close(held[0])
+		held = held[1:]
+		if received < n {
+			held = append(held, recv(t, started, "the next probe to start"))
+			received++
+		}
+	}
+	if got := calls.Load(); got != n {
+		t.Errorf("%d probes ran, want %d", got, n)
+	}
+	if got := peak.Load(); got > limit {
+		t.Errorf("%d probes ran at once, want at most %d", got, limit)
+	}
+}
+
+func TestSchedulerAdaptiveTimeout(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name     string
+		interval time.Duration
+		timeout  time.Duration // Target.Timeout
+		rtts     []time.Duration
+		fail     bool // answer the earlier probes with failures
+		want     time.Duration
+	}{
+		{name: "no observation yet", interval: 5 * time.Second, want: 2 * time.Second},
+		{name: "no observation, capped at interval", interval: 500 * ms, want: 500 * ms},
+		{name: "interval below floor caps at floor", interval: 50 * ms, want: 200 * ms},
+		{name: "one 100ms sample is 3×(srtt+4·rttvar)", interval: 5 * time.Second, rtts: []time.Duration{100 * ms}, want: 900 * ms},
+		{name: "fast probes shrink to the floor", interval: 5 * time.Second, rtts: []time.Duration{ms, ms, ms, ms}, want: 200 * ms},
+		{
+			name: "variance decays with steady samples", interval: 5 * time.Second,
+			// rttvar 50→37.5, srtt 100: 3×(100+150) = 750ms.
+			rtts: []time.Duration{100 * ms, 100 * ms}, want: 750 * ms,
+		},
+		{name: "slow probes clamp to the ceiling", interval: 10 * time.Second, rtts: []time.Duration{1500 * ms}, want: 2 * time.Second},
+		{name: "failures are not RTT samples", interval: 5 * time.Second, rtts: []time.Duration{ms, ms}, fail: true, want: 2 * time.Second},
+		{name: "explicit timeout used as is", interval: time.Second, timeout: 7 * time.Second, rtts: []time.Duration{ms, ms, ms}, want: 7 * time.Second},
+		{name: "explicit timeout below floor used as is", interval: time.Second, timeout: 50 * ms, want: 50 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{Interval: tt.interval, FastInterval: tt.interval, Jitter: -1})
+			tg := h.target("svc", 80)
+			tg.Timeout = tt.timeout
+			h.s.Set([]Target{tg})
+
+			for _, rtt := range tt.rtts {
+				r := resUp
+				if tt.fail {
+					r = resDown
+				}
+				r.Timings.Total = rtt
+				h.probe(t, tt.interval, r)
+			}
+			if got := h.status(t, tg.Key).Timeout; got != tt.want {
+				t.Errorf("Status.Timeout = %v, want %v", got, tt.want)
+			}
+			h.clk.Step(tt.interval)
+			c := h.next(t)
+			c.reply <- resUp
+			// The deadline is real time, so allow for a slow machine
+			// between setting it and the prober reading it.
+			if c.budget > tt.want || c.budget < tt.want-250*ms {
+				t.Errorf("probe context deadline %v away, want %v", c.budget, tt.want)
+			}
+		})
+	}
+}
+
+func TestSchedulerSet(t *testing.T) {
+	t.Run("removal stops probing", func(t *testing.T) {
+		h := newHarness(t, Config{Interval: time.Second, Jitter: -1})
+		a, b := h.target("a", 1), h.target("b", 2)
+		h.s.Set([]Target{a, b})
+		h.clk.Step(time.Second)
+		for range 2 {
+			h.next(t).reply <- resUp
+			h.result(t)
+		}
+		h.s.Set([]Target{b})
+		if _, ok := h.s.Status("a"); ok {
+			t.Error("removed target still has a status")
+		}
+		for range 3 {
+			if c := h.probe(t, time.Second, resUp); c.addr != b.Addr {
+				t.Fatalf("removed target %v probed", c.addr)
+			}
+		}
+		if snap := h.s.Snapshot(); len(snap) != 1 || snap[0].Key != "b" {
+			t.Errorf("Snapshot() = %+v, want only b", snap)
+		}
+	})
+
+	t.Run("removal drops the in-flight result", func(t *testing.T) {
+		m := NewMetrics()
+		h := newHarness(t, Config{Interval: time.Second, Rise: 1, Fall: 1, Metrics: m})
+		h.s.Set([]Target{h.target("a", 1)})
+		h.clk.Step(time.Second)
+		c := h.next(t)
+		h.s.Set(nil)
+		c.reply <- resDown
+		probes := m.Probes.WithLabelValues("tcp", "L4CON")
+		waitFor(t, "the dropped probe to finish", func() bool { return testutil.ToFloat64(probes) == 1 })
+		if _, ok := h.s.Status("a"); ok {
+			t.Error("removed target has a status after its probe finished")
+		}
+		if got := h.transitions(); len(got) != 0 {
+			t.Errorf("dropped result caused transitions %+v", got)
+		}
+		select {
+		case ev := <-h.results:
+			t.Errorf("dropped result delivered: %+v", ev)
+		default:
+		}
+	})
+
+	t.Run("re-added during its probe starts afresh", func(t *testing.T) {
+		m := NewMetrics()
+		h := newHarness(t, Config{Interval: time.Second, Rise: 1, Fall: 1, Jitter: -1, Metrics: m})
+		a := h.target("a", 1)
+		h.s.Set([]Target{a})
+		h.probe(t, time.Second, resUp)
+		h.clk.Step(time.Second)
+		c := h.next(t)
+		h.s.Set(nil)
+		h.s.Set([]Target{a})
+		st := h.status(t, "a")
+		if st.State != StateUnknown || st.Successes != 0 {
+			t.Errorf("re-added target: state %v, successes %d; want Unknown, 0", st.State, st.Successes)
+		}
+		if !st.Next.IsZero() {
+			t.Errorf("re-added target scheduled at %v while its old probe is in flight", st.Next)
+		}
+		c.reply <- resDown
+		probes := m.Probes.WithLabelValues("tcp", "L4CON")
+		waitFor(t, "the stale probe to finish", func() bool { return testutil.ToFloat64(probes) == 1 })
+		if st := h.status(t, "a"); st.State != StateUnknown || st.Last.Outcome != OutcomeUnknown {
+			t.Errorf("stale result applied: state %v, last %v", st.State, st.Last.Outcome)
+		}
+		h.probe(t, time.Second, resUp)
+		if st := h.status(t, "a"); st.State != StateUp {
+			t.Errorf("after a fresh success: state %v, want Up", st.State)
+		}
+	})
+
+	t.Run("re-Set keeps state and uses the new prober", func(t *testing.T) {
+		h := newHarness(t, Config{Interval: time.Second, Jitter: -1})
+		a := h.target("a", 1)
+		h.s.Set([]Target{a})
+		h.probe(t, time.Second, resUp)
+		h.probe(t, time.Second, resUp)
+		h.probe(t, time.Second, resUp)
+		before := h.status(t, "a")
+		if before.State != StateUp {
+			t.Fatalf("state %v after three successes", before.State)
+		}
+
+		moved := a
+		moved.Addr = netip.MustParseAddrPort("[::1]:8080")
+		h.s.Set([]Target{moved, h.target("b", 2)})
+		after := h.status(t, "a")
+		if after.State != StateUp || after.Successes != before.Successes || !after.Since.Equal(before.Since) {
+			t.Errorf("re-Set changed the status: before %+v, after %+v", before, after)
+		}
+		if after.Addr != moved.Addr {
+			t.Errorf("status address %v, want %v", after.Addr, moved.Addr)
+		}
+		if got := h.transitions(); len(got) != 1 {
+			t.Errorf("re-Set caused transitions: %+v", got)
+		}
+		h.clk.Step(time.Second)
+		for range 2 {
+			c := h.next(t)
+			if c.addr == a.Addr {
+				t.Errorf("probe went to the old address %v", c.addr)
+			}
+			c.reply <- resUp
+		}
+	})
+
+	t.Run("shorter interval brings the next probe forward", func(t *testing.T) {
+		h := newHarness(t, Config{Interval: 10 * time.Second, Rise: 1, Jitter: -1})
+		a := h.target("a", 1)
+		h.s.Set([]Target{a})
+		h.probe(t, 10*time.Second, resUp)
+		a.Interval = time.Second
+		h.s.Set([]Target{a})
+		st := h.status(t, "a")
+		if got := st.Next.Sub(st.LastAt); got != time.Second {
+			t.Errorf("next probe %v after the last, want 1s", got)
+		}
+		h.probe(t, time.Second, resUp)
+	})
+}
+
+func TestSchedulerRun(t *testing.T) {
+	t.Run("stops, waits for probes and drops their results", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		var changes atomic.Int64
+		entered, returned := make(chan struct{}), make(chan struct{})
+		s := NewScheduler(Config{Clock: clk, Rise: 1, Fall: 1, OnChange: func(Transition) { changes.Add(1) }})
+		s.Set([]Target{{Key: "a", Timeout: time.Minute, Prober: ProberFunc(func(ctx context.Context, _ netip.AddrPort) Result {
+			close(entered)
+			<-ctx.Done()
+			close(returned)
+			return Result{Outcome: L4TOUT, Err: ctx.Err()}
+		})}})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		clk.Step(time.Second)
+		recv(t, entered, "the probe to start")
+
+		if err := s.Run(context.Background()); !errors.Is(err, ErrRunning) {
+			t.Errorf("second Run returned %v, want ErrRunning", err)
+		}
+		cancel()
+		if err := recv(t, done, "Run to return"); err != nil {
+			t.Errorf("Run returned %v", err)
+		}
+		select {
+		case <-returned:
+		default:
+			t.Error("Run returned before its probe did")
+		}
+		if st, _ := s.Status("a"); st.State != StateUnknown || st.Failures != 0 || changes.Load() != 0 {
+			t.Errorf("a probe cut short by shutdown counted: %+v", st)
+		}
+		if st, _ := s.Status("a"); st.Next.IsZero() {
+			t.Error("target not scheduled again after shutdown")
+		}
+	})
+}
+
+// TestSchedulerTCP runs the real tcp prober against a real listener on a
+// real clock: Up while it accepts, Down soon after it closes.
+func TestSchedulerTCP(t *testing.T) {
+	for _, tt := range []struct{ name, addr string }{
+		{"ipv4", "127.0.0.1:0"},
+		{"ipv6", "[::1]:0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := New(Spec{Protocol: TCP}, Options{})
+			if err != nil {
+				t.Skipf("tcp prober unavailable: %v", err)
+			}
+			ln, err := net.Listen("tcp", tt.addr)
+			if err != nil {
+				t.Skipf("cannot listen on %s: %v", tt.addr, err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+
+			changes := make(chan Transition, 16)
+			s := NewScheduler(Config{
+				Interval:     100 * time.Millisecond,
+				FastInterval: 20 * time.Millisecond,
+				OnChange:     func(tr Transition) { changes <- tr },
+			})
+			addr := netip.MustParseAddrPort(ln.Addr().String())
+			s.Set([]Target{{Key: "svc", Addr: addr, Protocol: TCP, Prober: p}})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			defer func() {
+				cancel()
+				recv(t, done, "Run to return")
+			}()
+
+			if tr := recv(t, changes, "Up"); tr.To != StateUp {
+				t.Fatalf("first transition %v→%v (%v), want Up", tr.From, tr.To, tr.Result.Message())
+			}
+			ln.Close()
+			closed := time.Now()
+			tr := recv(t, changes, "Down")
+			if tr.To != StateDown || tr.Result.Up() {
+				t.Fatalf("transition %v→%v on %v, want Down", tr.From, tr.To, tr.Result.Outcome)
+			}
+			// Fall=2 at a 100ms interval with a 20ms fast re-probe: about
+			// 120ms; allow a loaded machine plenty more.
+			if d := time.Since(closed); d > 2*time.Second {
+				t.Errorf("Down %v after the listener closed", d)
+			}
+			if st, _ := s.Status("svc"); st.RTT <= 0 {
+				t.Errorf("no RTT observed from successful probes: %+v", st)
+			}
+		})
+	}
+}
+
+// BenchmarkScheduler measures the scheduler's own cost per probe with
+// 10,000 targets and a prober that does nothing.
+func BenchmarkScheduler(b *testing.B) {
+	const n = 10000
+	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	var calls atomic.Int64
+	rounds := make(chan struct{}, 1)
+	up := ProberFunc(func(context.Context, netip.AddrPort) Result {
+		if calls.Add(1)%n == 0 {
+			rounds <- struct{}{}
+		}
+		return resUp
+	})
+	s := NewScheduler(Config{Interval: time.Second, Rise: 1, Fall: 1, Clock: clk, Metrics: NewMetrics()})
+	targets := make([]Target, n)
+	for i := range targets {
+		targets[i] = Target{
+			Key:      fmt.Sprintf("ns/svc-%d:80@node", i),
+			Addr:     netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 80),
+			Protocol: TCP,
+			Prober:   up,
+		}
+	}
+	s.Set(targets)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	probes := 0
+	// Each round every target is due exactly once: a target starts each
+	// probe at a step, so its next is due within 1.1s of that step.
+	for probes < b.N {
+		clk.Step(1200 * time.Millisecond)
+		<-rounds
+		probes += n
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	<-done
+	b.ReportMetric(float64(probes)/elapsed.Seconds(), "probes/s")
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(probes), "ns/probe")
+}
