@@ -127,6 +127,15 @@ func (p *tcpProber) probe(ctx context.Context, target netip.AddrPort, start time
 		}
 	}
 	if !p.expect.set() {
+		if len(p.send) == 0 {
+			// Nothing was exchanged, so an orderly close would only cost
+			// the server a FIN exchange and leave this host a TIME_WAIT
+			// socket per probe; a reset ends the connection at once, as
+			// load balancers' connect checks do.
+			if tc, ok := conn.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+		}
 		res.Outcome = L4OK
 		res.Detail = "connected"
 		if len(p.send) > 0 {

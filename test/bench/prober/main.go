@@ -1,0 +1,386 @@
+// Command prober measures pulselb's probe engine against its anchor,
+// Debian's prometheus-blackbox-exporter, in one run on loopback:
+//
+//   - probes per CPU-second for tcp and http: blackbox_exporter driven
+//     through its /probe API at the highest rate it sustains, then pulselb's
+//     scheduler at the same rate; the CPU of each prober process is read
+//     from /proc, and the ratio printed;
+//   - 10,000 tcp targets at a 1 s interval: CPU (cores) and peak RSS of a
+//     pulselb prober process.
+//
+// The servers being probed run in this process, the probers in their own,
+// so each prober's CPU is its own.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pulselb/pulselb/prober"
+)
+
+func main() {
+	role := flag.String("role", "", "internal: run as a pulselb prober child")
+	duration := flag.Duration("duration", 10*time.Second, "measuring time per run")
+	blackbox := flag.String("blackbox", "/usr/bin/prometheus-blackbox-exporter", "blackbox_exporter binary")
+	scaleTargets := flag.Int("scale-targets", 10000, "targets in the scale run")
+	scaleDuration := flag.Duration("scale-duration", 20*time.Second, "measuring time of the scale run")
+	// Child flags.
+	spec := flag.String("spec", "tcp", "child: probe spec")
+	addrs := flag.String("addrs", "", "child: comma-separated target addresses")
+	targets := flag.Int("targets", 100, "child: number of targets")
+	interval := flag.Duration("interval", time.Second, "child: probe interval")
+	childFor := flag.Duration("for", 0, "child: stop after this long (0: when killed)")
+	cpuProfile := flag.String("cpuprofile", "", "child: write a CPU profile here")
+	flag.Parse()
+	log.SetFlags(0)
+
+	if *role == "pulselb" {
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				log.Fatal(err)
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				log.Fatal(err)
+			}
+			defer pprof.StopCPUProfile()
+		}
+		runChild(*spec, strings.Split(*addrs, ","), *targets, *interval, *childFor)
+		return
+	}
+
+	servers, err := startServers(20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("# prober benchmark, %s, %d CPUs, %s per run\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), *duration)
+	fmt.Printf("%-6s %-18s %10s %10s %14s\n", "proto", "prober", "probes/s", "cpu-s", "probes/cpu-s")
+	for _, proto := range []string{"tcp", "http"} {
+		bbRate, bbEff, err := runBlackbox(*blackbox, proto, servers, *duration)
+		if err != nil {
+			log.Fatalf("blackbox_exporter %s: %v", proto, err)
+		}
+		// pulselb at the same probe rate: N targets at interval I.
+		n := max(1, int(bbRate/10))
+		rate, eff, _, err := runPulselb(proto, servers, n, 100*time.Millisecond, *duration)
+		if err != nil {
+			log.Fatalf("pulselb %s: %v", proto, err)
+		}
+		_ = rate
+		fmt.Printf("ratio  %-6s pulselb/blackbox_exporter probes per CPU-second = %.2fx\n", proto, eff/bbEff)
+	}
+	_, _, scale, err := runPulselb("tcp", servers, *scaleTargets, time.Second, *scaleDuration)
+	if err != nil {
+		log.Fatalf("pulselb scale: %v", err)
+	}
+	fmt.Printf("scale  %d tcp targets at 1s: %.0f probes/s, %.3f cores, peak RSS %.1f MiB\n",
+		*scaleTargets, scale.rate, scale.cores, scale.rssMiB)
+}
+
+type servers struct {
+	tcp  []string // accept-and-close listeners
+	http []string // HTTP 200 servers
+}
+
+// startServers starts n TCP and n HTTP loopback servers, so the scale run's
+// connections spread over many 4-tuples.
+func startServers(n int) (*servers, error) {
+	s := &servers{}
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		s.tcp = append(s.tcp, ln.Addr().String())
+		hl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "ok\n")
+		}), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(hl) }()
+		s.http = append(s.http, hl.Addr().String())
+	}
+	return s, nil
+}
+
+func (s *servers) of(proto string) []string {
+	if proto == "http" {
+		return s.http
+	}
+	return s.tcp
+}
+
+// runBlackbox drives blackbox_exporter's /probe API with 32 concurrent
+// clients for d and returns its probe rate and probes per CPU-second.
+func runBlackbox(bin, proto string, s *servers, d time.Duration) (rate, perCPU float64, err error) {
+	dir, err := os.MkdirTemp("", "pulselb-bench-")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer os.RemoveAll(dir)
+	cfg := filepath.Join(dir, "blackbox.yml")
+	if err := os.WriteFile(cfg, []byte("modules:\n  tcp:\n    prober: tcp\n    timeout: 2s\n  http:\n    prober: http\n    timeout: 2s\n"), 0o644); err != nil {
+		return 0, 0, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return 0, 0, err
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command(bin, "--config.file="+cfg, "--web.listen-address="+listen, "--log.level=error")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 5 * time.Second}
+	ready := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := client.Get("http://" + listen + "/-/healthy")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(ready) {
+			return 0, 0, fmt.Errorf("blackbox_exporter not ready on %s: %w", listen, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	addrs := s.of(proto)
+	var ok, failed atomic.Int64
+	drive := func(d time.Duration) {
+		var wg sync.WaitGroup
+		stop := time.Now().Add(d)
+		for w := 0; w < 32; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; time.Now().Before(stop); i++ {
+					target := addrs[i%len(addrs)]
+					if proto == "http" {
+						target = "http://" + target + "/"
+					}
+					resp, err := client.Get("http://" + listen + "/probe?module=" + proto + "&target=" + target)
+					if err != nil {
+						failed.Add(1)
+						continue
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if strings.Contains(string(b), "probe_success 1") {
+						ok.Add(1)
+					} else {
+						failed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	drive(time.Second) // warm up
+	ok.Store(0)
+	failed.Store(0)
+	cpu0, err := cpuSeconds(cmd.Process.Pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	drive(d)
+	elapsed := time.Since(start).Seconds()
+	cpu1, err := cpuSeconds(cmd.Process.Pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	if f := failed.Load(); f > ok.Load()/100 {
+		return 0, 0, fmt.Errorf("%d of %d probes failed", f, f+ok.Load())
+	}
+	n := float64(ok.Load())
+	fmt.Printf("%-6s %-18s %10.0f %10.2f %14.0f\n", proto, "blackbox_exporter", n/elapsed, cpu1-cpu0, n/(cpu1-cpu0))
+	return n / elapsed, n / (cpu1 - cpu0), nil
+}
+
+type scaleResult struct{ rate, cores, rssMiB float64 }
+
+// runPulselb runs a pulselb scheduler child with n targets at interval for
+// d and returns its probe rate and probes per CPU-second.
+func runPulselb(proto string, s *servers, n int, interval, d time.Duration) (rate, perCPU float64, res scaleResult, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, 0, res, err
+	}
+	spec := "tcp"
+	if proto == "http" {
+		spec = "http status=200"
+	}
+	cmd := exec.Command(self, "-role=pulselb", "-spec="+spec, "-addrs="+strings.Join(s.of(proto), ","),
+		"-targets="+strconv.Itoa(n), "-interval="+interval.String())
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, 0, res, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, 0, res, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	lines := bufio.NewScanner(stdout)
+	counter := func() (up, down int64, err error) {
+		if !lines.Scan() {
+			return 0, 0, fmt.Errorf("child exited: %v", lines.Err())
+		}
+		_, err = fmt.Sscanf(lines.Text(), "%d %d", &up, &down)
+		return up, down, err
+	}
+	// The child prints its counters every 500ms; let it warm up for 2 s.
+	var up0, down0 int64
+	for i := 0; i < 4; i++ {
+		if up0, down0, err = counter(); err != nil {
+			return 0, 0, res, err
+		}
+	}
+	cpu0, err := cpuSeconds(cmd.Process.Pid)
+	if err != nil {
+		return 0, 0, res, err
+	}
+	start := time.Now()
+	var up1, down1 int64
+	for time.Since(start) < d {
+		if up1, down1, err = counter(); err != nil {
+			return 0, 0, res, err
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	cpu1, err := cpuSeconds(cmd.Process.Pid)
+	if err != nil {
+		return 0, 0, res, err
+	}
+	rss, err := peakRSS(cmd.Process.Pid)
+	if err != nil {
+		return 0, 0, res, err
+	}
+	probes := float64(up1 - up0)
+	if f := down1 - down0; f > int64(probes)/100 {
+		return 0, 0, res, fmt.Errorf("%d of %.0f probes failed", f, probes+float64(f))
+	}
+	cpu := cpu1 - cpu0
+	fmt.Printf("%-6s %-18s %10.0f %10.2f %14.0f\n", proto, fmt.Sprintf("pulselb (%d tgts)", n), probes/elapsed, cpu, probes/cpu)
+	return probes / elapsed, probes / cpu, scaleResult{rate: probes / elapsed, cores: cpu / elapsed, rssMiB: rss}, nil
+}
+
+// runChild is the pulselb prober process: a scheduler over n targets that
+// prints "up down" probe counts every 500 ms.
+func runChild(specText string, addrs []string, n int, interval, runFor time.Duration) {
+	spec, err := prober.Parse(specText)
+	if err != nil {
+		log.Fatal(err)
+	}
+	p, err := prober.New(spec, prober.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var up, down atomic.Int64
+	sched := prober.NewScheduler(prober.Config{
+		Interval: interval,
+		OnResult: func(_ string, r prober.Result) {
+			if r.Up() {
+				up.Add(1)
+			} else {
+				down.Add(1)
+			}
+		},
+	})
+	ts := make([]prober.Target, n)
+	for i := range ts {
+		ts[i] = prober.Target{
+			Key:      fmt.Sprintf("t%d", i),
+			Addr:     netip.MustParseAddrPort(addrs[i%len(addrs)]),
+			Protocol: spec.Protocol,
+			Prober:   p,
+			Timeout:  2 * time.Second,
+		}
+	}
+	sched.Set(ts)
+	if runFor <= 0 {
+		runFor = 10 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runFor)
+	defer cancel()
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for range t.C {
+			fmt.Printf("%d %d\n", up.Load(), down.Load())
+		}
+	}()
+	_ = sched.Run(ctx)
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// cpuSeconds returns the user+system CPU time of a process and its threads.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// peakRSS returns VmHWM of a process in MiB.
+func peakRSS(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
