@@ -45,7 +45,7 @@ func TestMetricsScheduler(t *testing.T) {
 		OnResult: func(string, Result) { results.Add(1) },
 	})
 	scripted := func(r Result) Prober {
-		return ProberFunc(func(context.Context, netip.AddrPort) Result { return r })
+		return Func(func(context.Context, netip.AddrPort) Result { return r })
 	}
 	up := resUp
 	up.Timings.Total = 3 * time.Millisecond

@@ -21,11 +21,11 @@ type Prober interface {
 	Probe(ctx context.Context, target netip.AddrPort) Result
 }
 
-// ProberFunc adapts a function to the Prober interface.
-type ProberFunc func(ctx context.Context, target netip.AddrPort) Result
+// Func adapts a function to the Prober interface.
+type Func func(ctx context.Context, target netip.AddrPort) Result
 
 // Probe calls f.
-func (f ProberFunc) Probe(ctx context.Context, target netip.AddrPort) Result { return f(ctx, target) }
+func (f Func) Probe(ctx context.Context, target netip.AddrPort) Result { return f(ctx, target) }
 
 // SecretSource resolves the secret= option of the mysql probe.
 type SecretSource interface {

@@ -89,7 +89,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 // It ignores its context on purpose: the tests decide the result, and a
 // slow test machine must not turn a reply into a timeout.
 func (h *harness) prober() Prober {
-	return ProberFunc(func(ctx context.Context, addr netip.AddrPort) Result {
+	return Func(func(ctx context.Context, addr netip.AddrPort) Result {
 		var budget time.Duration
 		if dl, ok := ctx.Deadline(); ok {
 			budget = time.Until(dl)
@@ -361,7 +361,7 @@ func TestSchedulerJitter(t *testing.T) {
 				Interval: interval, Rise: 1, Fall: 1, Jitter: tt.jitter, Clock: clk,
 				OnResult: func(string, Result) { results.Add(1) },
 			})
-			up := ProberFunc(func(context.Context, netip.AddrPort) Result { return resUp })
+			up := Func(func(context.Context, netip.AddrPort) Result { return resUp })
 			targets := make([]Target, n)
 			for i := range targets {
 				targets[i] = Target{Key: fmt.Sprintf("t%03d", i), Prober: up, Timeout: time.Minute}
@@ -469,7 +469,7 @@ func TestSchedulerConcurrencyBound(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	var running, peak, calls atomic.Int64
 	started := make(chan chan struct{}, n)
-	block := ProberFunc(func(ctx context.Context, _ netip.AddrPort) Result {
+	block := Func(func(ctx context.Context, _ netip.AddrPort) Result {
 		now := running.Add(1)
 		defer running.Add(-1)
 		for {
@@ -715,7 +715,7 @@ func TestSchedulerRun(t *testing.T) {
 		var changes atomic.Int64
 		entered, returned := make(chan struct{}), make(chan struct{})
 		s := NewScheduler(Config{Clock: clk, Rise: 1, Fall: 1, OnChange: func(Transition) { changes.Add(1) }})
-		s.Set([]Target{{Key: "a", Timeout: time.Minute, Prober: ProberFunc(func(ctx context.Context, _ netip.AddrPort) Result {
+		s.Set([]Target{{Key: "a", Timeout: time.Minute, Prober: Func(func(ctx context.Context, _ netip.AddrPort) Result {
 			close(entered)
 			<-ctx.Done()
 			close(returned)
@@ -819,7 +819,7 @@ func BenchmarkScheduler(b *testing.B) {
 	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	var calls atomic.Int64
 	rounds := make(chan struct{}, 1)
-	up := ProberFunc(func(context.Context, netip.AddrPort) Result {
+	up := Func(func(context.Context, netip.AddrPort) Result {
 		if calls.Add(1)%n == 0 {
 			rounds <- struct{}{}
 		}

@@ -189,8 +189,11 @@ func resolveTarget(ctx context.Context, s string) (netip.AddrPort, error) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	addrs, err := net.DefaultResolver.LookupNetIP(rctx, "ip", host)
-	if err != nil || len(addrs) == 0 {
-		return netip.AddrPort{}, fmt.Errorf("target %q: cannot resolve %q: %v", s, host, err)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("target %q: cannot resolve %q: %w", s, host, err)
+	}
+	if len(addrs) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("target %q: %q has no addresses", s, host)
 	}
 	return netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)), nil
 }

@@ -94,8 +94,8 @@ func serveLoopback(ctx context.Context, spec prober.Spec) (*loopbackServer, erro
 			ReadHeaderTimeout: 5 * time.Second,
 			// A probe that rejects the certificate aborts the handshake;
 			// that is the point of the probe, not a server error to print.
-			ErrorLog: log.New(io.Discard, "", 0),
-			BaseContext:       func(net.Listener) context.Context { return ctx },
+			ErrorLog:    log.New(io.Discard, "", 0),
+			BaseContext: func(net.Listener) context.Context { return ctx },
 		}
 		go func() { _ = srv.Serve(ln) }()
 		return &loopbackServer{Addr: addrOf(ln.Addr()), close: func() { srv.Close() }}, nil
