@@ -858,3 +858,47 @@ func BenchmarkScheduler(b *testing.B) {
 	b.ReportMetric(float64(probes)/elapsed.Seconds(), "probes/s")
 	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(probes), "ns/probe")
 }
+
+func TestSchedulerCoalesce(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		coalesce time.Duration
+		window   time.Duration
+	}{
+		{"default 10ms", 0, DefaultCoalesce},
+		{"30ms", 30 * time.Millisecond, 30 * time.Millisecond},
+		{"off", -1, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, Config{Interval: time.Second, Jitter: -1, Coalesce: tt.coalesce})
+			var targets []Target
+			for i := range 100 {
+				targets = append(targets, h.target(fmt.Sprintf("t%03d", i), uint16(1000+i)))
+			}
+			h.s.Set(targets)
+			// First probes are spread over the interval at random; the
+			// earliest due time and the window after it decide which start.
+			var first time.Time
+			for _, st := range h.s.Snapshot() {
+				if first.IsZero() || st.Next.Before(first) {
+					first = st.Next
+				}
+			}
+			want := 0
+			for _, st := range h.s.Snapshot() {
+				if !st.Next.After(first.Add(tt.window)) {
+					want++
+				}
+			}
+			h.clk.SetTime(first)
+			for range want {
+				h.next(t).reply <- resUp
+			}
+			select {
+			case c := <-h.calls:
+				t.Fatalf("probe of %v due after the %v window started early", c.addr, tt.window)
+			case <-time.After(100 * time.Millisecond):
+			}
+		})
+	}
+}
