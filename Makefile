@@ -4,9 +4,9 @@
 GO            ?= go
 GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 FUZZTIME      ?= 20s
-DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter
+DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy
 
-.PHONY: all build test unit fuzz lint deps bench clean
+.PHONY: all build test unit fuzz lint deps bench bench-prober bench-proxy clean
 
 all: build
 
@@ -37,9 +37,16 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-## bench: pulselb against its anchors, side by side; results go to docs/benchmarks.md.
-bench: deps
+## bench: pulselb against its anchors, side by side (root); results go to docs/benchmarks.md.
+bench: bench-prober bench-proxy
+
+## bench-prober: probes per CPU-second against blackbox_exporter; 10,000 targets.
+bench-prober: deps
 	cd test && $(GO) run ./bench/prober
+
+## bench-proxy: proxy data plane against no proxy and HAProxy.
+bench-proxy: deps
+	cd test && $(GO) run ./bench/proxy
 
 clean:
 	rm -rf bin

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/proxy"
+)
+
+const proxyUsage = `Usage: pulselb proxy --cluster-ips=IP[,IPv6] --ports=TCP:80,UDP:53 [flags]
+
+Forwards the Service ports arriving in this network namespace (the proxy
+pod's) to the Service's ClusterIP. Runs until SIGTERM or SIGINT, then removes
+its iptables rules or drains its userspace connections.
+
+Every flag can also be set with the environment variable named after it
+(--cluster-ips is PULSELB_CLUSTER_IPS); a flag given on the command line wins.
+
+Exit status: 0 after a clean shutdown, 1 when the data plane cannot start or
+its rules cannot be removed, 2 for a bad flag or variable.
+
+Flags:
+`
+
+// envName returns the environment variable that sets a flag.
+func envName(flagName string) string {
+	return "PULSELB_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// setFromEnv sets every flag of fs that the parsed command line left unset
+// and whose environment variable is set, so the command line overrides the
+// environment. It returns the names of the flags it set.
+func setFromEnv(fs *flag.FlagSet) (map[string]bool, error) {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	fromEnv := map[string]bool{}
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		v, ok := os.LookupEnv(envName(f.Name))
+		if !ok || given[f.Name] {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
+		}
+		fromEnv[f.Name] = true
+	})
+	return fromEnv, errors.Join(errs...)
+}
+
+func runProxy(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	clusterIPs := fs.String("cluster-ips", "", "the Service's ClusterIPs: one, or an IPv4 and an IPv6 separated by a comma")
+	ports := fs.String("ports", "", "ports to forward, PROTOCOL:PORT separated by commas (TCP:80,UDP:53)")
+	sourceRanges := fs.String("source-ranges", "", "CIDRs of allowed clients separated by commas (loadBalancerSourceRanges); empty allows all")
+	mode := fs.String("mode", string(proxy.ModeAuto), "auto, iptables or userspace")
+	healthAddr := fs.String("health-address", "127.0.0.1:9470", "address for /healthz and /metrics; empty disables")
+	resync := fs.Duration("resync-interval", proxy.DefaultResyncInterval, "how often iptables rules are checked and restored")
+	drain := fs.Duration("drain-timeout", proxy.DefaultDrainTimeout, "how long userspace mode lets connections finish on shutdown")
+	idle := fs.Duration("udp-idle-timeout", proxy.DefaultUDPIdleTimeout, "userspace mode: end a UDP session idle this long")
+	maxSessions := fs.Int("udp-max-sessions", proxy.DefaultUDPMaxSessions, "userspace mode: UDP sessions per port")
+	listen := fs.String("listen-address", "", "userspace mode: the address to listen on; empty means all")
+	cleanup := fs.Bool("cleanup", false, "remove rules a previous proxy left in this network namespace, and exit")
+	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 per-connection detail")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, proxyUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fromEnv, err := setFromEnv(fs)
+	if err != nil {
+		fmt.Fprintf(stderr, "pulselb proxy: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pulselb proxy: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	setVerbosity(*verbosity)
+	logger := klog.Background().WithName("proxy")
+
+	if *cleanup {
+		if err := proxy.Cleanup(nil); err != nil {
+			logger.Error(err, "Removing leftover proxy rules failed")
+			return 1
+		}
+		fmt.Fprintln(stdout, "removed pulselb proxy rules, if any")
+		return 0
+	}
+
+	cfg := proxy.Config{
+		ResyncInterval: *resync, DrainTimeout: *drain,
+		UDPIdleTimeout: *idle, UDPMaxSessions: *maxSessions,
+	}
+	bad := func(name, value string, err error) int {
+		from := ""
+		if fromEnv[name] {
+			from = " (from " + envName(name) + ")"
+		}
+		fmt.Fprintf(stderr, "pulselb proxy: --%s=%q%s: %v\n", name, value, from, err)
+		return 2
+	}
+	for _, s := range strings.Split(*clusterIPs, ",") {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return bad("cluster-ips", *clusterIPs, fmt.Errorf("%q is not an IP address", s))
+		}
+		cfg.ClusterIPs = append(cfg.ClusterIPs, a)
+	}
+	if cfg.Ports, err = proxy.ParsePorts(*ports); err != nil {
+		return bad("ports", *ports, err)
+	}
+	if cfg.SourceRanges, err = proxy.ParseSourceRanges(*sourceRanges); err != nil {
+		return bad("source-ranges", *sourceRanges, err)
+	}
+	if cfg.Mode, err = proxy.ParseMode(*mode); err != nil {
+		return bad("mode", *mode, err)
+	}
+	if *listen != "" {
+		if cfg.ListenAddress, err = netip.ParseAddr(*listen); err != nil {
+			return bad("listen-address", *listen, errors.New("not an IP address"))
+		}
+	}
+	for name, d := range map[string]*time.Duration{"resync-interval": resync, "drain-timeout": drain, "udp-idle-timeout": idle} {
+		if *d <= 0 {
+			return bad(name, d.String(), errors.New("want a positive duration"))
+		}
+	}
+	if *maxSessions < 1 {
+		return bad("udp-max-sessions", strconv.Itoa(*maxSessions), errors.New("want at least 1"))
+	}
+
+	metrics := proxy.NewMetrics()
+	p, err := proxy.New(cfg, metrics)
+	if err != nil {
+		return bad("cluster-ips", *clusterIPs, err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := metrics.RegisterMetrics(reg); err != nil {
+		logger.Error(err, "Registering metrics failed")
+		return 1
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ctx = klog.NewContext(ctx, logger)
+	if err := p.Start(ctx); err != nil {
+		logger.Error(err, "Starting proxy failed")
+		return 1
+	}
+	if *healthAddr != "" {
+		ln, err := net.Listen("tcp", *healthAddr)
+		if err != nil {
+			logger.Error(err, "Listening for health checks failed", "address", *healthAddr)
+			stop()
+			_ = p.Run(ctx)
+			return 1
+		}
+		srv := &http.Server{Handler: proxy.NewHandler(p, reg), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+	}
+	if err := p.Run(ctx); err != nil {
+		logger.Error(err, "Removing proxy rules failed")
+		return 1
+	}
+	logger.Info("Stopped proxy")
+	return 0
+}
+
+// setVerbosity sets klog's -v without adding klog's many flags to ours.
+func setVerbosity(v int) {
+	var kfs flag.FlagSet
+	klog.InitFlags(&kfs)
+	_ = kfs.Set("v", strconv.Itoa(v))
+}

@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the proxy's Prometheus metrics. Label values come from closed
+// sets (protocol, direction, family, mode), never from client addresses.
+//
+// In iptables mode the kernel forwards the traffic, so the byte, connection
+// and session metrics stay at zero; only mode and the rule metrics move.
+type Metrics struct {
+	// Mode is pulselb_proxy_mode{mode}: 1 for the mode in use, 0 otherwise.
+	Mode *prometheus.GaugeVec
+	// Bytes is pulselb_proxy_bytes_total{protocol, direction}, relayed in
+	// userspace mode; direction is "in" (client to backend) or "out". TCP
+	// bytes are added when a direction of a connection ends, because the
+	// kernel splices them without pulselb seeing each one.
+	Bytes *prometheus.CounterVec
+	// Connections is pulselb_proxy_connections_total{protocol}: TCP
+	// connections accepted and UDP sessions opened in userspace mode.
+	Connections *prometheus.CounterVec
+	// Active is pulselb_proxy_active{protocol}: open TCP connections and UDP
+	// sessions in userspace mode.
+	Active *prometheus.GaugeVec
+	// Refused is pulselb_proxy_refused_total{protocol, reason}: clients
+	// refused in userspace mode, reason "source-range" (not in
+	// --source-ranges), "session-limit" (UDP session cap reached) or
+	// "backend" (the ClusterIP could not be reached).
+	Refused *prometheus.CounterVec
+	// RuleRepairs is pulselb_proxy_rule_repairs_total{family}: chains or
+	// jumps found changed or missing and restored, after the first install.
+	RuleRepairs *prometheus.CounterVec
+	// RuleErrors is pulselb_proxy_rule_errors_total{family}: failed checks or
+	// repairs of the iptables rules.
+	RuleErrors *prometheus.CounterVec
+}
+
+const (
+	metricsNamespace = "pulselb"
+	metricsSubsystem = "proxy"
+)
+
+// NewMetrics returns unregistered proxy metrics; register them with
+// RegisterMetrics.
+func NewMetrics() *Metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help}, labels)
+	}
+	m := &Metrics{
+		Mode:        gauge("mode", "1 for the data-plane mode in use (iptables or userspace).", "mode"),
+		Bytes:       counter("bytes_total", "Bytes relayed in userspace mode, by protocol and direction (in: client to backend).", "protocol", "direction"),
+		Connections: counter("connections_total", "TCP connections accepted and UDP sessions opened in userspace mode.", "protocol"),
+		Active:      gauge("active", "Open TCP connections and UDP sessions in userspace mode.", "protocol"),
+		Refused:     counter("refused_total", "Clients refused in userspace mode, by protocol and reason.", "protocol", "reason"),
+		RuleRepairs: counter("rule_repairs_total", "iptables chains or jumps found changed or missing and restored.", "family"),
+		RuleErrors:  counter("rule_errors_total", "Failed checks or repairs of the iptables rules.", "family"),
+	}
+	// Every series a dashboard plots exists from the start, so it shows 0
+	// rather than no data.
+	for _, mode := range []Mode{ModeIPTables, ModeUserspace} {
+		m.Mode.WithLabelValues(string(mode))
+	}
+	for _, p := range []Protocol{TCP, UDP} {
+		m.Bytes.WithLabelValues(string(p), "in")
+		m.Bytes.WithLabelValues(string(p), "out")
+		m.Connections.WithLabelValues(string(p))
+		m.Active.WithLabelValues(string(p))
+	}
+	for _, f := range []Family{IPv4, IPv6} {
+		m.RuleRepairs.WithLabelValues(f.String())
+		m.RuleErrors.WithLabelValues(f.String())
+	}
+	return m
+}
+
+// RegisterMetrics registers every metric in m with r. It is called from main,
+// never from init, so tests choose their own registry.
+func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
+	var errs []error
+	for _, c := range []prometheus.Collector{m.Mode, m.Bytes, m.Connections, m.Active, m.Refused, m.RuleRepairs, m.RuleErrors} {
+		if err := r.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("registering proxy metrics: %w", err)
+	}
+	return nil
+}
+
+// setMode marks mode as the one in use.
+func (m *Metrics) setMode(mode Mode) {
+	for _, other := range []Mode{ModeIPTables, ModeUserspace} {
+		v := 0.0
+		if other == mode {
+			v = 1
+		}
+		m.Mode.WithLabelValues(string(other)).Set(v)
+	}
+}

@@ -1,0 +1,385 @@
+// Package proxy is pulselb's data plane: it runs in a proxy pod's network
+// namespace and forwards the Service ports arriving there (through the pod's
+// hostPort) to the Service's ClusterIP, where kube-proxy takes over.
+//
+// In iptables mode it installs its own chains (PULSELB-*) in that namespace,
+// never the host's: DNAT to ClusterIP:port, MASQUERADE, and a FORWARD
+// allow-list from loadBalancerSourceRanges, for IPv4 and IPv6, re-checked
+// periodically and removed on shutdown. In userspace mode it relays TCP
+// (kernel splice) and UDP (a session per client) itself. Auto mode picks
+// iptables when it works.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Config is what one proxy forwards and how.
+type Config struct {
+	// ClusterIPs are the Service's ClusterIPs, at most one per family.
+	ClusterIPs []netip.Addr
+	// Ports are forwarded from this namespace to the same port on the
+	// ClusterIP.
+	Ports []Port
+	// SourceRanges limits the clients; empty allows all.
+	SourceRanges SourceRanges
+	// Mode is the requested mode; zero means ModeAuto.
+	Mode Mode
+
+	// ResyncInterval is how often iptables rules are checked and repaired.
+	ResyncInterval time.Duration
+	// DrainTimeout bounds how long userspace mode lets open connections and
+	// sessions finish after a shutdown starts.
+	DrainTimeout time.Duration
+	// DialTimeout bounds a userspace TCP connect to the ClusterIP.
+	DialTimeout time.Duration
+	// UDPIdleTimeout ends a UDP session with no datagram either way.
+	UDPIdleTimeout time.Duration
+	// UDPMaxSessions caps the UDP sessions per port; datagrams of new
+	// clients beyond it are dropped.
+	UDPMaxSessions int
+	// ListenAddress is the address userspace mode listens on; zero means
+	// every address of the namespace.
+	ListenAddress netip.Addr
+
+	// ProcSys is where the forwarding sysctls are read; empty means
+	// DefaultProcSys.
+	ProcSys string
+	// NewIPTables opens one family's iptables; nil means NewIPTables.
+	NewIPTables func(Family) (IPTables, error)
+}
+
+// Defaults for the zero fields of a Config.
+const (
+	DefaultResyncInterval = 5 * time.Second
+	DefaultDrainTimeout   = 10 * time.Second
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultUDPIdleTimeout = 60 * time.Second
+	DefaultUDPMaxSessions = 10000
+)
+
+// ErrConfig wraps every error New returns for a bad Config.
+var ErrConfig = errors.New("invalid proxy configuration")
+
+// Proxy is one running data plane.
+type Proxy struct {
+	cfg     Config
+	metrics *Metrics
+
+	rules []*ruleManager // iptables mode, one per family
+	tcp   []*tcpRelay    // userspace mode
+	udp   []*udpRelay    // userspace mode
+
+	mu        sync.Mutex
+	mode      Mode // set once by Start
+	healthErr error
+}
+
+// New checks cfg and fills in its defaults. metrics may be nil.
+func New(cfg Config, metrics *Metrics) (*Proxy, error) {
+	if len(cfg.ClusterIPs) == 0 || len(cfg.ClusterIPs) > 2 {
+		return nil, fmt.Errorf("%w: want one ClusterIP, or one IPv4 and one IPv6, got %d", ErrConfig, len(cfg.ClusterIPs))
+	}
+	seen := map[Family]bool{}
+	for i, a := range cfg.ClusterIPs {
+		if !a.IsValid() {
+			return nil, fmt.Errorf("%w: ClusterIP %d is not an address", ErrConfig, i)
+		}
+		cfg.ClusterIPs[i] = a.Unmap()
+		f := familyOf(a)
+		if seen[f] {
+			return nil, fmt.Errorf("%w: two %s ClusterIPs", ErrConfig, f)
+		}
+		seen[f] = true
+	}
+	if len(cfg.Ports) == 0 {
+		return nil, fmt.Errorf("%w: no ports", ErrConfig)
+	}
+	switch cfg.Mode {
+	case "":
+		cfg.Mode = ModeAuto
+	case ModeAuto, ModeIPTables, ModeUserspace:
+	default:
+		return nil, fmt.Errorf("%w: mode %q", ErrConfig, cfg.Mode)
+	}
+	setDefault(&cfg.ResyncInterval, DefaultResyncInterval)
+	setDefault(&cfg.DrainTimeout, DefaultDrainTimeout)
+	setDefault(&cfg.DialTimeout, DefaultDialTimeout)
+	setDefault(&cfg.UDPIdleTimeout, DefaultUDPIdleTimeout)
+	setDefault(&cfg.UDPMaxSessions, DefaultUDPMaxSessions)
+	if cfg.ProcSys == "" {
+		cfg.ProcSys = DefaultProcSys
+	}
+	if cfg.NewIPTables == nil {
+		cfg.NewIPTables = NewIPTables
+	}
+	if metrics == nil {
+		metrics = NewMetrics()
+	}
+	return &Proxy{cfg: cfg, metrics: metrics}, nil
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Mode returns the mode in use once Start has returned, and "" before.
+func (p *Proxy) Mode() Mode {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mode
+}
+
+// Healthy returns nil while the data plane works: the iptables rules were in
+// place (or restored) at the last check, or the userspace listeners are open.
+func (p *Proxy) Healthy() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mode == "" {
+		return errors.New("not started")
+	}
+	return p.healthErr
+}
+
+func (p *Proxy) setHealth(err error) {
+	p.mu.Lock()
+	p.healthErr = err
+	p.mu.Unlock()
+}
+
+// Start chooses the mode and sets the data plane up: the rules are installed
+// or the listeners are open when it returns nil. It logs the mode and why.
+func (p *Proxy) Start(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	var iptErr error
+	if p.cfg.Mode != ModeUserspace {
+		iptErr = p.startIPTables()
+	}
+	mode, reason, err := chooseMode(p.cfg.Mode, iptErr)
+	if err != nil {
+		return err
+	}
+	if mode == ModeUserspace {
+		if err := p.startUserspace(ctx); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	p.mode = mode
+	p.mu.Unlock()
+	p.metrics.setMode(mode)
+	logger.Info("Started proxy", "mode", mode, "reason", reason,
+		"clusterIPs", p.cfg.ClusterIPs, "ports", portStrings(p.cfg.Ports), "sourceRanges", p.cfg.SourceRanges.String())
+	return nil
+}
+
+// startIPTables checks forwarding and installs the rules of every family,
+// removing what it installed when any family fails.
+func (p *Proxy) startIPTables() error {
+	for _, cip := range p.cfg.ClusterIPs {
+		f := familyOf(cip)
+		on, err := forwardingEnabled(p.cfg.ProcSys, f)
+		if err != nil {
+			return err
+		}
+		if !on {
+			return fmt.Errorf("%s forwarding is off in this network namespace (run pulselb proxy-init first)", f)
+		}
+	}
+	var managers []*ruleManager
+	for _, cip := range p.cfg.ClusterIPs {
+		f := familyOf(cip)
+		ipt, err := p.cfg.NewIPTables(f)
+		if err == nil {
+			m := newRuleManager(f, ipt, BuildRules(cip, p.cfg.Ports, p.cfg.SourceRanges))
+			managers = append(managers, m)
+			_, err = m.ensure()
+		}
+		if err != nil {
+			for _, m := range managers {
+				// Best effort: the error that matters is the one returned.
+				_ = removeRules(m.ipt)
+			}
+			return fmt.Errorf("installing %s rules: %w", f, err)
+		}
+	}
+	p.rules = managers
+	return nil
+}
+
+// startUserspace opens a listener for every port.
+func (p *Proxy) startUserspace(ctx context.Context) error {
+	host := ""
+	if p.cfg.ListenAddress.IsValid() {
+		host = p.cfg.ListenAddress.String()
+	}
+	for _, port := range p.cfg.Ports {
+		addr := net.JoinHostPort(host, strconv.Itoa(int(port.Number)))
+		var err error
+		switch port.Protocol {
+		case TCP:
+			var ln net.Listener
+			if ln, err = net.Listen("tcp", addr); err == nil {
+				p.tcp = append(p.tcp, &tcpRelay{
+					ln: ln.(*net.TCPListener), port: port, ranges: p.cfg.SourceRanges, backend: p.backend(port),
+					dialTimeout: p.cfg.DialTimeout, metrics: p.metrics, conns: map[*net.TCPConn]struct{}{},
+					served: make(chan struct{}),
+				})
+			}
+		case UDP:
+			var pc net.PacketConn
+			if pc, err = net.ListenPacket("udp", addr); err == nil {
+				p.udp = append(p.udp, &udpRelay{
+					conn: pc.(*net.UDPConn), port: port, ranges: p.cfg.SourceRanges, backend: p.backend(port),
+					idleTimeout: p.cfg.UDPIdleTimeout, maxSessions: p.cfg.UDPMaxSessions, metrics: p.metrics,
+					sessions: map[netip.AddrPort]*udpSession{},
+				})
+			}
+		}
+		if err != nil {
+			// Nothing is served yet: closing the sockets is all there is.
+			for _, r := range p.tcp {
+				r.ln.Close()
+			}
+			for _, r := range p.udp {
+				r.conn.Close()
+			}
+			p.tcp, p.udp = nil, nil
+			return fmt.Errorf("listening on %s: %w", port, err)
+		}
+	}
+	for _, r := range p.tcp {
+		go r.serve(ctx)
+	}
+	for _, r := range p.udp {
+		r.wg.Add(1)
+		go r.serve(ctx)
+	}
+	return nil
+}
+
+// backend returns the function that picks the ClusterIP for a client: the
+// one of the client's family, or the only one.
+func (p *Proxy) backend(port Port) func(netip.Addr) netip.AddrPort {
+	byFamily := map[Family]netip.AddrPort{}
+	for _, cip := range p.cfg.ClusterIPs {
+		byFamily[familyOf(cip)] = netip.AddrPortFrom(cip, port.Number)
+	}
+	first := netip.AddrPortFrom(p.cfg.ClusterIPs[0], port.Number)
+	return func(client netip.Addr) netip.AddrPort {
+		if ap, ok := byFamily[familyOf(client)]; ok {
+			return ap
+		}
+		return first
+	}
+}
+
+// Run keeps the data plane up until ctx is done, then takes it down: in
+// iptables mode it re-checks the rules every ResyncInterval and finally
+// removes them; in userspace mode it stops accepting and drains. It returns
+// an error only when the rules could not be removed.
+func (p *Proxy) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	switch p.Mode() {
+	case ModeIPTables:
+		ticker := time.NewTicker(p.cfg.ResyncInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				logger.Info("Removing proxy rules")
+				return p.removeIPTables()
+			case <-ticker.C:
+				p.resync(ctx)
+			}
+		}
+	case ModeUserspace:
+		<-ctx.Done()
+		logger.Info("Draining proxy connections", "drainTimeout", p.cfg.DrainTimeout)
+		p.stopUserspace(p.cfg.DrainTimeout)
+		return nil
+	}
+	return errors.New("running proxy: not started")
+}
+
+// resync checks and repairs every family's rules once.
+func (p *Proxy) resync(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	var errs []error
+	for _, m := range p.rules {
+		fam := m.family.String()
+		repaired, err := m.ensure()
+		if repaired > 0 {
+			p.metrics.RuleRepairs.WithLabelValues(fam).Add(float64(repaired))
+			logger.Info("Restored proxy rules", "family", fam, "repaired", repaired)
+		}
+		if err != nil {
+			p.metrics.RuleErrors.WithLabelValues(fam).Inc()
+			logger.Error(err, "Checking proxy rules failed", "family", fam)
+			errs = append(errs, err)
+		}
+	}
+	p.setHealth(errors.Join(errs...))
+}
+
+func (p *Proxy) removeIPTables() error {
+	var errs []error
+	for _, m := range p.rules {
+		if err := removeRules(m.ipt); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s rules: %w", m.family, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stopUserspace closes every listener and drains the relays in parallel.
+func (p *Proxy) stopUserspace(drain time.Duration) {
+	var wg sync.WaitGroup
+	for _, r := range p.tcp {
+		wg.Go(func() { r.shutdown(drain) })
+	}
+	for _, r := range p.udp {
+		wg.Go(func() { r.shutdown(drain) })
+	}
+	wg.Wait()
+}
+
+// Cleanup removes rules a proxy left behind (after a crash or SIGKILL) in
+// both families of this network namespace. A family without iptables is
+// skipped: it cannot hold rules.
+func Cleanup(newIPTables func(Family) (IPTables, error)) error {
+	if newIPTables == nil {
+		newIPTables = NewIPTables
+	}
+	var errs []error
+	for _, f := range []Family{IPv4, IPv6} {
+		ipt, err := newIPTables(f)
+		if err != nil {
+			continue
+		}
+		if err := removeRules(ipt); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s rules: %w", f, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func portStrings(ps []Port) []string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return s
+}
