@@ -1,0 +1,343 @@
+// Package controller runs pulselb's per-Service control loop: it watches
+// LoadBalancer Services, Nodes, EndpointSlices and the proxy workloads in
+// pulselb-system, feeds them to placement.Desired and status.Decide, and
+// writes only what differs. It also keeps the pulselb.io/external-ip node
+// label. Placement and status share one loop because they share the
+// Service key, the finalizer and the leader lock; the decisions themselves
+// stay in the pure placement and status packages.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/placement"
+)
+
+// Class is the spec.loadBalancerClass pulselb serves.
+const Class = "pulselb.io/node-proxy"
+
+// Finalizer stays on a served Service until its proxy workload is gone.
+const Finalizer = "pulselb.io/load-balancer-cleanup"
+
+// Event reasons recorded by the controller itself; status.Decide supplies
+// the others.
+const (
+	ReasonProxyApplied = "ProxyApplied"
+	ReasonNameTaken    = "NameTaken"
+)
+
+// Config is the controller's configuration.
+type Config struct {
+	Placement placement.Config
+	// ClassOnly serves only Services whose loadBalancerClass is Class;
+	// otherwise Services without a class are served too.
+	ClassOnly bool
+}
+
+// Controller reconciles LoadBalancer Services with their proxy workloads
+// and status.
+type Controller struct {
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	cfg      Config
+	now      func() time.Time
+
+	services    corelisters.ServiceLister
+	nodes       corelisters.NodeLister
+	slices      discoverylisters.EndpointSliceLister
+	pods        corelisters.PodNamespaceLister
+	deployments appslisters.DeploymentNamespaceLister
+	daemonSets  appslisters.DaemonSetNamespaceLister
+	synced      []cache.InformerSynced
+
+	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	nodeQueue workqueue.TypedRateLimitingInterface[string]
+
+	mu      sync.Mutex
+	managed map[cache.ObjectName]bool
+}
+
+// New returns a Controller reading Services, Nodes and EndpointSlices from
+// cluster (a cluster-wide informer factory) and Pods, Deployments and
+// DaemonSets from system (a factory limited to cfg.Placement.Namespace).
+// The caller starts the factories.
+func New(ctx context.Context, client kubernetes.Interface, cluster, system informers.SharedInformerFactory,
+	recorder record.EventRecorder, cfg Config) (*Controller, error) {
+	logger := klog.FromContext(ctx)
+	svcInformer := cluster.Core().V1().Services()
+	nodeInformer := cluster.Core().V1().Nodes()
+	sliceInformer := cluster.Discovery().V1().EndpointSlices()
+	podInformer := system.Core().V1().Pods()
+	deployInformer := system.Apps().V1().Deployments()
+	dsInformer := system.Apps().V1().DaemonSets()
+	ns := cfg.Placement.Namespace
+
+	c := &Controller{
+		client:      client,
+		recorder:    recorder,
+		cfg:         cfg,
+		now:         time.Now,
+		services:    svcInformer.Lister(),
+		nodes:       nodeInformer.Lister(),
+		slices:      sliceInformer.Lister(),
+		pods:        podInformer.Lister().Pods(ns),
+		deployments: deployInformer.Lister().Deployments(ns),
+		daemonSets:  dsInformer.Lister().DaemonSets(ns),
+		synced: []cache.InformerSynced{
+			svcInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced,
+			podInformer.Informer().HasSynced, deployInformer.Informer().HasSynced, dsInformer.Informer().HasSynced,
+		},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "services", MetricsProvider: queueMetrics{}}),
+		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: queueMetrics{}}),
+		managed: map[cache.ObjectName]bool{},
+	}
+
+	handlers := []struct {
+		informer cache.SharedIndexInformer
+		handler  cache.ResourceEventHandler
+	}{
+		{svcInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueueService,
+			UpdateFunc: func(_, obj any) { c.enqueueService(obj) },
+			DeleteFunc: c.enqueueService,
+		}},
+		{nodeInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.nodeChanged(nil, obj) },
+			UpdateFunc: c.nodeChanged,
+			DeleteFunc: func(obj any) { c.nodeChanged(obj, nil) },
+		}},
+		{sliceInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueueSliceService,
+			UpdateFunc: func(_, obj any) { c.enqueueSliceService(obj) },
+			DeleteFunc: c.enqueueSliceService,
+		}},
+	}
+	for _, inf := range []cache.SharedIndexInformer{podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer()} {
+		handlers = append(handlers, struct {
+			informer cache.SharedIndexInformer
+			handler  cache.ResourceEventHandler
+		}{inf, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueueOwner,
+			UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
+			DeleteFunc: c.enqueueOwner,
+		}})
+	}
+	for _, h := range handlers {
+		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
+			return nil, fmt.Errorf("adding event handler: %w", err)
+		}
+	}
+	logger.V(2).Info("Set up controller", "namespace", ns, "classOnly", cfg.ClassOnly)
+	return c, nil
+}
+
+// Run waits for the caches, removes orphaned workloads, and runs workers
+// until ctx is done; it returns when every worker has finished its item.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	logger := klog.FromContext(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		c.queue.ShutDown()
+		c.nodeQueue.ShutDown()
+		wg.Wait()
+		logger.Info("Stopped controller")
+	}()
+
+	logger.Info("Waiting for informer caches to sync")
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("waiting for informer caches to sync: %w", ctx.Err())
+	}
+	if err := c.collectOrphans(ctx); err != nil {
+		// Not fatal: the orphans are retried at the next start, and a
+		// Service's own sync removes its stale workloads.
+		logger.Error(err, "Collecting orphaned proxy workloads failed")
+	}
+	logger.Info("Starting workers", "count", workers)
+	for range workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.runServiceWorker, time.Second) })
+	}
+	wg.Go(func() { wait.UntilWithContext(ctx, c.runNodeWorker, time.Second) })
+	<-ctx.Done()
+	return nil
+}
+
+func (c *Controller) runServiceWorker(ctx context.Context) {
+	for processNext(ctx, c.queue, "services", c.sync) {
+	}
+}
+
+func (c *Controller) runNodeWorker(ctx context.Context) {
+	for processNext(ctx, c.nodeQueue, "nodes", c.syncNode) {
+	}
+}
+
+// processNext handles one item of q: done on success, rate-limited retry on
+// error. It returns false when q is shut down.
+func processNext[T comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[T], name string,
+	syncFn func(context.Context, T) error) bool {
+	key, shutdown := q.Get()
+	if shutdown {
+		return false
+	}
+	defer q.Done(key)
+	start := time.Now()
+	err := syncFn(ctx, key)
+	result := "success"
+	if err != nil {
+		result = "error"
+		syncErrors.WithLabelValues(name).Inc()
+		q.AddRateLimited(key)
+		klog.FromContext(ctx).Error(err, "Reconcile failed, will retry", "queue", name, "key", key)
+	} else {
+		q.Forget(key)
+	}
+	syncDuration.WithLabelValues(name, result).Observe(time.Since(start).Seconds())
+	return true
+}
+
+// wants reports whether pulselb serves svc.
+func (c *Controller) wants(svc *corev1.Service) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return false
+	}
+	if svc.Spec.LoadBalancerClass == nil {
+		return !c.cfg.ClassOnly
+	}
+	return *svc.Spec.LoadBalancerClass == Class
+}
+
+func unwrap(obj any) any {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return obj
+}
+
+func (c *Controller) enqueueService(obj any) {
+	if svc, ok := unwrap(obj).(*corev1.Service); ok {
+		c.queue.Add(cache.MetaObjectToName(svc))
+	}
+}
+
+// enqueueOwner enqueues the Service a proxy pod or workload belongs to.
+func (c *Controller) enqueueOwner(obj any) {
+	var l map[string]string
+	switch o := unwrap(obj).(type) {
+	case *corev1.Pod:
+		l = o.Labels
+	case *appsv1.Deployment:
+		l = o.Labels
+	case *appsv1.DaemonSet:
+		l = o.Labels
+	default:
+		return
+	}
+	if key, ok := placement.ServiceOf(l); ok {
+		c.queue.Add(cache.NewObjectName(key.Namespace, key.Name))
+	}
+}
+
+// enqueueSliceService enqueues an externalTrafficPolicy Local Service whose
+// endpoints changed; other Services do not look at endpoints.
+func (c *Controller) enqueueSliceService(obj any) {
+	slice, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	name := slice.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return
+	}
+	svc, err := c.services.Services(slice.Namespace).Get(name)
+	if err != nil || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
+		return
+	}
+	c.queue.Add(cache.NewObjectName(svc.Namespace, svc.Name))
+}
+
+// nodeChanged queues the node's label check and, when something placement
+// or status reads changed, every served Service.
+func (c *Controller) nodeChanged(oldObj, newObj any) {
+	oldNode, _ := unwrap(oldObj).(*corev1.Node)
+	newNode, _ := unwrap(newObj).(*corev1.Node)
+	if newNode != nil {
+		c.nodeQueue.Add(newNode.Name)
+	}
+	if oldNode != nil && newNode != nil && !nodeRelevantChange(oldNode, newNode) {
+		return
+	}
+	services, err := c.services.List(everything)
+	if err != nil {
+		return
+	}
+	for _, svc := range services {
+		if c.wants(svc) || hasFinalizer(svc) {
+			c.queue.Add(cache.MetaObjectToName(svc))
+		}
+	}
+}
+
+// nodeRelevantChange reports a change that can alter eligibility or the
+// published addresses; heartbeats and image lists do not.
+func nodeRelevantChange(a, b *corev1.Node) bool {
+	if nodeReady(a) != nodeReady(b) || a.Spec.Unschedulable != b.Spec.Unschedulable ||
+		!mapsEqual(a.Labels, b.Labels) || len(a.Spec.Taints) != len(b.Spec.Taints) ||
+		len(a.Status.Addresses) != len(b.Status.Addresses) {
+		return true
+	}
+	for i := range a.Spec.Taints {
+		if !a.Spec.Taints[i].MatchTaint(&b.Spec.Taints[i]) {
+			return true
+		}
+	}
+	for i := range a.Status.Addresses {
+		if a.Status.Addresses[i] != b.Status.Addresses[i] {
+			return true
+		}
+	}
+	return false
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,107 @@
+package controller
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+)
+
+const (
+	metricsNamespace = "pulselb"
+	metricsSubsystem = "controller"
+)
+
+var (
+	syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name:    "sync_duration_seconds",
+		Help:    "Time to reconcile one object, by queue and result.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+	}, []string{"queue", "result"})
+	syncErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "sync_errors_total",
+		Help: "Reconciles that failed and were retried, by queue.",
+	}, []string{"queue"})
+	writes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "writes_total",
+		Help: "Writes to the API server, by resource and verb.",
+	}, []string{"resource", "verb"})
+	managedServices = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "managed_services",
+		Help: "LoadBalancer Services this controller serves.",
+	})
+
+	queueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "workqueue_depth", Help: "Items waiting in the work queue.",
+	}, []string{"queue"})
+	queueAdds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "workqueue_adds_total", Help: "Items added to the work queue.",
+	}, []string{"queue"})
+	queueLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "workqueue_queue_duration_seconds", Help: "Time an item waits in the work queue.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+	}, []string{"queue"})
+	queueWork = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "workqueue_work_duration_seconds", Help: "Time to process an item from the work queue.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+	}, []string{"queue"})
+	queueUnfinished = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration.",
+	}, []string{"queue"})
+	queueLongest = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "workqueue_longest_running_processor_seconds", Help: "Seconds the longest running processor has been running.",
+	}, []string{"queue"})
+	queueRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "workqueue_retries_total", Help: "Items requeued after an error.",
+	}, []string{"queue"})
+)
+
+// RegisterMetrics registers the controller's metrics, its work queues'
+// included, with r.
+func RegisterMetrics(r prometheus.Registerer) error {
+	var errs []error
+	for _, c := range []prometheus.Collector{syncDuration, syncErrors, writes, managedServices,
+		queueDepth, queueAdds, queueLatency, queueWork, queueUnfinished, queueLongest, queueRetries} {
+		errs = append(errs, r.Register(c))
+	}
+	return errors.Join(errs...)
+}
+
+// queueMetrics gives the work queues this package's metrics, labelled by
+// queue name, instead of client-go's global provider.
+type queueMetrics struct{}
+
+var _ workqueue.MetricsProvider = queueMetrics{}
+
+func (queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return queueDepth.WithLabelValues(name)
+}
+func (queueMetrics) NewAddsMetric(name string) workqueue.CounterMetric {
+	return queueAdds.WithLabelValues(name)
+}
+func (queueMetrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return queueLatency.WithLabelValues(name)
+}
+func (queueMetrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return queueWork.WithLabelValues(name)
+}
+func (queueMetrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return queueUnfinished.WithLabelValues(name)
+}
+func (queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return queueLongest.WithLabelValues(name)
+}
+func (queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return queueRetries.WithLabelValues(name)
+}

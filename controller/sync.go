@@ -1,0 +1,407 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/status"
+)
+
+var everything = labels.Everything()
+
+// sync brings one Service's proxy workload, status, annotations and
+// finalizer in line with the cluster. A returned error means retry.
+func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "service", key)
+	ctx = klog.NewContext(ctx, logger)
+
+	svc, err := c.services.Services(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		c.setManaged(key, false)
+		// Gone without our finalizer (removed by hand, or never served):
+		// remove whatever workload is left.
+		return c.deleteWorkloads(ctx, key)
+	}
+	if err != nil {
+		return fmt.Errorf("getting service %s: %w", key, err)
+	}
+	if svc.DeletionTimestamp != nil || !c.wants(svc) {
+		c.setManaged(key, false)
+		return c.release(ctx, svc)
+	}
+	c.setManaged(key, true)
+
+	if !hasFinalizer(svc) {
+		svc = svc.DeepCopy()
+		svc.Finalizers = append(svc.Finalizers, Finalizer)
+		if svc, err = c.client.CoreV1().Services(svc.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("adding finalizer: %w", err)
+		}
+		writes.WithLabelValues("services", "update").Inc()
+	}
+
+	nodes, err := c.nodes.List(everything)
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	want, problems := placement.Desired(svc, nodes, c.cfg.Placement)
+	if err := c.applyWorkload(ctx, svc, want); err != nil {
+		return err
+	}
+
+	allPods, err := c.pods.List(everything)
+	if err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	sel := labels.SelectorFromSet(placement.Selector(svc))
+	var own []*corev1.Pod
+	for _, p := range allPods {
+		if sel.Matches(labels.Set(p.Labels)) {
+			own = append(own, p)
+		}
+	}
+	var conflicts []string
+	for _, cf := range placement.PortConflicts(svc, own, allPods) {
+		conflicts = append(conflicts, cf.String())
+	}
+	in := status.Input{
+		Service:       svc,
+		Nodes:         make(map[string]*corev1.Node, len(nodes)),
+		Pods:          own,
+		Health:        map[string]status.Health{},
+		AddressType:   want.Settings.AddressType,
+		AllDown:       want.Settings.AllDown,
+		Conflicts:     conflicts,
+		Servable:      !want.Empty(),
+		EligibleNodes: len(want.EligibleNodes),
+		Now:           metav1.NewTime(c.now()),
+	}
+	for _, n := range nodes {
+		in.Nodes[n.Name] = n
+		// The seam for probe verdicts: until the health pipeline feeds
+		// them, a node is down only when labelled so.
+		if _, ok := n.Labels[placement.LabelUnhealthy]; ok {
+			in.Health[n.Name] = status.Health{Down: true}
+		}
+	}
+	for _, p := range problems {
+		reason := status.ReasonInvalidAnnotation
+		if !isAnnotationKey(p.Key) {
+			reason = "InvalidSpec"
+		}
+		in.Problems = append(in.Problems, status.Problem{Reason: reason, Message: p.String()})
+	}
+	if want.NodePortTarget {
+		if in.LocalEndpointNodes, err = c.localEndpointNodes(svc); err != nil {
+			return err
+		}
+	}
+	return c.writeStatus(ctx, svc, status.Decide(in))
+}
+
+func isAnnotationKey(k string) bool {
+	return strings.HasPrefix(k, placement.Prefix) || k == placement.AnnotationExternalDNSHostname || k == placement.AnnotationExternalDNSAlphaHostname
+}
+
+// writeStatus writes r's annotations and status where they differ from svc,
+// then records r's Events.
+func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r status.Result) error {
+	logger := klog.FromContext(ctx)
+	var err error
+	if status.AnnotationsDiffer(svc, r) {
+		svc = svc.DeepCopy()
+		status.ApplyAnnotations(svc, r)
+		if svc, err = c.client.CoreV1().Services(svc.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating annotations: %w", err)
+		}
+		writes.WithLabelValues("services", "update").Inc()
+	}
+	if status.StatusDiffers(svc, r) {
+		svc = svc.DeepCopy()
+		status.ApplyStatus(svc, r)
+		if svc, err = c.client.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating status: %w", err)
+		}
+		writes.WithLabelValues("services/status", "update").Inc()
+		logger.Info("Updated load balancer status", "nodes", r.Nodes, "ingress", len(r.LoadBalancer.Ingress))
+	}
+	for _, e := range r.Events {
+		c.recorder.Event(svc, e.Type, e.Reason, e.Message)
+	}
+	return nil
+}
+
+// localEndpointNodes returns the nodes with a ready endpoint of svc.
+func (c *Controller) localEndpointNodes(svc *corev1.Service) (map[string]bool, error) {
+	slices, err := c.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
+	if err != nil {
+		return nil, fmt.Errorf("listing endpoint slices: %w", err)
+	}
+	out := map[string]bool{}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+				out[*ep.NodeName] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// applyWorkload creates, updates or deletes the Service's proxy workload so
+// it matches want; an existing workload is updated only when its spec hash
+// differs.
+func (c *Controller) applyWorkload(ctx context.Context, svc *corev1.Service, want placement.Workload) error {
+	logger := klog.FromContext(ctx)
+	key := cache.MetaObjectToName(svc)
+	ns := c.cfg.Placement.Namespace
+	apps := c.client.AppsV1()
+
+	// Remove workloads of this Service other than the wanted one: the
+	// other kind after a proxy-mode change, or everything when nothing
+	// can be served.
+	stale, err := c.workloadsOf(key)
+	if err != nil {
+		return err
+	}
+	for _, w := range stale {
+		if w.kind == "Deployment" && want.Deployment != nil && w.name == want.Name ||
+			w.kind == "DaemonSet" && want.DaemonSet != nil && w.name == want.Name {
+			continue
+		}
+		if err := c.deleteWorkload(ctx, w); err != nil {
+			return err
+		}
+	}
+
+	applied := func(verb, kind string) {
+		writes.WithLabelValues(kind, verb).Inc()
+		logger.Info("Applied proxy workload", "verb", verb, "kind", kind, "workload", klog.KRef(ns, want.Name), "replicas", want.Replicas)
+		c.recorder.Eventf(svc, corev1.EventTypeNormal, ReasonProxyApplied, "%s %s %s/%s with %d replicas", verb, kind, ns, want.Name, want.Replicas)
+	}
+	taken := func(l map[string]string) bool {
+		k, ok := placement.ServiceOf(l)
+		if ok && k.Namespace == svc.Namespace && k.Name == svc.Name {
+			return false
+		}
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, ReasonNameTaken, "%s/%s exists and does not belong to this Service; not touching it", ns, want.Name)
+		return true
+	}
+
+	switch {
+	case want.Deployment != nil:
+		cur, err := c.deployments.Get(want.Name)
+		switch {
+		case apierrors.IsNotFound(err):
+			if _, err := apps.Deployments(ns).Create(ctx, want.Deployment, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating deployment %s/%s: %w", ns, want.Name, err)
+			}
+			applied("created", "deployments")
+		case err != nil:
+			return fmt.Errorf("getting deployment %s/%s: %w", ns, want.Name, err)
+		case taken(cur.Labels):
+		case cur.Annotations[placement.AnnotationSpecHash] != want.Deployment.Annotations[placement.AnnotationSpecHash]:
+			d := want.Deployment.DeepCopy()
+			d.ResourceVersion = cur.ResourceVersion
+			if _, err := apps.Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("updating deployment %s/%s: %w", ns, want.Name, err)
+			}
+			applied("updated", "deployments")
+		}
+	case want.DaemonSet != nil:
+		cur, err := c.daemonSets.Get(want.Name)
+		switch {
+		case apierrors.IsNotFound(err):
+			if _, err := apps.DaemonSets(ns).Create(ctx, want.DaemonSet, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating daemonset %s/%s: %w", ns, want.Name, err)
+			}
+			applied("created", "daemonsets")
+		case err != nil:
+			return fmt.Errorf("getting daemonset %s/%s: %w", ns, want.Name, err)
+		case taken(cur.Labels):
+		case cur.Annotations[placement.AnnotationSpecHash] != want.DaemonSet.Annotations[placement.AnnotationSpecHash]:
+			d := want.DaemonSet.DeepCopy()
+			d.ResourceVersion = cur.ResourceVersion
+			if _, err := apps.DaemonSets(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("updating daemonset %s/%s: %w", ns, want.Name, err)
+			}
+			applied("updated", "daemonsets")
+		}
+	}
+	return nil
+}
+
+// workloadRef names a proxy workload found in the cache.
+type workloadRef struct {
+	kind, name string
+}
+
+// workloadsOf returns the cached proxy workloads labelled for key.
+func (c *Controller) workloadsOf(key cache.ObjectName) ([]workloadRef, error) {
+	sel := labels.SelectorFromSet(labels.Set{
+		placement.LabelAppName:          placement.AppName,
+		placement.LabelServiceNamespace: key.Namespace,
+		placement.LabelServiceName:      key.Name,
+	})
+	deps, err := c.deployments.List(sel)
+	if err != nil {
+		return nil, fmt.Errorf("listing deployments: %w", err)
+	}
+	dss, err := c.daemonSets.List(sel)
+	if err != nil {
+		return nil, fmt.Errorf("listing daemonsets: %w", err)
+	}
+	var out []workloadRef
+	for _, d := range deps {
+		out = append(out, workloadRef{"Deployment", d.Name})
+	}
+	for _, d := range dss {
+		out = append(out, workloadRef{"DaemonSet", d.Name})
+	}
+	return out, nil
+}
+
+func (c *Controller) deleteWorkload(ctx context.Context, w workloadRef) error {
+	ns := c.cfg.Placement.Namespace
+	opts := metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)}
+	var err error
+	resource := "deployments"
+	if w.kind == "DaemonSet" {
+		resource = "daemonsets"
+		err = c.client.AppsV1().DaemonSets(ns).Delete(ctx, w.name, opts)
+	} else {
+		err = c.client.AppsV1().Deployments(ns).Delete(ctx, w.name, opts)
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s %s/%s: %w", resource, ns, w.name, err)
+	}
+	writes.WithLabelValues(resource, "delete").Inc()
+	klog.FromContext(ctx).Info("Deleted proxy workload", "kind", w.kind, "workload", klog.KRef(ns, w.name))
+	return nil
+}
+
+// deleteWorkloads deletes every proxy workload of key.
+func (c *Controller) deleteWorkloads(ctx context.Context, key cache.ObjectName) error {
+	ws, err := c.workloadsOf(key)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, w := range ws {
+		errs = append(errs, c.deleteWorkload(ctx, w))
+	}
+	return errors.Join(errs...)
+}
+
+// release undoes pulselb's work on a Service that is being deleted or is no
+// longer served (type or class changed, or --class-only): workload first,
+// then pulselb's status, annotations and conditions, then the finalizer.
+func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
+	key := cache.MetaObjectToName(svc)
+	if err := c.deleteWorkloads(ctx, key); err != nil {
+		return err
+	}
+	if !hasFinalizer(svc) {
+		// Never served, or already released: another implementation may
+		// own this Service's status now.
+		return nil
+	}
+	cleared := status.Cleared(svc)
+	if svc.DeletionTimestamp == nil && status.StatusDiffers(svc, cleared) {
+		cp := svc.DeepCopy()
+		status.ApplyStatus(cp, cleared)
+		updated, err := c.client.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("clearing status: %w", err)
+		}
+		writes.WithLabelValues("services/status", "update").Inc()
+		svc = updated
+	}
+	cp := svc.DeepCopy()
+	status.ApplyAnnotations(cp, cleared)
+	cp.Finalizers = slices.DeleteFunc(cp.Finalizers, func(f string) bool { return f == Finalizer })
+	if _, err := c.client.CoreV1().Services(svc.Namespace).Update(ctx, cp, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	writes.WithLabelValues("services", "update").Inc()
+	klog.FromContext(ctx).Info("Released service", "deleting", svc.DeletionTimestamp != nil)
+	return nil
+}
+
+// collectOrphans deletes proxy workloads whose Service no longer exists or
+// is no longer served: left behind when a Service was deleted or changed
+// while no controller ran.
+func (c *Controller) collectOrphans(ctx context.Context) error {
+	deps, err := c.deployments.List(everything)
+	if err != nil {
+		return fmt.Errorf("listing deployments: %w", err)
+	}
+	dss, err := c.daemonSets.List(everything)
+	if err != nil {
+		return fmt.Errorf("listing daemonsets: %w", err)
+	}
+	type item struct {
+		ref    workloadRef
+		labels map[string]string
+	}
+	var items []item
+	for _, d := range deps {
+		items = append(items, item{workloadRef{"Deployment", d.Name}, d.Labels})
+	}
+	for _, d := range dss {
+		items = append(items, item{workloadRef{"DaemonSet", d.Name}, d.Labels})
+	}
+	var errs []error
+	for _, it := range items {
+		if it.labels[placement.LabelManagedBy] != placement.ManagedBy {
+			continue
+		}
+		key, ok := placement.ServiceOf(it.labels)
+		if !ok {
+			continue
+		}
+		svc, err := c.services.Services(key.Namespace).Get(key.Name)
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+			continue
+		}
+		if err == nil && c.wants(svc) && svc.DeletionTimestamp == nil {
+			continue
+		}
+		klog.FromContext(ctx).Info("Collecting orphaned proxy workload", "service", key, "kind", it.ref.kind, "workload", it.ref.name)
+		errs = append(errs, c.deleteWorkload(ctx, it.ref))
+	}
+	return errors.Join(errs...)
+}
+
+func hasFinalizer(svc *corev1.Service) bool {
+	return slices.Contains(svc.Finalizers, Finalizer)
+}
+
+func (c *Controller) setManaged(key cache.ObjectName, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if on {
+		c.managed[key] = true
+	} else {
+		delete(c.managed, key)
+	}
+	managedServices.Set(float64(len(c.managed)))
+}
+
+func ptrTo[T any](v T) *T { return &v }

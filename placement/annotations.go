@@ -1,0 +1,378 @@
+package placement
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/pulselb/pulselb/prober"
+)
+
+// Prefix starts every annotation and label pulselb reads or writes.
+const Prefix = "pulselb.io/"
+
+// Service annotations pulselb reads. DESIGN.md's API contract lists them;
+// docs/annotations.md documents them for users.
+const (
+	AnnotationProxyMode     = Prefix + "proxy-mode"
+	AnnotationReplicas      = Prefix + "replicas"
+	AnnotationNodeSelector  = Prefix + "node-selector"
+	AnnotationAddressType   = Prefix + "address-type"
+	AnnotationProbe         = Prefix + "probe"
+	AnnotationProbePrefix   = Prefix + "probe."
+	AnnotationProbeInterval = Prefix + "probe-interval"
+	AnnotationProbeTimeout  = Prefix + "probe-timeout"
+	AnnotationRise          = Prefix + "rise"
+	AnnotationFall          = Prefix + "fall"
+	AnnotationPublishWhen   = Prefix + "publish-when"
+	AnnotationAllDown       = Prefix + "all-down"
+	AnnotationHostname      = Prefix + "hostname"
+	AnnotationDNSTTL        = Prefix + "dns-ttl"
+
+	// The external-dns hostname annotations, read as extra names.
+	AnnotationExternalDNSHostname      = "external-dns.kubernetes.io/hostname"
+	AnnotationExternalDNSAlphaHostname = "external-dns.alpha.kubernetes.io/hostname"
+)
+
+// Annotations pulselb writes on a Service; the parser ignores them.
+const (
+	AnnotationExternalIPs = Prefix + "external-ips"
+	AnnotationInternalIPs = Prefix + "internal-ips"
+	AnnotationNodes       = Prefix + "nodes"
+)
+
+// Mode is how a Service's proxies run.
+type Mode string
+
+// Proxy modes (annotation proxy-mode).
+const (
+	ModeDeployment Mode = "deployment"
+	ModeDaemonSet  Mode = "daemonset"
+)
+
+// Values of address-type, publish-when and all-down. The status package
+// interprets them; they are validated here so that every annotation problem
+// of a Service is found in one place.
+const (
+	AddressAuto     = "auto"
+	AddressExternal = "external"
+	AddressInternal = "internal"
+	AddressBoth     = "both"
+
+	PublishAllPorts = "all-ports"
+	PublishAnyPort  = "any-port"
+
+	AllDownPublishAll  = "publish-all"
+	AllDownPublishNone = "publish-none"
+)
+
+// Defaults of the annotations.
+const (
+	DefaultReplicas      = 2
+	DefaultProbeInterval = time.Second
+	DefaultRise          = 2
+	DefaultFall          = 2
+	DefaultDNSTTL        = 5
+)
+
+// Problem is a Service setting pulselb cannot use: an invalid annotation or
+// a spec field the proxy cannot serve. Key names the annotation or field,
+// Default says what is used instead.
+type Problem struct {
+	Key     string
+	Value   string
+	Reason  string
+	Default string
+}
+
+// String reads as an Event message: what is wrong, why, and what is used.
+func (p Problem) String() string {
+	s := fmt.Sprintf("%s=%q: %s", p.Key, p.Value, p.Reason)
+	if p.Default != "" {
+		s += "; using " + p.Default
+	}
+	return s
+}
+
+// Settings is a Service's pulselb configuration with defaults applied.
+type Settings struct {
+	Mode     Mode
+	Replicas int32
+	// NodeSelector holds the node-selector annotation as node affinity
+	// requirements; nil when the annotation is absent or invalid.
+	NodeSelector []corev1.NodeSelectorRequirement
+	// nodeSelector matches node labels the same way the scheduler will.
+	nodeSelector labels.Selector
+
+	AddressType string
+	// Probes maps a port key (port name or number, or "" for every port) to
+	// its validated probe spec text.
+	Probes        map[string]string
+	ProbeInterval time.Duration
+	// ProbeTimeout is zero for adaptive.
+	ProbeTimeout time.Duration
+	Rise, Fall   int
+	PublishWhen  string
+	AllDown      string
+	Hostnames    []string
+	DNSTTL       uint32
+}
+
+// Parse reads a Service's pulselb annotations. Every invalid value becomes
+// a Problem and its default is used, so one bad annotation never stops the
+// Service from being served.
+func Parse(svc *corev1.Service) (Settings, []Problem) {
+	a := svc.Annotations
+	s := Settings{
+		Mode:          ModeDeployment,
+		Replicas:      DefaultReplicas,
+		AddressType:   AddressAuto,
+		ProbeInterval: DefaultProbeInterval,
+		Rise:          DefaultRise,
+		Fall:          DefaultFall,
+		PublishWhen:   PublishAllPorts,
+		AllDown:       AllDownPublishAll,
+		DNSTTL:        DefaultDNSTTL,
+		Probes:        map[string]string{},
+	}
+	var problems []Problem
+	bad := func(key, reason, def string) {
+		problems = append(problems, Problem{Key: key, Value: a[key], Reason: reason, Default: def})
+	}
+	oneOf := func(key string, dst *string, values ...string) {
+		v, ok := a[key]
+		if !ok {
+			return
+		}
+		for _, allowed := range values {
+			if v == allowed {
+				*dst = v
+				return
+			}
+		}
+		bad(key, "want one of "+strings.Join(values, ", "), *dst)
+	}
+
+	if v, ok := a[AnnotationProxyMode]; ok {
+		switch Mode(v) {
+		case ModeDeployment, ModeDaemonSet:
+			s.Mode = Mode(v)
+		default:
+			bad(AnnotationProxyMode, "want deployment or daemonset", string(s.Mode))
+		}
+	}
+	if v, ok := a[AnnotationReplicas]; ok {
+		n, err := strconv.ParseInt(v, 10, 32)
+		switch {
+		case err != nil:
+			bad(AnnotationReplicas, "not a whole number", strconv.Itoa(DefaultReplicas))
+		case n < 1 || n > 1000:
+			bad(AnnotationReplicas, "want 1 to 1000", strconv.Itoa(DefaultReplicas))
+		default:
+			s.Replicas = int32(n)
+		}
+	}
+	if v, ok := a[AnnotationNodeSelector]; ok {
+		reqs, sel, err := parseNodeSelector(v)
+		if err != nil {
+			bad(AnnotationNodeSelector, err.Error(), "every node")
+		} else {
+			s.NodeSelector, s.nodeSelector = reqs, sel
+		}
+	}
+	oneOf(AnnotationAddressType, &s.AddressType, AddressAuto, AddressExternal, AddressInternal, AddressBoth)
+	oneOf(AnnotationPublishWhen, &s.PublishWhen, PublishAllPorts, PublishAnyPort)
+	oneOf(AnnotationAllDown, &s.AllDown, AllDownPublishAll, AllDownPublishNone)
+
+	durations := []struct {
+		key string
+		dst *time.Duration
+		def string
+	}{
+		{AnnotationProbeInterval, &s.ProbeInterval, DefaultProbeInterval.String()},
+		{AnnotationProbeTimeout, &s.ProbeTimeout, "adaptive"},
+	}
+	for _, d := range durations {
+		v, ok := a[d.key]
+		if !ok {
+			continue
+		}
+		dur, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			bad(d.key, "not a duration such as 1s or 500ms", d.def)
+		case dur < 100*time.Millisecond || dur > time.Minute:
+			bad(d.key, "want 100ms to 1m", d.def)
+		default:
+			*d.dst = dur
+		}
+	}
+	for _, c := range []struct {
+		key string
+		dst *int
+	}{{AnnotationRise, &s.Rise}, {AnnotationFall, &s.Fall}} {
+		v, ok := a[c.key]
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			bad(c.key, "want a whole number from 1 to 100", strconv.Itoa(*c.dst))
+			continue
+		}
+		*c.dst = n
+	}
+	if v, ok := a[AnnotationDNSTTL]; ok {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n > 86400 {
+			bad(AnnotationDNSTTL, "want seconds from 0 to 86400", strconv.Itoa(DefaultDNSTTL))
+		} else {
+			s.DNSTTL = uint32(n)
+		}
+	}
+	for _, key := range []string{AnnotationHostname, AnnotationExternalDNSHostname, AnnotationExternalDNSAlphaHostname} {
+		v, ok := a[key]
+		if !ok {
+			continue
+		}
+		for _, h := range strings.Split(v, ",") {
+			h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+			if h == "" {
+				continue
+			}
+			if errs := validation.IsDNS1123Subdomain(strings.TrimPrefix(h, "*.")); len(errs) > 0 {
+				problems = append(problems, Problem{Key: key, Value: v,
+					Reason: fmt.Sprintf("%q is not a DNS name", h), Default: "the other names"})
+				continue
+			}
+			s.Hostnames = append(s.Hostnames, h)
+		}
+	}
+	s.Hostnames = sortedUnique(s.Hostnames)
+	problems = append(problems, parseProbes(svc, a, s.Probes)...)
+	sort.SliceStable(problems, func(i, j int) bool { return problems[i].Key < problems[j].Key })
+	return s, problems
+}
+
+// parseProbes validates the probe and probe.<port> annotations into probes.
+func parseProbes(svc *corev1.Service, a map[string]string, probes map[string]string) []Problem {
+	var problems []Problem
+	ports := map[string]corev1.ServicePort{}
+	for _, p := range svc.Spec.Ports {
+		ports[strconv.Itoa(int(p.Port))] = p
+		if p.Name != "" {
+			ports[p.Name] = p
+		}
+	}
+	keys := make([]string, 0, len(a))
+	for k := range a {
+		if k == AnnotationProbe || strings.HasPrefix(k, AnnotationProbePrefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		v := a[key]
+		portKey := strings.TrimPrefix(strings.TrimPrefix(key, AnnotationProbe), ".")
+		def := "tcp for TCP ports, udp for UDP ports"
+		if portKey != "" {
+			if _, ok := ports[portKey]; !ok {
+				problems = append(problems, Problem{Key: key, Value: v,
+					Reason: fmt.Sprintf("the Service has no port named or numbered %q", portKey), Default: "nothing (ignored)"})
+				continue
+			}
+			def = "the Service-level probe"
+		}
+		spec, err := prober.Parse(v)
+		if err != nil {
+			problems = append(problems, Problem{Key: key, Value: v, Reason: err.Error(), Default: def})
+			continue
+		}
+		if portKey != "" {
+			if reason := probeMismatch(spec.Protocol, ports[portKey].Protocol); reason != "" {
+				problems = append(problems, Problem{Key: key, Value: v, Reason: reason, Default: def})
+				continue
+			}
+		}
+		probes[portKey] = v
+	}
+	return problems
+}
+
+// probeMismatch says why a probe protocol cannot check a port of the given
+// protocol, or returns "".
+func probeMismatch(probe prober.Protocol, port corev1.Protocol) string {
+	if port == "" {
+		port = corev1.ProtocolTCP
+	}
+	switch probe {
+	case prober.DNS:
+		return ""
+	case prober.UDP:
+		if port != corev1.ProtocolUDP {
+			return fmt.Sprintf("a udp probe cannot check a %s port", port)
+		}
+	default:
+		if port != corev1.ProtocolTCP {
+			return fmt.Sprintf("a %s probe cannot check a %s port", probe, port)
+		}
+	}
+	return ""
+}
+
+// parseNodeSelector turns a label selector ("zone=a,role in (edge,lb),!gpu")
+// into node affinity requirements and a selector for counting eligible nodes.
+func parseNodeSelector(v string) ([]corev1.NodeSelectorRequirement, labels.Selector, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil, fmt.Errorf("empty label selector")
+	}
+	sel, err := labels.Parse(v)
+	if err != nil {
+		return nil, nil, fmt.Errorf("not a label selector: %v", err)
+	}
+	reqs, _ := sel.Requirements()
+	var out []corev1.NodeSelectorRequirement
+	for _, r := range reqs {
+		nr := corev1.NodeSelectorRequirement{Key: r.Key(), Values: r.ValuesUnsorted()}
+		sort.Strings(nr.Values)
+		switch r.Operator() {
+		case selection.Equals, selection.DoubleEquals, selection.In:
+			nr.Operator = corev1.NodeSelectorOpIn
+		case selection.NotEquals, selection.NotIn:
+			nr.Operator = corev1.NodeSelectorOpNotIn
+		case selection.Exists:
+			nr.Operator, nr.Values = corev1.NodeSelectorOpExists, nil
+		case selection.DoesNotExist:
+			nr.Operator, nr.Values = corev1.NodeSelectorOpDoesNotExist, nil
+		case selection.GreaterThan:
+			nr.Operator = corev1.NodeSelectorOpGt
+		case selection.LessThan:
+			nr.Operator = corev1.NodeSelectorOpLt
+		default:
+			return nil, nil, fmt.Errorf("operator %q is not supported", r.Operator())
+		}
+		out = append(out, nr)
+	}
+	return out, sel, nil
+}
+
+func sortedUnique(s []string) []string {
+	sort.Strings(s)
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}

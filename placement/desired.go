@@ -1,0 +1,451 @@
+// Package placement owns the desired proxy workload of a LoadBalancer
+// Service: its name, labels, pod template, node affinity, replica count,
+// and the problems (invalid annotations, unservable spec fields, port
+// conflicts) found on the way. Everything here is a pure function of
+// cached objects; the controller package writes the result.
+package placement
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// Config is the controller-wide part of every proxy workload.
+type Config struct {
+	// Namespace holds the proxy workloads (pulselb-system).
+	Namespace string
+	// Image is the pulselb image; it runs both proxy and proxy-init.
+	Image           string
+	ImagePullPolicy corev1.PullPolicy
+	// PriorityClassName of proxy pods; empty for none.
+	PriorityClassName string
+	// ProxyMode is the proxy's --mode: auto, iptables or userspace.
+	ProxyMode string
+	// HealthPort is where the proxy serves /healthz in its pod for the
+	// kubelet's probes; moved up when a Service port uses it.
+	HealthPort int32
+}
+
+// Defaults of Config.
+const (
+	DefaultPriorityClassName = "system-cluster-critical"
+	DefaultHealthPort        = 9470
+	DefaultProxyMode         = "auto"
+
+	// ContainerProxy and ContainerProxyInit name the pod's containers.
+	ContainerProxy     = "proxy"
+	ContainerProxyInit = "proxy-init"
+)
+
+// Environment variables of the proxy container that the proxy command reads
+// (it maps --flag-name to PULSELB_FLAG_NAME).
+const (
+	EnvHealthAddress = "PULSELB_HEALTH_ADDRESS"
+	// EnvNodePortTarget and EnvNodeIPs carry externalTrafficPolicy Local:
+	// forward each port to the node's own IP at the Service's NodePort
+	// ("TCP:80=30080,UDP:53=30053") instead of to the ClusterIP. They are
+	// environment variables rather than flags so that a proxy that does not
+	// know them yet still starts and forwards to the ClusterIP.
+	EnvNodePortTarget = "PULSELB_NODE_PORT_TARGET"
+	EnvNodeIPs        = "PULSELB_NODE_IPS"
+)
+
+// deploymentTolerationSeconds is how long a Deployment proxy stays on a
+// node that is not ready or unreachable before it is evicted and replaced;
+// the default 300 s would keep a dead node's proxy for five minutes when the
+// health pipeline has not already moved it.
+const deploymentTolerationSeconds = 30
+
+// Workload is the desired proxy workload of a Service. Exactly one of
+// Deployment and DaemonSet is set, or neither when the Service cannot be
+// served (its Problems say why) and any existing workload should go.
+type Workload struct {
+	Name      string
+	Namespace string
+	Mode      Mode
+	// Settings are the Service's parsed annotations.
+	Settings   Settings
+	Deployment *appsv1.Deployment
+	DaemonSet  *appsv1.DaemonSet
+	// EligibleNodes are the sorted names of nodes that may host proxies.
+	EligibleNodes []string
+	// Replicas is the number of proxy pods wanted: the capped replica count
+	// in deployment mode, the eligible node count in daemonset mode.
+	Replicas int32
+	// NodePortTarget is set for externalTrafficPolicy Local: proxies
+	// forward to the node's NodePorts and only nodes with a ready local
+	// endpoint may be published.
+	NodePortTarget bool
+}
+
+// Empty reports whether no workload is wanted.
+func (w Workload) Empty() bool { return w.Deployment == nil && w.DaemonSet == nil }
+
+// Desired returns the proxy workload svc should have given the cluster's
+// nodes, and every problem with the Service's settings. It never fails: a
+// problem falls back to a default, or to no workload when nothing can be
+// served.
+func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, []Problem) {
+	s, problems := Parse(svc)
+	w := Workload{
+		Name:          Name(svc.Namespace, svc.Name),
+		Namespace:     cfg.Namespace,
+		Mode:          s.Mode,
+		Settings:      s,
+		EligibleNodes: EligibleNodes(nodes, s),
+	}
+
+	ports, portProblems := proxyPorts(svc)
+	problems = append(problems, portProblems...)
+	clusterIPs, ipProblem := clusterIPs(svc)
+	if ipProblem != nil {
+		problems = append(problems, *ipProblem)
+	}
+	if len(ports) == 0 || len(clusterIPs) == 0 {
+		return w, problems
+	}
+
+	local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	var nodePorts []string
+	if local {
+		for _, p := range ports {
+			if p.NodePort == 0 {
+				problems = append(problems, Problem{Key: "spec.allocateLoadBalancerNodePorts", Value: "false",
+					Reason:  fmt.Sprintf("externalTrafficPolicy Local needs a NodePort, and port %s:%d has none", protocolOf(p), p.Port),
+					Default: "forwarding to the ClusterIP on every eligible node"})
+				nodePorts, local = nil, false
+				break
+			}
+			nodePorts = append(nodePorts, fmt.Sprintf("%s:%d=%d", protocolOf(p), p.Port, p.NodePort))
+		}
+	}
+	if local && len(svc.Spec.Selector) == 0 {
+		problems = append(problems, Problem{Key: "spec.selector", Value: "",
+			Reason:  "externalTrafficPolicy Local without a selector: proxies cannot follow the endpoints",
+			Default: "proxies on any eligible node, published only where a ready endpoint runs"})
+	}
+	w.NodePortTarget = local
+
+	cfg = withDefaults(cfg)
+	pod := podTemplate(svc, s, cfg, ports, clusterIPs, nodePorts)
+	objMeta := metav1.ObjectMeta{
+		Name:        w.Name,
+		Namespace:   cfg.Namespace,
+		Labels:      workloadLabels(svc),
+		Annotations: map[string]string{AnnotationService: svc.Namespace + "/" + svc.Name},
+	}
+	selector := &metav1.LabelSelector{MatchLabels: Selector(svc)}
+	switch s.Mode {
+	case ModeDaemonSet:
+		w.Replicas = int32(len(w.EligibleNodes))
+		ds := &appsv1.DaemonSet{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+			ObjectMeta: objMeta,
+			Spec: appsv1.DaemonSetSpec{
+				Selector: selector,
+				Template: pod,
+				UpdateStrategy: appsv1.DaemonSetUpdateStrategy{
+					Type: appsv1.RollingUpdateDaemonSetStrategyType,
+					RollingUpdate: &appsv1.RollingUpdateDaemonSet{
+						MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+						MaxSurge:       ptr.To(intstr.FromInt32(0)),
+					},
+				},
+				RevisionHistoryLimit: ptr.To[int32](2),
+			},
+		}
+		ds.Annotations[AnnotationSpecHash] = specHash(ds.Labels, ds.Spec)
+		w.DaemonSet = ds
+	default:
+		w.Replicas = min(s.Replicas, int32(len(w.EligibleNodes)))
+		if w.Replicas == 0 {
+			// Keep one pod Pending rather than none, so the Service
+			// starts serving as soon as a node becomes eligible.
+			w.Replicas = 1
+		}
+		pod.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+			MaxSkew:           1,
+			TopologyKey:       corev1.LabelTopologyZone,
+			WhenUnsatisfiable: corev1.ScheduleAnyway,
+			LabelSelector:     selector,
+		}}
+		pod.Spec.Tolerations = tolerations(ModeDeployment)
+		d := &appsv1.Deployment{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+			ObjectMeta: objMeta,
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To(w.Replicas),
+				Selector: selector,
+				Template: pod,
+				// A hostPort pod cannot surge onto a node that runs the
+				// old one, so allow one unavailable as well: with both 0
+				// or surge-only, a rollout on as many nodes as replicas
+				// would never finish.
+				Strategy: appsv1.DeploymentStrategy{
+					Type: appsv1.RollingUpdateDeploymentStrategyType,
+					RollingUpdate: &appsv1.RollingUpdateDeployment{
+						MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+						MaxSurge:       ptr.To(intstr.FromInt32(1)),
+					},
+				},
+				RevisionHistoryLimit: ptr.To[int32](2),
+			},
+		}
+		d.Annotations[AnnotationSpecHash] = specHash(d.Labels, d.Spec)
+		w.Deployment = d
+	}
+	return w, problems
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.ProxyMode == "" {
+		cfg.ProxyMode = DefaultProxyMode
+	}
+	if cfg.HealthPort == 0 {
+		cfg.HealthPort = DefaultHealthPort
+	}
+	if cfg.ImagePullPolicy == "" {
+		cfg.ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	return cfg
+}
+
+func workloadLabels(svc *corev1.Service) map[string]string {
+	l := Selector(svc)
+	l[LabelManagedBy] = ManagedBy
+	return l
+}
+
+// specHash identifies a desired workload; equal hashes mean no update.
+func specHash(objLabels map[string]string, spec any) string {
+	b, err := json.Marshal(struct {
+		Labels map[string]string
+		Spec   any
+	}{objLabels, spec})
+	if err != nil {
+		// The spec is built from API types, which always marshal.
+		panic(fmt.Sprintf("marshalling workload spec: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+func protocolOf(p corev1.ServicePort) corev1.Protocol {
+	if p.Protocol == "" {
+		return corev1.ProtocolTCP
+	}
+	return p.Protocol
+}
+
+// proxyPorts returns the Service ports the proxy can forward (TCP and UDP).
+func proxyPorts(svc *corev1.Service) ([]corev1.ServicePort, []Problem) {
+	var ports []corev1.ServicePort
+	var problems []Problem
+	for _, p := range svc.Spec.Ports {
+		switch protocolOf(p) {
+		case corev1.ProtocolTCP, corev1.ProtocolUDP:
+			ports = append(ports, p)
+		default:
+			problems = append(problems, Problem{Key: "spec.ports", Value: fmt.Sprintf("%s:%d", p.Protocol, p.Port),
+				Reason: "pulselb forwards TCP and UDP only", Default: "not exposing this port"})
+		}
+	}
+	if len(svc.Spec.Ports) > 0 && len(ports) == 0 {
+		problems = append(problems, Problem{Key: "spec.ports", Reason: "no TCP or UDP port", Default: "no proxies"})
+	}
+	return ports, problems
+}
+
+// clusterIPs returns the Service's ClusterIPs the proxy forwards to.
+func clusterIPs(svc *corev1.Service) ([]string, *Problem) {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	var out []string
+	for _, ip := range ips {
+		if _, err := netip.ParseAddr(ip); err == nil {
+			out = append(out, ip)
+		}
+	}
+	if len(out) == 0 {
+		// A new Service's ClusterIP is allocated on creation, so this
+		// is a headless Service or an unfinished object.
+		return nil, &Problem{Key: "spec.clusterIP", Value: svc.Spec.ClusterIP,
+			Reason: "the proxy forwards to the ClusterIP, and there is none", Default: "no proxies"}
+	}
+	return out, nil
+}
+
+func hasIPv6(ips []string) bool {
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil && a.Is6() && !a.Is4In6() {
+			return true
+		}
+	}
+	return false
+}
+
+func tolerations(mode Mode) []corev1.Toleration {
+	t := []corev1.Toleration{
+		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "node-role.kubernetes.io/master", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists},
+	}
+	if mode == ModeDeployment {
+		for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
+			t = append(t, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists,
+				Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](deploymentTolerationSeconds)})
+		}
+	}
+	return t
+}
+
+// healthPort returns the first port from want up that no Service port uses,
+// so the kubelet's probes of the proxy are never forwarded to the Service.
+func healthPort(ports []corev1.ServicePort, want int32) int32 {
+	used := map[int32]bool{}
+	for _, p := range ports {
+		if protocolOf(p) == corev1.ProtocolTCP {
+			used[p.Port] = true
+		}
+	}
+	for used[want] {
+		want++
+	}
+	return want
+}
+
+func podTemplate(svc *corev1.Service, s Settings, cfg Config, ports []corev1.ServicePort, clusterIPs, nodePorts []string) corev1.PodTemplateSpec {
+	var portFlags []string
+	var containerPorts []corev1.ContainerPort
+	for _, p := range ports {
+		portFlags = append(portFlags, fmt.Sprintf("%s:%d", protocolOf(p), p.Port))
+		containerPorts = append(containerPorts, corev1.ContainerPort{
+			ContainerPort: p.Port, HostPort: p.Port, Protocol: protocolOf(p),
+		})
+	}
+	args := []string{"proxy",
+		"--cluster-ips=" + strings.Join(clusterIPs, ","),
+		"--ports=" + strings.Join(portFlags, ","),
+		"--mode=" + cfg.ProxyMode,
+	}
+	if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
+		ranges := make([]string, 0, len(svc.Spec.LoadBalancerSourceRanges))
+		for _, r := range svc.Spec.LoadBalancerSourceRanges {
+			ranges = append(ranges, strings.TrimSpace(r))
+		}
+		args = append(args, "--source-ranges="+strings.Join(ranges, ","))
+	}
+	hp := healthPort(ports, cfg.HealthPort)
+	env := []corev1.EnvVar{{Name: EnvHealthAddress, Value: ":" + strconv.Itoa(int(hp))}}
+	if len(nodePorts) > 0 {
+		env = append(env,
+			corev1.EnvVar{Name: EnvNodePortTarget, Value: strings.Join(nodePorts, ",")},
+			corev1.EnvVar{Name: EnvNodeIPs, ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.hostIPs"}}},
+		)
+	}
+	healthProbe := func(failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: "/healthz", Port: intstr.FromInt32(hp), Scheme: corev1.URISchemeHTTP}},
+			PeriodSeconds: 2, TimeoutSeconds: 1, FailureThreshold: failures, SuccessThreshold: 1,
+		}
+	}
+	initArgs := []string{"proxy-init"}
+	if hasIPv6(clusterIPs) {
+		initArgs = append(initArgs, "--ipv6")
+	}
+
+	required := []corev1.NodeSelectorRequirement{
+		{Key: LabelExcludeFromLB, Operator: corev1.NodeSelectorOpDoesNotExist},
+		{Key: LabelExclude, Operator: corev1.NodeSelectorOpDoesNotExist},
+		{Key: LabelUnhealthy, Operator: corev1.NodeSelectorOpDoesNotExist},
+	}
+	required = append(required, s.NodeSelector...)
+	affinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: required}},
+		},
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100,
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+				{Key: LabelExternalIP, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}},
+			}},
+		}},
+	}}
+	if len(nodePorts) > 0 && len(svc.Spec.Selector) > 0 {
+		// externalTrafficPolicy Local: a proxy is only useful next to a
+		// backend. Pod affinity follows the backends without changing the
+		// template when they move; readiness is checked when publishing.
+		affinity.PodAffinity = &corev1.PodAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: svc.Spec.Selector},
+				Namespaces:    []string{svc.Namespace},
+				TopologyKey:   corev1.LabelHostname,
+			}},
+		}
+	}
+
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{
+			Labels:      workloadLabels(svc),
+			Annotations: map[string]string{AnnotationService: svc.Namespace + "/" + svc.Name},
+		},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			PriorityClassName:             cfg.PriorityClassName,
+			TerminationGracePeriodSeconds: ptr.To[int64](15),
+			Affinity:                      affinity,
+			Tolerations:                   tolerations(ModeDaemonSet),
+			InitContainers: []corev1.Container{{
+				Name:            ContainerProxyInit,
+				Image:           cfg.Image,
+				ImagePullPolicy: cfg.ImagePullPolicy,
+				Args:            initArgs,
+				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+				Resources:       resources("10m", "16Mi", "32Mi"),
+			}},
+			Containers: []corev1.Container{{
+				Name:            ContainerProxy,
+				Image:           cfg.Image,
+				ImagePullPolicy: cfg.ImagePullPolicy,
+				Args:            args,
+				Env:             env,
+				Ports:           containerPorts,
+				ReadinessProbe:  healthProbe(1),
+				LivenessProbe:   healthProbe(5),
+				SecurityContext: &corev1.SecurityContext{
+					Privileged:               ptr.To(false),
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}},
+				},
+				Resources: resources("10m", "16Mi", "64Mi"),
+			}},
+		},
+	}
+}
+
+func resources(cpu, memory, memoryLimit string) corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse(cpu),
+			corev1.ResourceMemory: resource.MustParse(memory),
+		},
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(memoryLimit)},
+	}
+}

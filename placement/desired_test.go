@@ -1,0 +1,378 @@
+package placement
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestName(t *testing.T) {
+	dns1123 := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	long := strings.Repeat("a", 63)
+	tests := []struct {
+		ns, name string
+		want     string // "" to check shape only
+	}{
+		{"shop", "web", "pulselb-web-"},
+		{"other", "web", "pulselb-web-"},
+		{"shop", long, "pulselb-" + strings.Repeat("a", 44) + "-"},
+		{"shop", long[:62] + "b", "pulselb-" + strings.Repeat("a", 44) + "-"},
+		{"shop", strings.Repeat("a", 43) + "-b", "pulselb-" + strings.Repeat("a", 43) + "-"},
+	}
+	seen := map[string]string{}
+	for _, tt := range tests {
+		got := Name(tt.ns, tt.name)
+		if len(got) > 63 || !dns1123.MatchString(got) {
+			t.Errorf("Name(%q, %q) = %q: not a DNS-1123 label of at most 63 characters", tt.ns, tt.name, got)
+		}
+		if !strings.HasPrefix(got, tt.want) {
+			t.Errorf("Name(%q, %q) = %q, want prefix %q", tt.ns, tt.name, got, tt.want)
+		}
+		if again := Name(tt.ns, tt.name); again != got {
+			t.Errorf("Name(%q, %q) is not stable: %q then %q", tt.ns, tt.name, got, again)
+		}
+		if prev, ok := seen[got]; ok {
+			t.Errorf("Name(%q, %q) = %q collides with %s", tt.ns, tt.name, got, prev)
+		}
+		seen[got] = tt.ns + "/" + tt.name
+	}
+}
+
+const goldenHash = "97375646b1"
+
+func TestNameGolden(t *testing.T) {
+	// sha256("shop/web") starts with these hex digits; a change would
+	// orphan every workload in existing clusters.
+	if got := Name("shop", "web"); got != "pulselb-web-"+goldenHash {
+		t.Errorf("Name(shop, web) = %q, want %q", got, "pulselb-web-"+goldenHash)
+	}
+}
+
+func TestDesired(t *testing.T) {
+	three := []*corev1.Node{node("n1"), node("n2"), node("n3")}
+	tests := []struct {
+		name     string
+		svc      *corev1.Service
+		nodes    []*corev1.Node
+		mode     Mode
+		replicas int32
+		eligible []string
+		problems []string // keys
+		check    func(t *testing.T, w Workload)
+	}{
+		{
+			name: "defaults", svc: service(), nodes: three,
+			mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+		},
+		{
+			name: "replicas capped by eligible nodes", svc: service(annotate(AnnotationReplicas, "5")), nodes: three,
+			mode: ModeDeployment, replicas: 3, eligible: []string{"n1", "n2", "n3"},
+		},
+		{
+			name: "exclusion labels, not ready, cordoned, unhealthy and untolerated taints are not eligible",
+			svc:  service(annotate(AnnotationReplicas, "5")),
+			nodes: []*corev1.Node{
+				node("ok"),
+				node("cp", taint("node-role.kubernetes.io/control-plane", corev1.TaintEffectNoSchedule)),
+				node("excluded", label(LabelExcludeFromLB, "")),
+				node("excluded2", label(LabelExclude, "true")),
+				node("unhealthy", label(LabelUnhealthy, "true")),
+				node("down", notReady),
+				node("cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }),
+				node("gpu", taint("gpu", corev1.TaintEffectNoSchedule)),
+				node("soft", taint("gpu", corev1.TaintEffectPreferNoSchedule)),
+			},
+			mode: ModeDeployment, replicas: 3, eligible: []string{"cp", "ok", "soft"},
+		},
+		{
+			name: "node selector", svc: service(annotate(AnnotationNodeSelector, "role in (edge),zone!=b")),
+			nodes: []*corev1.Node{
+				node("e1", label("role", "edge"), label("zone", "a")),
+				node("e2", label("role", "edge"), label("zone", "b")),
+				node("w1", label("role", "worker")),
+			},
+			mode: ModeDeployment, replicas: 1, eligible: []string{"e1"},
+			check: func(t *testing.T, w Workload) {
+				reqs := w.Deployment.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions
+				want := []corev1.NodeSelectorRequirement{
+					{Key: LabelExcludeFromLB, Operator: corev1.NodeSelectorOpDoesNotExist},
+					{Key: LabelExclude, Operator: corev1.NodeSelectorOpDoesNotExist},
+					{Key: LabelUnhealthy, Operator: corev1.NodeSelectorOpDoesNotExist},
+					{Key: "role", Operator: corev1.NodeSelectorOpIn, Values: []string{"edge"}},
+					{Key: "zone", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"b"}},
+				}
+				if !equalReqs(reqs, want) {
+					t.Errorf("required affinity = %+v, want %+v", reqs, want)
+				}
+			},
+		},
+		{
+			name: "no eligible node keeps one pending replica", svc: service(), nodes: []*corev1.Node{node("n1", notReady)},
+			mode: ModeDeployment, replicas: 1,
+		},
+		{
+			name: "daemonset", svc: service(annotate(AnnotationProxyMode, "daemonset")), nodes: three,
+			mode: ModeDaemonSet, replicas: 3, eligible: []string{"n1", "n2", "n3"},
+			check: func(t *testing.T, w Workload) {
+				if w.Deployment != nil || w.DaemonSet == nil {
+					t.Fatalf("want only a DaemonSet")
+				}
+				if w.DaemonSet.Spec.Template.Spec.TopologySpreadConstraints != nil {
+					t.Errorf("a DaemonSet needs no zone spread")
+				}
+			},
+		},
+		{
+			name:  "invalid annotations fall back to defaults",
+			svc:   service(annotate(AnnotationProxyMode, "statefulset", AnnotationReplicas, "two", AnnotationNodeSelector, "role in (", AnnotationAddressType, "public")),
+			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			problems: []string{AnnotationAddressType, AnnotationNodeSelector, AnnotationProxyMode, AnnotationReplicas},
+		},
+		{
+			name: "SCTP port is skipped",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Port: 9, Protocol: corev1.ProtocolSCTP})
+			}),
+			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			problems: []string{"spec.ports"},
+			check: func(t *testing.T, w Workload) {
+				if got := containerArg(w, "--ports="); got != "--ports=TCP:80,UDP:53" {
+					t.Errorf("ports flag = %q", got)
+				}
+			},
+		},
+		{
+			name:  "headless Service gets no workload",
+			svc:   service(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "None", []string{"None"} }),
+			nodes: three, mode: ModeDeployment, eligible: []string{"n1", "n2", "n3"},
+			problems: []string{"spec.clusterIP"},
+			check: func(t *testing.T, w Workload) {
+				if !w.Empty() {
+					t.Errorf("want no workload")
+				}
+			},
+		},
+		{
+			name: "dual-stack Service: both ClusterIPs and IPv6 forwarding",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00::10"}
+				s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24", "2001:db8::/32"}
+			}),
+			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			check: func(t *testing.T, w Workload) {
+				if got := containerArg(w, "--cluster-ips="); got != "--cluster-ips=10.96.0.10,fd00::10" {
+					t.Errorf("cluster-ips flag = %q", got)
+				}
+				if got := containerArg(w, "--source-ranges="); got != "--source-ranges=192.0.2.0/24,2001:db8::/32" {
+					t.Errorf("source-ranges flag = %q", got)
+				}
+				if args := w.Deployment.Spec.Template.Spec.InitContainers[0].Args; !slices.Contains(args, "--ipv6") {
+					t.Errorf("proxy-init args = %q, want --ipv6", args)
+				}
+			},
+		},
+		{
+			name:  "externalTrafficPolicy Local targets NodePorts next to the backends",
+			svc:   service(func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal }),
+			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			check: func(t *testing.T, w Workload) {
+				if !w.NodePortTarget {
+					t.Errorf("NodePortTarget = false")
+				}
+				spec := w.Deployment.Spec.Template.Spec
+				env := map[string]corev1.EnvVar{}
+				for _, e := range spec.Containers[0].Env {
+					env[e.Name] = e
+				}
+				if got := env[EnvNodePortTarget].Value; got != "TCP:80=30080,UDP:53=30053" {
+					t.Errorf("%s = %q", EnvNodePortTarget, got)
+				}
+				if f := env[EnvNodeIPs].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "status.hostIPs" {
+					t.Errorf("%s = %+v, want the downward API's status.hostIPs", EnvNodeIPs, env[EnvNodeIPs])
+				}
+				pa := spec.Affinity.PodAffinity
+				if pa == nil || len(pa.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
+					pa.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector.MatchLabels["app"] != "web" ||
+					pa.RequiredDuringSchedulingIgnoredDuringExecution[0].Namespaces[0] != "shop" {
+					t.Errorf("pod affinity = %+v, want the backends' selector in shop", pa)
+				}
+			},
+		},
+		{
+			name: "externalTrafficPolicy Local without NodePorts falls back to the ClusterIP",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.Ports[1].NodePort = 0
+			}),
+			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			problems: []string{"spec.allocateLoadBalancerNodePorts"},
+			check: func(t *testing.T, w Workload) {
+				if w.NodePortTarget || w.Deployment.Spec.Template.Spec.Affinity.PodAffinity != nil {
+					t.Errorf("want ClusterIP forwarding without pod affinity")
+				}
+			},
+		},
+		{
+			name: "health port moves off a Service port",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Ports = []corev1.ServicePort{{Port: 9470, Protocol: corev1.ProtocolTCP}, {Port: 9471, Protocol: corev1.ProtocolTCP}}
+			}),
+			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			check: func(t *testing.T, w Workload) {
+				c := w.Deployment.Spec.Template.Spec.Containers[0]
+				if got := c.ReadinessProbe.HTTPGet.Port.IntValue(); got != 9472 {
+					t.Errorf("readiness probe port = %d, want 9472", got)
+				}
+				if c.Env[0].Name != EnvHealthAddress || c.Env[0].Value != ":9472" {
+					t.Errorf("health address env = %+v", c.Env[0])
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, problems := Desired(tt.svc, tt.nodes, testCfg)
+			var keys []string
+			for _, p := range problems {
+				keys = append(keys, p.Key)
+				if !strings.Contains(p.String(), p.Key) || p.Reason == "" || p.Default == "" {
+					t.Errorf("problem %q does not name key, reason and default", p.String())
+				}
+			}
+			if !slices.Equal(keys, tt.problems) {
+				t.Errorf("problems = %q, want keys %q", problems, tt.problems)
+			}
+			if w.Mode != tt.mode || w.Replicas != tt.replicas || !slices.Equal(w.EligibleNodes, tt.eligible) {
+				t.Errorf("mode %s, replicas %d, eligible %q; want %s, %d, %q", w.Mode, w.Replicas, w.EligibleNodes, tt.mode, tt.replicas, tt.eligible)
+			}
+			if !w.Empty() {
+				checkInvariants(t, tt.svc, w)
+			}
+			if tt.check != nil {
+				tt.check(t, w)
+			}
+		})
+	}
+}
+
+// checkInvariants asserts what every proxy workload must have.
+func checkInvariants(t *testing.T, svc *corev1.Service, w Workload) {
+	t.Helper()
+	var meta metav1.ObjectMeta
+	var spec corev1.PodTemplateSpec
+	var sel *metav1.LabelSelector
+	if w.DaemonSet != nil {
+		meta, spec, sel = w.DaemonSet.ObjectMeta, w.DaemonSet.Spec.Template, w.DaemonSet.Spec.Selector
+	} else {
+		meta, spec, sel = w.Deployment.ObjectMeta, w.Deployment.Spec.Template, w.Deployment.Spec.Selector
+	}
+	if meta.Name != Name(svc.Namespace, svc.Name) || meta.Namespace != "pulselb-system" {
+		t.Errorf("workload %s/%s", meta.Namespace, meta.Name)
+	}
+	if k, ok := ServiceOf(meta.Labels); !ok || k.Namespace != svc.Namespace || k.Name != svc.Name {
+		t.Errorf("workload labels %v do not point back to the Service", meta.Labels)
+	}
+	if k, ok := ServiceOf(spec.Labels); !ok || k.Name != svc.Name {
+		t.Errorf("pod labels %v do not point back to the Service", spec.Labels)
+	}
+	for k, v := range sel.MatchLabels {
+		if spec.Labels[k] != v {
+			t.Errorf("selector %v does not match pod labels %v", sel.MatchLabels, spec.Labels)
+		}
+	}
+	if meta.Annotations[AnnotationSpecHash] == "" {
+		t.Errorf("no spec hash annotation")
+	}
+	ps := spec.Spec
+	if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
+		t.Errorf("automountServiceAccountToken must be false")
+	}
+	if ps.PriorityClassName != DefaultPriorityClassName {
+		t.Errorf("priority class %q", ps.PriorityClassName)
+	}
+	if len(ps.InitContainers) != 1 || ps.InitContainers[0].Args[0] != "proxy-init" ||
+		ps.InitContainers[0].SecurityContext == nil || !*ps.InitContainers[0].SecurityContext.Privileged {
+		t.Errorf("want one privileged proxy-init container, got %+v", ps.InitContainers)
+	}
+	if len(ps.Containers) != 1 {
+		t.Fatalf("want one container, got %d", len(ps.Containers))
+	}
+	c := ps.Containers[0]
+	if c.Args[0] != "proxy" {
+		t.Errorf("proxy args %q", c.Args)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.Capabilities == nil ||
+		!slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN"}) {
+		t.Errorf("proxy security context %+v: want NET_ADMIN only, not privileged", sc)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("proxy resources %+v: want small requests and a memory limit", c.Resources)
+	}
+	var want []corev1.ContainerPort
+	for _, p := range svc.Spec.Ports {
+		if p.Protocol == corev1.ProtocolTCP || p.Protocol == corev1.ProtocolUDP {
+			want = append(want, corev1.ContainerPort{ContainerPort: p.Port, HostPort: p.Port, Protocol: p.Protocol})
+		}
+	}
+	if !slices.Equal(c.Ports, want) {
+		t.Errorf("container ports %+v, want every Service port as a hostPort %+v", c.Ports, want)
+	}
+	tolerated := map[string]bool{}
+	for _, tol := range ps.Tolerations {
+		tolerated[tol.Key] = true
+	}
+	if !tolerated["node-role.kubernetes.io/control-plane"] {
+		t.Errorf("control-plane taint not tolerated: %+v", ps.Tolerations)
+	}
+	pref := ps.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	if len(pref) != 1 || pref[0].Preference.MatchExpressions[0].Key != LabelExternalIP {
+		t.Errorf("preferred affinity %+v, want %s", pref, LabelExternalIP)
+	}
+	if w.Deployment != nil {
+		tsc := ps.TopologySpreadConstraints
+		if len(tsc) != 1 || tsc[0].TopologyKey != corev1.LabelTopologyZone {
+			t.Errorf("topology spread %+v, want zone", tsc)
+		}
+	}
+}
+
+func containerArg(w Workload, prefix string) string {
+	for _, a := range w.Deployment.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, prefix) {
+			return a
+		}
+	}
+	return ""
+}
+
+func equalReqs(a, b []corev1.NodeSelectorRequirement) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.NodeSelectorRequirement) bool {
+		return x.Key == y.Key && x.Operator == y.Operator && slices.Equal(x.Values, y.Values)
+	})
+}
+
+func TestDesiredStable(t *testing.T) {
+	nodes := []*corev1.Node{node("n1"), node("n2")}
+	a, _ := Desired(service(), nodes, testCfg)
+	b, _ := Desired(service(), []*corev1.Node{node("n2"), node("n1")}, testCfg)
+	if a.Deployment.Annotations[AnnotationSpecHash] != b.Deployment.Annotations[AnnotationSpecHash] {
+		t.Errorf("the spec hash depends on node order")
+	}
+	// Health labels change eligibility (replicas) but never the pod
+	// template, so failing nodes never start a rollout.
+	c, _ := Desired(service(annotate(AnnotationReplicas, "1")), []*corev1.Node{node("n1", label(LabelUnhealthy, "true")), node("n2")}, testCfg)
+	d, _ := Desired(service(annotate(AnnotationReplicas, "1")), nodes, testCfg)
+	if c.Deployment.Spec.Template.String() != d.Deployment.Spec.Template.String() {
+		t.Errorf("pod template changes with node health")
+	}
+	// A port change must change the hash so the controller updates.
+	e, _ := Desired(service(func(s *corev1.Service) { s.Spec.Ports[0].Port = 8080 }), nodes, testCfg)
+	if e.Deployment.Annotations[AnnotationSpecHash] == a.Deployment.Annotations[AnnotationSpecHash] {
+		t.Errorf("the spec hash ignores a port change")
+	}
+}

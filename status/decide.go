@@ -1,0 +1,444 @@
+// Package status owns what pulselb publishes on a Service: the
+// status.loadBalancer ingress list of proxy node IPs, the pulselb.io/
+// address annotations, the pulselb.io/ conditions, and the Events that
+// report their changes. Decide is a pure function of cached objects and
+// health verdicts; callers write its Result only where it differs.
+package status
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types pulselb owns on a Service.
+const (
+	ConditionProxiesScheduled = "pulselb.io/ProxiesScheduled"
+	ConditionHealthy          = "pulselb.io/Healthy"
+	ConditionConfigValid      = "pulselb.io/ConfigValid"
+)
+
+// Annotations pulselb writes on a Service.
+const (
+	AnnotationExternalIPs = "pulselb.io/external-ips"
+	AnnotationInternalIPs = "pulselb.io/internal-ips"
+	AnnotationNodes       = "pulselb.io/nodes"
+)
+
+// Values of the address-type and all-down annotations; an empty or unknown
+// value means the default (auto, publish-all). The placement package
+// validates the annotations.
+const (
+	AddressAuto     = "auto"
+	AddressExternal = "external"
+	AddressInternal = "internal"
+	AddressBoth     = "both"
+
+	AllDownPublishAll  = "publish-all"
+	AllDownPublishNone = "publish-none"
+)
+
+// Condition and Event reasons.
+const (
+	ReasonScheduled         = "Scheduled"
+	ReasonPortConflict      = "PortConflict"
+	ReasonNoEligibleNode    = "NoEligibleNode"
+	ReasonPending           = "Pending"
+	ReasonNotServable       = "NotServable"
+	ReasonHealthy           = "Healthy"
+	ReasonAllDown           = "AllDown"
+	ReasonNoProxyReady      = "NoProxyReady"
+	ReasonValid             = "Valid"
+	ReasonInvalidConfig     = "InvalidConfig"
+	ReasonInvalidAnnotation = "InvalidAnnotation"
+)
+
+// PortKey names a Service port.
+type PortKey struct {
+	Protocol corev1.Protocol
+	Port     int32
+}
+
+// Health is the verdict on one node for one Service. Its zero value is
+// healthy, so a nil Input.Health means "every node healthy" until the
+// probe pipeline supplies verdicts.
+type Health struct {
+	// Down drops the node from the published list.
+	Down bool
+	// PortErrors holds, for ports that are down on the node, the text
+	// published as ingress[].ports[].error.
+	PortErrors map[PortKey]string
+}
+
+// Problem is a configuration problem to report: Reason is the Event reason
+// (InvalidAnnotation, or another for spec fields), Message names the key,
+// the value, why, and the default used.
+type Problem struct {
+	Reason  string
+	Message string
+}
+
+// Input is everything Decide looks at.
+type Input struct {
+	Service *corev1.Service
+	// Nodes by name.
+	Nodes map[string]*corev1.Node
+	// Pods are the Service's proxy pods.
+	Pods []*corev1.Pod
+	// Health holds verdicts by node name; a missing node is healthy.
+	Health map[string]Health
+	// LocalEndpointNodes, when not nil, limits publishing to these nodes
+	// (externalTrafficPolicy Local: nodes with a ready local endpoint).
+	LocalEndpointNodes map[string]bool
+	AddressType        string
+	AllDown            string
+	// Problems make ConfigValid False.
+	Problems []Problem
+	// Conflicts are host port conflict messages (placement.Conflict).
+	Conflicts []string
+	// Servable is false when no workload can be built (Problems say why).
+	Servable bool
+	// EligibleNodes is how many nodes may host proxies.
+	EligibleNodes int
+	// Now stamps conditions that change.
+	Now metav1.Time
+}
+
+// Event is an Event to record on the Service.
+type Event struct {
+	Type    string // corev1.EventTypeNormal or corev1.EventTypeWarning
+	Reason  string
+	Message string
+}
+
+// Result is the published state Decide wants for a Service.
+type Result struct {
+	LoadBalancer corev1.LoadBalancerStatus
+	// Conditions is the Service's whole condition list: others' conditions
+	// unchanged, pulselb's three computed.
+	Conditions []metav1.Condition
+	// Annotations holds pulselb's written annotations; "" means absent.
+	Annotations map[string]string
+	// Nodes are the published nodes, sorted.
+	Nodes  []string
+	Events []Event
+}
+
+// Decide computes what svc's status, annotations and conditions should be.
+func Decide(in Input) Result {
+	svc := in.Service
+	scheduled, ready := podNodes(in.Pods)
+
+	healthy := map[string]bool{}
+	for n := range ready {
+		if in.Health[n].Down {
+			continue
+		}
+		if in.LocalEndpointNodes != nil && !in.LocalEndpointNodes[n] {
+			continue
+		}
+		healthy[n] = true
+	}
+	published := healthy
+	failOpen := false
+	if len(healthy) == 0 && in.AllDown != AllDownPublishNone &&
+		(len(ready) > 0 || len(svc.Status.LoadBalancer.Ingress) > 0) {
+		// Fail open: an empty list makes external-dns delete the
+		// records, so publish where proxies run rather than nothing.
+		failOpen = true
+		published = ready
+		if len(published) == 0 {
+			published = scheduled
+		}
+	}
+	nodes := setList(published)
+
+	families := familyOrder(svc)
+	useExternal, useInternal := addressTypes(in.AddressType, setList(scheduled), in.Nodes, families)
+	var ingress []corev1.LoadBalancerIngress
+	var externalIPs, internalIPs []netip.Addr
+	seen := map[netip.Addr]bool{}
+	for _, n := range nodes {
+		node := in.Nodes[n]
+		if node == nil {
+			continue
+		}
+		for _, a := range node.Status.Addresses {
+			ip, err := netip.ParseAddr(a.Address)
+			if err != nil || families[familyOf(ip)] == 0 {
+				continue
+			}
+			ip = ip.Unmap()
+			switch a.Type {
+			case corev1.NodeExternalIP:
+				externalIPs = append(externalIPs, ip)
+				if !useExternal {
+					continue
+				}
+			case corev1.NodeInternalIP:
+				internalIPs = append(internalIPs, ip)
+				if !useInternal {
+					continue
+				}
+			default:
+				continue
+			}
+			if seen[ip] {
+				continue
+			}
+			seen[ip] = true
+			ingress = append(ingress, corev1.LoadBalancerIngress{
+				IP:     ip.String(),
+				IPMode: ptrTo(corev1.LoadBalancerIPModeProxy),
+				Ports:  portStatuses(svc, in.Health[n]),
+			})
+		}
+	}
+	byFamily := func(a, b netip.Addr) int {
+		return cmp.Or(cmp.Compare(families[familyOf(a)], families[familyOf(b)]), a.Compare(b))
+	}
+	slices.SortFunc(ingress, func(a, b corev1.LoadBalancerIngress) int {
+		return byFamily(netip.MustParseAddr(a.IP), netip.MustParseAddr(b.IP))
+	})
+	slices.SortFunc(externalIPs, byFamily)
+	slices.SortFunc(internalIPs, byFamily)
+
+	r := Result{
+		LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress},
+		Nodes:        nodes,
+		Annotations: map[string]string{
+			AnnotationExternalIPs: joinAddrs(slices.Compact(externalIPs)),
+			AnnotationInternalIPs: joinAddrs(slices.Compact(internalIPs)),
+			AnnotationNodes:       strings.Join(nodes, ","),
+		},
+	}
+
+	sched := scheduledCondition(in, scheduled)
+	health := healthyCondition(in, len(ready), healthy, published, failOpen)
+	valid := metav1.Condition{Type: ConditionConfigValid, Status: metav1.ConditionTrue, Reason: ReasonValid,
+		Message: "every pulselb setting is valid"}
+	if len(in.Problems) > 0 {
+		msgs := make([]string, len(in.Problems))
+		for i, p := range in.Problems {
+			msgs[i] = p.Message
+		}
+		valid.Status, valid.Reason, valid.Message = metav1.ConditionFalse, ReasonInvalidConfig, strings.Join(msgs, "; ")
+	}
+	r.Conditions = mergeConditions(svc, in.Now, sched, health, valid)
+	r.Events = events(in, svc.Status.Conditions, sched, valid)
+	return r
+}
+
+// podNodes returns the nodes of the pods that are scheduled (bound, not
+// terminating, not finished) and of those also Running and Ready.
+func podNodes(pods []*corev1.Pod) (scheduled, ready map[string]bool) {
+	scheduled, ready = map[string]bool{}, map[string]bool{}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil ||
+			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		scheduled[p.Spec.NodeName] = true
+		if p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				ready[p.Spec.NodeName] = true
+			}
+		}
+	}
+	return scheduled, ready
+}
+
+// familyOrder ranks IP families by spec.ipFamilies, 1 first; 0 means the
+// Service does not have the family. Without ipFamilies, IPv4 comes first.
+func familyOrder(svc *corev1.Service) map[corev1.IPFamily]int {
+	order := map[corev1.IPFamily]int{}
+	for i, f := range svc.Spec.IPFamilies {
+		if order[f] == 0 {
+			order[f] = i + 1
+		}
+	}
+	if len(order) == 0 {
+		order[corev1.IPv4Protocol], order[corev1.IPv6Protocol] = 1, 2
+	}
+	return order
+}
+
+func familyOf(ip netip.Addr) corev1.IPFamily {
+	if ip.Unmap().Is4() {
+		return corev1.IPv4Protocol
+	}
+	return corev1.IPv6Protocol
+}
+
+// addressTypes decides which node address types to publish. For auto, the
+// choice looks at every node running a proxy, not only the healthy ones,
+// so it does not flip when an ExternalIP node fails.
+func addressTypes(addressType string, proxyNodes []string, nodes map[string]*corev1.Node, families map[corev1.IPFamily]int) (external, internal bool) {
+	switch addressType {
+	case AddressExternal:
+		return true, false
+	case AddressInternal:
+		return false, true
+	case AddressBoth:
+		return true, true
+	}
+	for _, n := range proxyNodes {
+		node := nodes[n]
+		if node == nil {
+			continue
+		}
+		for _, a := range node.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeExternalIP && families[familyOf(ip)] > 0 {
+				return true, false
+			}
+		}
+	}
+	return false, true
+}
+
+func portStatuses(svc *corev1.Service, h Health) []corev1.PortStatus {
+	var out []corev1.PortStatus
+	for _, p := range svc.Spec.Ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		ps := corev1.PortStatus{Port: p.Port, Protocol: proto}
+		if msg, ok := h.PortErrors[PortKey{proto, p.Port}]; ok {
+			ps.Error = ptrTo(msg)
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+func scheduledCondition(in Input, scheduled map[string]bool) metav1.Condition {
+	c := metav1.Condition{Type: ConditionProxiesScheduled, Status: metav1.ConditionFalse}
+	switch {
+	case !in.Servable:
+		c.Reason, c.Message = ReasonNotServable, "no proxy workload: the Service's settings cannot be served (see "+ConditionConfigValid+")"
+	case len(in.Conflicts) > 0:
+		c.Reason, c.Message = ReasonPortConflict, strings.Join(in.Conflicts, "; ")
+	case in.EligibleNodes == 0:
+		c.Reason, c.Message = ReasonNoEligibleNode, "no node is eligible: every node is not ready, excluded, unhealthy, tainted or not selected"
+	case len(scheduled) == 0:
+		c.Reason, c.Message = ReasonPending, "no proxy pod is scheduled yet"
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonScheduled
+		c.Message = "proxy pods run on " + listShort(setList(scheduled))
+	}
+	return c
+}
+
+func healthyCondition(in Input, ready int, healthy, published map[string]bool, failOpen bool) metav1.Condition {
+	c := metav1.Condition{Type: ConditionHealthy, Status: metav1.ConditionFalse}
+	switch {
+	case len(healthy) > 0:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonHealthy
+		c.Message = fmt.Sprintf("%d of %d ready proxy nodes are healthy", len(healthy), ready)
+	case ready == 0 && !failOpen:
+		c.Reason, c.Message = ReasonNoProxyReady, "no proxy pod is running and ready"
+	case in.AllDown == AllDownPublishNone:
+		c.Reason, c.Message = ReasonAllDown, "no proxy node is healthy; publishing none (all-down: publish-none)"
+	default:
+		c.Reason = ReasonAllDown
+		c.Message = fmt.Sprintf("no proxy node is healthy; publishing all %d proxy nodes (all-down: publish-all)", len(published))
+	}
+	return c
+}
+
+// mergeConditions returns svc's conditions with pulselb's replaced. A
+// condition keeps its LastTransitionTime while its status stays the same,
+// so an unchanged Service yields an identical list.
+func mergeConditions(svc *corev1.Service, now metav1.Time, ours ...metav1.Condition) []metav1.Condition {
+	var out []metav1.Condition
+	owned := map[string]bool{}
+	for _, c := range ours {
+		owned[c.Type] = true
+	}
+	for _, c := range svc.Status.Conditions {
+		if !owned[c.Type] {
+			out = append(out, c)
+		}
+	}
+	for _, c := range ours {
+		c.ObservedGeneration = svc.Generation
+		c.LastTransitionTime = now
+		if old := findCondition(svc.Status.Conditions, c.Type); old != nil && old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+// events reports changes of the conditions, so a steady state records
+// nothing however often it is synced.
+func events(in Input, old []metav1.Condition, sched, valid metav1.Condition) []Event {
+	var out []Event
+	changed := func(c metav1.Condition) bool {
+		o := findCondition(old, c.Type)
+		return o == nil || o.Status != c.Status || o.Reason != c.Reason || o.Message != c.Message
+	}
+	if valid.Status == metav1.ConditionFalse && changed(valid) {
+		for _, p := range in.Problems {
+			out = append(out, Event{Type: corev1.EventTypeWarning, Reason: p.Reason, Message: p.Message})
+		}
+	}
+	if changed(sched) {
+		switch sched.Reason {
+		case ReasonPortConflict:
+			for _, m := range in.Conflicts {
+				out = append(out, Event{Type: corev1.EventTypeWarning, Reason: ReasonPortConflict, Message: m})
+			}
+		case ReasonNoEligibleNode:
+			out = append(out, Event{Type: corev1.EventTypeWarning, Reason: ReasonNoEligibleNode, Message: sched.Message})
+		}
+	}
+	return out
+}
+
+func joinAddrs(ips []netip.Addr) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func setList(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func listShort(s []string) string {
+	const max = 10
+	if len(s) <= max {
+		return strings.Join(s, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(s[:max], ", "), len(s)-max)
+}
+
+func ptrTo[T any](v T) *T { return &v }

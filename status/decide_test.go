@@ -1,0 +1,262 @@
+package status
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var now = metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+
+func svc(families ...corev1.IPFamily) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Generation: 3},
+		Spec: corev1.ServiceSpec{
+			Type:       corev1.ServiceTypeLoadBalancer,
+			IPFamilies: families,
+			Ports:      []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// node returns a node with addresses given as "ext:IP" or "int:IP".
+func node(name string, addrs ...string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, a := range addrs {
+		kind, ip, _ := strings.Cut(a, ":")
+		t := corev1.NodeInternalIP
+		if kind == "ext" {
+			t = corev1.NodeExternalIP
+		}
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: t, Address: ip})
+	}
+	return n
+}
+
+// pod returns a proxy pod on nodeName: state is "ready", "running"
+// (not ready), "pending" (bound, not running) or "terminating".
+func pod(nodeName, state string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "pulselb-system", Name: "p-" + nodeName}, Spec: corev1.PodSpec{NodeName: nodeName}}
+	switch state {
+	case "ready", "terminating":
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		if state == "terminating" {
+			p.DeletionTimestamp = &now
+		}
+	case "running":
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	default:
+		p.Status.Phase = corev1.PodPending
+	}
+	return p
+}
+
+func nodeMap(nodes ...*corev1.Node) map[string]*corev1.Node {
+	m := map[string]*corev1.Node{}
+	for _, n := range nodes {
+		m[n.Name] = n
+	}
+	return m
+}
+
+func ingressIPs(r Result) []string {
+	var out []string
+	for _, in := range r.LoadBalancer.Ingress {
+		if in.IPMode == nil || *in.IPMode != corev1.LoadBalancerIPModeProxy {
+			panic("ingress without ipMode Proxy: " + in.IP)
+		}
+		out = append(out, in.IP)
+	}
+	return out
+}
+
+func TestDecide(t *testing.T) {
+	mixed := nodeMap(
+		node("a", "int:10.0.0.1", "ext:203.0.113.1"),
+		node("b", "int:10.0.0.2"),
+		node("c", "int:10.0.0.3", "ext:203.0.113.3", "int:fd00::3", "ext:2001:db8::3"),
+	)
+	internalOnly := nodeMap(node("a", "int:10.0.0.1"), node("b", "int:10.0.0.2"))
+	tests := []struct {
+		name        string
+		in          Input
+		want        []string
+		healthy     string // reason of Healthy
+		scheduled   string // reason of ProxiesScheduled
+		annotations map[string]string
+	}{
+		{
+			name: "internal IPs when no proxy node has an external one",
+			in:   Input{Service: svc(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("b", "ready"), pod("a", "ready")}},
+			want: []string{"10.0.0.1", "10.0.0.2"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
+			annotations: map[string]string{AnnotationInternalIPs: "10.0.0.1,10.0.0.2", AnnotationExternalIPs: "", AnnotationNodes: "a,b"},
+		},
+		{
+			name: "auto prefers external IPs when any proxy node has one",
+			in:   Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")}},
+			want: []string{"203.0.113.1"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
+			annotations: map[string]string{AnnotationInternalIPs: "10.0.0.1,10.0.0.2", AnnotationExternalIPs: "203.0.113.1", AnnotationNodes: "a,b"},
+		},
+		{
+			name: "internal", in: Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, AddressType: AddressInternal, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")}},
+			want: []string{"10.0.0.1", "10.0.0.2"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
+		},
+		{
+			name: "both", in: Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, AddressType: AddressBoth, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")}},
+			want: []string{"10.0.0.1", "10.0.0.2", "203.0.113.1"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
+		},
+		{
+			name: "dual-stack IPv6 first by ipFamilies",
+			in: Input{Service: svc(corev1.IPv6Protocol, corev1.IPv4Protocol), Nodes: mixed, AddressType: AddressExternal,
+				Pods: []*corev1.Pod{pod("c", "ready"), pod("a", "ready")}},
+			want: []string{"2001:db8::3", "203.0.113.1", "203.0.113.3"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
+		},
+		{
+			name: "single-stack IPv4 never publishes IPv6",
+			in:   Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, AddressType: AddressBoth, Pods: []*corev1.Pod{pod("c", "ready")}},
+			want: []string{"10.0.0.3", "203.0.113.3"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
+		},
+		{
+			name: "only ready pods publish; terminating and unready do not",
+			in: Input{Service: svc(), Nodes: mixed, AddressType: AddressInternal,
+				Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "running"), pod("c", "terminating")}},
+			want: []string{"10.0.0.1"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
+		},
+		{
+			name: "unhealthy node dropped",
+			in: Input{Service: svc(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")},
+				Health: map[string]Health{"a": {Down: true}}},
+			want: []string{"10.0.0.2"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
+		},
+		{
+			name: "all down publishes every proxy node by default",
+			in: Input{Service: svc(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")},
+				Health: map[string]Health{"a": {Down: true}, "b": {Down: true}}},
+			want: []string{"10.0.0.1", "10.0.0.2"}, healthy: ReasonAllDown, scheduled: ReasonScheduled,
+		},
+		{
+			name: "all down with publish-none publishes nothing",
+			in: Input{Service: svc(), Nodes: internalOnly, AllDown: AllDownPublishNone, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")},
+				Health: map[string]Health{"a": {Down: true}, "b": {Down: true}}},
+			want: nil, healthy: ReasonAllDown, scheduled: ReasonScheduled,
+		},
+		{
+			name: "new Service with no ready proxy publishes nothing yet",
+			in:   Input{Service: svc(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "pending")}},
+			want: nil, healthy: ReasonNoProxyReady, scheduled: ReasonScheduled,
+		},
+		{
+			name: "published Service whose proxies all turn unready stays on the scheduled nodes",
+			in: Input{Service: func() *corev1.Service {
+				s := svc()
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}}
+				return s
+			}(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "running"), pod("b", "running")}},
+			want: []string{"10.0.0.1", "10.0.0.2"}, healthy: ReasonAllDown, scheduled: ReasonScheduled,
+		},
+		{
+			name: "externalTrafficPolicy Local publishes only nodes with a ready endpoint",
+			in: Input{Service: svc(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")},
+				LocalEndpointNodes: map[string]bool{"b": true}},
+			want: []string{"10.0.0.2"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
+		},
+		{
+			name: "port conflict",
+			in:   Input{Service: svc(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "ready")}, Conflicts: []string{"port TCP:80 is held on node b by service shop/api"}},
+			want: []string{"10.0.0.1"}, healthy: ReasonHealthy, scheduled: ReasonPortConflict,
+		},
+		{
+			name: "no eligible node",
+			in:   Input{Service: svc(), Nodes: internalOnly},
+			want: nil, healthy: ReasonNoProxyReady, scheduled: ReasonNoEligibleNode,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.in.Now = now
+			if tt.scheduled != ReasonNoEligibleNode {
+				tt.in.EligibleNodes = len(tt.in.Nodes)
+			}
+			tt.in.Servable = true
+			r := Decide(tt.in)
+			if got := ingressIPs(r); !slices.Equal(got, tt.want) {
+				t.Errorf("ingress %q, want %q", got, tt.want)
+			}
+			if c := findCondition(r.Conditions, ConditionHealthy); c == nil || c.Reason != tt.healthy {
+				t.Errorf("Healthy condition %+v, want reason %s", c, tt.healthy)
+			}
+			if c := findCondition(r.Conditions, ConditionProxiesScheduled); c == nil || c.Reason != tt.scheduled {
+				t.Errorf("ProxiesScheduled condition %+v, want reason %s", c, tt.scheduled)
+			}
+			for k, v := range tt.annotations {
+				if r.Annotations[k] != v {
+					t.Errorf("annotation %s = %q, want %q", k, r.Annotations[k], v)
+				}
+			}
+			// Deterministic: shuffled pods give the same result.
+			shuffled := tt.in
+			shuffled.Pods = slices.Clone(tt.in.Pods)
+			slices.Reverse(shuffled.Pods)
+			if again := Decide(shuffled); StatusDiffers(withResult(tt.in.Service, r), again) {
+				t.Errorf("result depends on pod order")
+			}
+		})
+	}
+}
+
+func withResult(s *corev1.Service, r Result) *corev1.Service {
+	s = s.DeepCopy()
+	ApplyStatus(s, r)
+	ApplyAnnotations(s, r)
+	return s
+}
+
+func TestDecideSteadyState(t *testing.T) {
+	in := Input{Service: svc(), Nodes: nodeMap(node("a", "int:10.0.0.1")), Pods: []*corev1.Pod{pod("a", "ready")},
+		EligibleNodes: 1, Servable: true, Now: now,
+		Problems: []Problem{{Reason: ReasonInvalidAnnotation, Message: `pulselb.io/replicas="two": not a whole number; using 2`}}}
+	first := Decide(in)
+	if c := findCondition(first.Conditions, ConditionConfigValid); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "replicas") {
+		t.Errorf("ConfigValid %+v, want False naming the annotation", c)
+	}
+	if len(first.Events) != 1 || first.Events[0].Reason != ReasonInvalidAnnotation || first.Events[0].Type != corev1.EventTypeWarning {
+		t.Errorf("events %+v, want one InvalidAnnotation warning", first.Events)
+	}
+	// Written and synced again later: nothing differs and no new Events.
+	in.Service = withResult(in.Service, first)
+	in.Now = metav1.NewTime(now.Add(time.Hour))
+	second := Decide(in)
+	if StatusDiffers(in.Service, second) || AnnotationsDiffer(in.Service, second) {
+		t.Errorf("a second decision on an unchanged Service differs")
+	}
+	if len(second.Events) != 0 {
+		t.Errorf("events %+v on an unchanged Service", second.Events)
+	}
+	// Someone else's condition survives.
+	in.Service.Status.Conditions = append(in.Service.Status.Conditions, metav1.Condition{Type: "example.com/Other", Status: metav1.ConditionTrue})
+	if third := Decide(in); findCondition(third.Conditions, "example.com/Other") == nil {
+		t.Errorf("a foreign condition was dropped")
+	}
+	// Port errors from the health seam reach the ingress entry.
+	in.Health = map[string]Health{"a": {PortErrors: map[PortKey]string{{corev1.ProtocolTCP, 80}: "L4CON connection refused"}}}
+	r := Decide(in)
+	if p := r.LoadBalancer.Ingress[0].Ports; len(p) != 1 || p[0].Error == nil || *p[0].Error != "L4CON connection refused" {
+		t.Errorf("ports %+v, want the port error", p)
+	}
+}
+
+func TestCleared(t *testing.T) {
+	s := withResult(svc(), Decide(Input{Service: svc(), Nodes: nodeMap(node("a", "int:10.0.0.1")), Pods: []*corev1.Pod{pod("a", "ready")}, Servable: true, EligibleNodes: 1, Now: now}))
+	s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{Type: "example.com/Other"})
+	r := Cleared(s)
+	c := withResult(s, r)
+	if len(c.Status.LoadBalancer.Ingress) != 0 || len(c.Status.Conditions) != 1 || len(c.Annotations) != 0 {
+		t.Errorf("cleared Service still has %+v %+v %v", c.Status.LoadBalancer, c.Status.Conditions, c.Annotations)
+	}
+}

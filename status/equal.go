@@ -1,0 +1,63 @@
+package status
+
+import (
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+)
+
+// StatusDiffers reports whether svc's status differs from r's, so the
+// caller writes status only when something changed.
+func StatusDiffers(svc *corev1.Service, r Result) bool {
+	return !equality.Semantic.DeepEqual(svc.Status.LoadBalancer, r.LoadBalancer) ||
+		!equality.Semantic.DeepEqual(svc.Status.Conditions, r.Conditions)
+}
+
+// AnnotationsDiffer reports whether svc's pulselb-written annotations
+// differ from r's.
+func AnnotationsDiffer(svc *corev1.Service, r Result) bool {
+	for k, want := range r.Annotations {
+		if got, ok := svc.Annotations[k]; got != want || (want == "" && ok) {
+			return true
+		}
+	}
+	return false
+}
+
+// ApplyStatus sets r's status on svc, a copy the caller owns.
+func ApplyStatus(svc *corev1.Service, r Result) {
+	svc.Status.LoadBalancer = *r.LoadBalancer.DeepCopy()
+	svc.Status.Conditions = append(svc.Status.Conditions[:0:0], r.Conditions...)
+}
+
+// ApplyAnnotations sets r's annotations on svc, a copy the caller owns;
+// an empty value removes the annotation.
+func ApplyAnnotations(svc *corev1.Service, r Result) {
+	if svc.Annotations == nil {
+		svc.Annotations = map[string]string{}
+	} else {
+		svc.Annotations = maps.Clone(svc.Annotations)
+	}
+	for k, v := range r.Annotations {
+		if v == "" {
+			delete(svc.Annotations, k)
+		} else {
+			svc.Annotations[k] = v
+		}
+	}
+}
+
+// Cleared returns the Result of a Service pulselb no longer serves: no
+// ingress, no pulselb annotations or conditions, others' conditions kept.
+func Cleared(svc *corev1.Service) Result {
+	r := Result{Annotations: map[string]string{AnnotationExternalIPs: "", AnnotationInternalIPs: "", AnnotationNodes: ""}}
+	for _, c := range svc.Status.Conditions {
+		switch c.Type {
+		case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid:
+		default:
+			r.Conditions = append(r.Conditions, c)
+		}
+	}
+	return r
+}
