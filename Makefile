@@ -3,10 +3,11 @@
 
 GO            ?= go
 GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+COREDNS_BIN   ?= $(CURDIR)/bin/coredns-1.15.0
 FUZZTIME      ?= 20s
-DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy
+DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy bind9 dnsperf nsd
 
-.PHONY: all build test unit fuzz lint deps bench bench-prober bench-proxy clean
+.PHONY: all build test unit fuzz lint deps bench bench-prober bench-proxy bench-dns clean
 
 all: build
 
@@ -24,6 +25,7 @@ unit:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./prober/
+	$(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime $(FUZZTIME) ./dnsexport/
 
 lint:
 	$(GO) run $(GOLANGCI_LINT) run ./...
@@ -38,7 +40,7 @@ deps:
 	fi
 
 ## bench: pulselb against its anchors, side by side (root); results go to docs/benchmarks.md.
-bench: bench-prober bench-proxy
+bench: bench-prober bench-proxy bench-dns
 
 ## bench-prober: probes per CPU-second against blackbox_exporter; 10,000 targets.
 bench-prober: deps
@@ -50,3 +52,8 @@ bench-proxy: deps
 
 clean:
 	rm -rf bin
+
+## bench-dns: dnsperf against pulselb, CoreDNS, BIND 9 and NSD serving the same zone.
+bench-dns: deps
+	test -x $(COREDNS_BIN)/coredns || GOBIN=$(COREDNS_BIN) $(GO) install github.com/coredns/coredns@v1.15.0
+	cd test && $(GO) run ./bench/dns -coredns $(COREDNS_BIN)/coredns

@@ -1,0 +1,96 @@
+package dnsexport
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// serials hands out SOA serials that increase on every change and across
+// restarts.
+//
+// The serial is the Unix time in seconds, or the last serial plus one when
+// that is not larger (RFC 1982 serial arithmetic). Time makes serials
+// survive a restart without state and keeps the serials of several
+// controller replicas close; "+1" makes two changes within one second
+// distinct. Only when changes come faster than one a second for a while
+// does the serial run ahead of the clock; a restart before the clock
+// catches up could then go backwards, which the optional state file
+// prevents: when set, the last serial is written to it (atomically) before
+// it is used, and read back at start.
+type serials struct {
+	mu   sync.Mutex
+	path string
+	last uint32
+	now  func() time.Time
+}
+
+// newSerials reads the state file at path, if any.
+func newSerials(path string, now func() time.Time) (*serials, error) {
+	s := &serials{path: path, now: now}
+	if path == "" {
+		return s, nil
+	}
+	b, err := os.ReadFile(path)
+	switch {
+	case os.IsNotExist(err):
+		return s, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading serial state: %w", err)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("parsing serial state file %s: %w", path, err)
+	}
+	s.last = uint32(v)
+	return s, nil
+}
+
+// next returns a serial larger than every serial returned before.
+func (s *serials) next() (uint32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := uint32(s.now().Unix())
+	if s.last != 0 && !serialLess(s.last, n) {
+		n = s.last + 1
+	}
+	if n == 0 { // 0 reads as "no serial yet"; skip it on wrap-around.
+		n = 1
+	}
+	if s.path != "" {
+		if err := writeFileAtomic(s.path, []byte(strconv.FormatUint(uint64(n), 10)+"\n")); err != nil {
+			return 0, fmt.Errorf("saving serial state: %w", err)
+		}
+	}
+	s.last = n
+	return n, nil
+}
+
+// serialLess is a < b in RFC 1982 serial number arithmetic.
+func serialLess(a, b uint32) bool {
+	return a != b && int32(b-a) > 0
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".serial-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,604 @@
+package dnsexport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/net/ipv4"
+	"k8s.io/klog/v2"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Zone is the zone served; Build's rules apply.
+	Zone ZoneConfig
+	// Listen is the UDP and TCP address, e.g. ":53" (the default) or
+	// "127.0.0.1:0" for a free port.
+	Listen string
+	// MaxUDPSize is the largest UDP response sent to an EDNS0 client,
+	// and the size advertised; default 1232 (DNS flag day 2020).
+	// Clients without EDNS0 get at most 512 bytes.
+	MaxUDPSize uint16
+	// TransferKeys are the hmac-sha256 TSIG keys allowed to transfer
+	// the zone (AXFR, IXFR). Without keys nobody may transfer it.
+	TransferKeys []TSIGKey
+	// Secondaries are sent a NOTIFY whenever the zone changes.
+	Secondaries []Secondary
+	// NotifyAttempts bounds the NOTIFY messages sent to one secondary
+	// for one change; default 5. NotifyTimeout is how long each waits for
+	// an answer; default 1s. Attempts are spaced by doubling pauses
+	// starting at NotifyTimeout.
+	NotifyAttempts int
+	NotifyTimeout  time.Duration
+	// RateLimit limits UDP responses per source network.
+	RateLimit RateLimit
+	// SerialFile, when set, keeps the last SOA serial across restarts;
+	// see the serial rules in serial.go.
+	SerialFile string
+	// UDPSockets is the number of UDP sockets (SO_REUSEPORT where
+	// available), each read by one goroutine; default GOMAXPROCS.
+	UDPSockets int
+	// Metrics, when set, are updated by the server.
+	Metrics *Metrics
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Secondary is a server that transfers the zone from this one.
+type Secondary struct {
+	// Addr is where its NOTIFY goes, e.g. 192.0.2.53:53.
+	Addr netip.AddrPort
+	// Key names the TransferKeys entry NOTIFY is signed with; empty
+	// sends it unsigned.
+	Key string
+}
+
+// Server is an authoritative DNS server for one zone. It answers only
+// after the first Update, so a restarting controller never serves (or
+// transfers) an empty zone before its caches are filled; until then
+// queries in the zone get SERVFAIL.
+type Server struct {
+	cfg     Config
+	zoneCfg ZoneConfig
+	origin  string
+	zone    atomic.Pointer[Zone]
+	keys    keyring
+	limiter *limiter
+	serials *serials
+	metrics *Metrics
+	now     func() time.Time
+	// notify is signalled (never blocking) when the zone changes.
+	notify chan struct{}
+
+	updateMu sync.Mutex
+
+	listenMu sync.Mutex
+	udp      []*net.UDPConn
+	tcp      net.Listener
+	addr     netip.AddrPort
+}
+
+// NewServer checks cfg and returns a server that is not listening yet.
+func NewServer(cfg Config) (*Server, error) {
+	if _, _, err := Build(cfg.Zone, nil); err != nil {
+		return nil, err
+	}
+	origin, _ := canonicalName(cfg.Zone.Origin)
+	if cfg.Listen == "" {
+		cfg.Listen = ":53"
+	}
+	if cfg.MaxUDPSize == 0 {
+		cfg.MaxUDPSize = 1232
+	}
+	cfg.MaxUDPSize = max(cfg.MaxUDPSize, dns.MinMsgSize)
+	if cfg.NotifyAttempts <= 0 {
+		cfg.NotifyAttempts = 5
+	}
+	if cfg.NotifyTimeout <= 0 {
+		cfg.NotifyTimeout = time.Second
+	}
+	if cfg.UDPSockets <= 0 {
+		cfg.UDPSockets = runtime.GOMAXPROCS(0)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	keys, err := newKeyring(cfg.TransferKeys)
+	if err != nil {
+		return nil, err
+	}
+	for _, sec := range cfg.Secondaries {
+		if !sec.Addr.IsValid() {
+			return nil, fmt.Errorf("secondary %s: invalid address", sec.Addr)
+		}
+		if sec.Key != "" {
+			name, err := canonicalName(sec.Key)
+			if err != nil || keys[name] == nil {
+				return nil, fmt.Errorf("secondary %s: unknown tsig key %q", sec.Addr, sec.Key)
+			}
+		}
+	}
+	serials, err := newSerials(cfg.SerialFile, now)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{
+		cfg:     cfg,
+		zoneCfg: cfg.Zone,
+		origin:  origin,
+		keys:    keys,
+		limiter: newLimiter(cfg.RateLimit),
+		serials: serials,
+		metrics: cfg.Metrics,
+		now:     now,
+		notify:  make(chan struct{}, 1),
+	}, nil
+}
+
+// Update builds the zone from services and serves it. When the content
+// changed it takes a new serial and NOTIFYs the secondaries; otherwise it
+// changes nothing. problems are per-Service (*ServiceError) and never stop
+// the update; err means the zone was not updated and Update should be
+// retried.
+func (s *Server) Update(services []Service) (problems []error, err error) {
+	z, problems, err := Build(s.zoneCfg, services)
+	if err != nil {
+		return nil, err
+	}
+	s.updateMu.Lock()
+	defer s.updateMu.Unlock()
+	if z.SameContent(s.zone.Load()) {
+		return problems, nil
+	}
+	serial, err := s.serials.next()
+	if err != nil {
+		return problems, fmt.Errorf("updating zone %s: %w", s.origin, err)
+	}
+	z = z.WithSerial(serial)
+	s.zone.Store(z)
+	s.metrics.observeZone(z)
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+	return problems, nil
+}
+
+// Zone returns the zone being served, nil before the first Update.
+func (s *Server) Zone() *Zone { return s.zone.Load() }
+
+// Addr returns the address the server listens on, once Listen returned.
+func (s *Server) Addr() netip.AddrPort {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	return s.addr
+}
+
+// Listen opens the UDP and TCP sockets, on the same port. Run calls it
+// when it was not called before.
+func (s *Server) Listen() error {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	if s.tcp != nil {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("dns listen address %q: %w", s.cfg.Listen, err)
+	}
+	// With port 0 the TCP port is picked first and UDP may find it
+	// taken; try a few times.
+	var lastErr error
+	for range 10 {
+		tcp, err := net.Listen("tcp", net.JoinHostPort(host, port))
+		if err != nil {
+			return fmt.Errorf("listening on tcp %s: %w", s.cfg.Listen, err)
+		}
+		ap := tcp.Addr().(*net.TCPAddr).AddrPort()
+		udp, err := listenUDP(net.JoinHostPort(host, fmt.Sprint(ap.Port())), s.cfg.UDPSockets)
+		if err != nil {
+			tcp.Close()
+			lastErr = err
+			if port != "0" {
+				break
+			}
+			continue
+		}
+		s.tcp, s.udp = tcp, udp
+		s.addr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		return nil
+	}
+	return fmt.Errorf("listening on udp %s: %w", s.cfg.Listen, lastErr)
+}
+
+// Run serves DNS until ctx is done, then closes the sockets.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Serving DNS", "zone", s.origin, "address", s.Addr())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	tcpSrv := &dns.Server{
+		Listener:     s.tcp,
+		Handler:      dns.HandlerFunc(s.serveTCP),
+		TsigProvider: s.keys,
+		ReadTimeout:  2 * time.Second,
+		WriteTimeout: 2 * time.Second,
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 1+len(s.udp))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := tcpSrv.ActivateAndServe(); err != nil && ctx.Err() == nil {
+			errs <- fmt.Errorf("serving dns over tcp: %w", err)
+		}
+	}()
+	for _, c := range s.udp {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.serveUDP(c); err != nil && ctx.Err() == nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.notifyLoop(ctx)
+	}()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+	}
+	cancel()
+	shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer done()
+	_ = tcpSrv.ShutdownContext(shutdownCtx)
+	for _, c := range s.udp {
+		c.Close()
+	}
+	wg.Wait()
+	s.listenMu.Lock()
+	s.tcp, s.udp = nil, nil
+	s.listenMu.Unlock()
+	return err
+}
+
+// udpBatch is how many packets one system call reads or writes at most
+// (recvmmsg/sendmmsg on Linux); under load it saves most system calls.
+const udpBatch = 32
+
+// serveUDP reads and answers queries on c until c is closed.
+func (s *Server) serveUDP(c *net.UDPConn) error {
+	pc := ipv4.NewPacketConn(c)
+	in := make([]ipv4.Message, udpBatch)
+	out := make([]ipv4.Message, udpBatch)
+	bufs := make([][]byte, udpBatch)
+	for i := range in {
+		in[i].Buffers = [][]byte{make([]byte, 4096)}
+		out[i].Buffers = [][]byte{nil}
+		bufs[i] = make([]byte, 0, 4096)
+	}
+	keyBuf := make([]byte, 0, 260)
+	for {
+		n, err := pc.ReadBatch(in, 0)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("reading dns over udp: %w", err)
+		}
+		k := 0
+		for _, msg := range in[:n] {
+			ua, ok := msg.Addr.(*net.UDPAddr)
+			if !ok {
+				continue
+			}
+			resp := s.handleUDP(msg.Buffers[0][:msg.N], ua.AddrPort(), bufs[k][:0], keyBuf)
+			if resp == nil {
+				continue
+			}
+			out[k].Buffers[0] = resp
+			out[k].Addr = ua
+			k++
+		}
+		for sent := 0; sent < k; {
+			w, err := pc.WriteBatch(out[sent:k], 0)
+			if err != nil {
+				// A failed write is the client's loss; skip that one.
+				w = max(w, 1)
+			}
+			sent += w
+		}
+	}
+}
+
+// handleUDP answers one UDP packet; it returns the response, appended to
+// out, or nil to send nothing.
+func (s *Server) handleUDP(packet []byte, src netip.AddrPort, out, keyBuf []byte) []byte {
+	if len(packet) < 12 || packet[2]&0x80 != 0 {
+		// Too short for a header, or a response: never answer, so
+		// that two servers cannot be made to talk to each other forever.
+		return nil
+	}
+	action := s.limiter.allow(src.Addr(), s.now())
+	if action == rateDrop {
+		s.metrics.observeRateLimit(action)
+		return nil
+	}
+	if action == rateAllow {
+		if b := s.fastAnswer(packet, out, keyBuf); b != nil {
+			return b
+		}
+	}
+	req := new(dns.Msg)
+	if err := req.Unpack(packet); err != nil {
+		if action == rateSlip {
+			return nil
+		}
+		return formErr(packet, out)
+	}
+	if action == rateSlip {
+		s.metrics.observeRateLimit(action)
+		m := new(dns.Msg)
+		m.SetReply(req)
+		m.Truncated = true
+		b, err := m.PackBuffer(out)
+		if err != nil {
+			return nil
+		}
+		return b
+	}
+	var tsigStatus error
+	if req.IsTsig() != nil {
+		tsigStatus = dns.TsigVerifyWithProvider(packet, s.keys, "", false)
+	}
+	m := s.respond(req, true, tsigStatus)
+	if t := req.IsTsig(); t != nil && tsigStatus == nil {
+		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+		b, _, err := dns.TsigGenerateWithProvider(m, s.keys, t.MAC, false)
+		if err != nil {
+			return nil
+		}
+		if len(b) > udpLimit(req, s.cfg.MaxUDPSize) {
+			m.Answer, m.Ns, m.Extra = nil, nil, nil
+			m.Truncated = true
+			m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+			if b, _, err = dns.TsigGenerateWithProvider(m, s.keys, t.MAC, false); err != nil {
+				return nil
+			}
+		}
+		return append(out, b...)
+	}
+	b, err := m.PackBuffer(out)
+	if err != nil {
+		return formErr(packet, out)
+	}
+	return b
+}
+
+// formErr answers a query that could not be parsed with FORMERR, echoing
+// only its ID and opcode.
+func formErr(packet, out []byte) []byte {
+	m := new(dns.Msg)
+	m.Id = uint16(packet[0])<<8 | uint16(packet[1])
+	m.Response = true
+	m.Opcode = int(packet[2]>>3) & 0xF
+	m.Rcode = dns.RcodeFormatError
+	b, err := m.PackBuffer(out)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// udpLimit is the largest UDP response req may get.
+func udpLimit(req *dns.Msg, maxSize uint16) int {
+	if opt := req.IsEdns0(); opt != nil {
+		return int(min(max(opt.UDPSize(), dns.MinMsgSize), maxSize))
+	}
+	return dns.MinMsgSize
+}
+
+// serveTCP answers one query on a TCP connection; miekg/dns verified its
+// TSIG, if any.
+func (s *Server) serveTCP(w dns.ResponseWriter, req *dns.Msg) {
+	if req.Opcode == dns.OpcodeQuery && len(req.Question) == 1 {
+		switch req.Question[0].Qtype {
+		case dns.TypeAXFR, dns.TypeIXFR:
+			s.transfer(w, req)
+			return
+		}
+	}
+	m := s.respond(req, false, w.TsigStatus())
+	if t := req.IsTsig(); t != nil && w.TsigStatus() == nil {
+		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+	}
+	_ = w.WriteMsg(m)
+}
+
+// respond builds the answer to req and counts it.
+func (s *Server) respond(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
+	m := s.answer(req, udp, tsigStatus)
+	var qtype uint16
+	if len(req.Question) == 1 {
+		qtype = req.Question[0].Qtype
+	}
+	s.metrics.observeQuery(qtype, m.Rcode)
+	return m
+}
+
+// answer builds the answer to req.
+func (s *Server) answer(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetReply(req)
+	m.Compress = true
+	// SetReply keeps RD, as RFC 1035 asks; RA stays 0: no recursion here.
+	if len(req.Question) != 1 {
+		m.Rcode = dns.RcodeFormatError
+		return m
+	}
+	q := req.Question[0]
+	switch req.Opcode {
+	case dns.OpcodeQuery:
+	case dns.OpcodeNotify:
+		// This server is the primary; it takes no NOTIFY.
+		m.Rcode = dns.RcodeRefused
+		return m
+	default:
+		m.Rcode = dns.RcodeNotImplemented
+		return m
+	}
+	opt := req.IsEdns0()
+	if opt != nil {
+		ropt := new(dns.OPT)
+		ropt.Hdr.Name = "."
+		ropt.Hdr.Rrtype = dns.TypeOPT
+		ropt.SetUDPSize(s.cfg.MaxUDPSize)
+		ropt.SetDo(opt.Do())
+		m.Extra = []dns.RR{ropt}
+		if opt.Version() != 0 {
+			m.Rcode = dns.RcodeBadVers
+			return m
+		}
+	}
+	if tsigStatus != nil {
+		m.Rcode = dns.RcodeNotAuth
+		return m
+	}
+	qname := strings.ToLower(q.Name)
+	if q.Qclass != dns.ClassINET || !dns.IsSubDomain(s.origin, qname) {
+		m.Rcode = dns.RcodeRefused
+		return m
+	}
+	z := s.zone.Load()
+	if z == nil {
+		m.Rcode = dns.RcodeServerFailure
+		return m
+	}
+	switch q.Qtype {
+	case dns.TypeAXFR:
+		// Transfers are TCP only.
+		m.Rcode = dns.RcodeRefused
+		return m
+	case dns.TypeIXFR:
+		// Over UDP, an authenticated IXFR gets the SOA: the client
+		// then transfers over TCP if its serial is older (RFC 1995).
+		if req.IsTsig() == nil || qname != s.origin {
+			m.Rcode = dns.RcodeRefused
+			return m
+		}
+		m.Authoritative = true
+		m.Answer = []dns.RR{z.soa}
+		return m
+	}
+	r := z.lookup(qname, q.Qtype)
+	m.Authoritative = true
+	m.Rcode = r.rcode
+	m.Answer = r.answer
+	if q.Name != qname && len(r.answer) > 0 {
+		// Echo the asker's spelling of the name (RFC 4343).
+		m.Answer = make([]dns.RR, len(r.answer))
+		for i, rr := range r.answer {
+			c := dns.Copy(rr)
+			c.Header().Name = q.Name
+			m.Answer[i] = c
+		}
+	}
+	m.Ns = r.ns
+	m.Extra = append(r.extra[:len(r.extra):len(r.extra)], m.Extra...)
+	if udp {
+		m.Truncate(udpLimit(req, s.cfg.MaxUDPSize))
+	}
+	return m
+}
+
+// transfer answers AXFR and IXFR over TCP, to TSIG-authenticated clients
+// only.
+func (s *Server) transfer(w dns.ResponseWriter, req *dns.Msg) {
+	q := req.Question[0]
+	typ := strings.ToLower(dns.TypeToString[q.Qtype])
+	fail := func(rcode int, result string) {
+		m := new(dns.Msg)
+		m.SetRcode(req, rcode)
+		s.metrics.observeQuery(q.Qtype, rcode)
+		s.metrics.observeTransfer(typ, result)
+		_ = w.WriteMsg(m)
+	}
+	z := s.zone.Load()
+	switch t := req.IsTsig(); {
+	case !strings.EqualFold(q.Name, s.origin) || q.Qclass != dns.ClassINET:
+		fail(dns.RcodeRefused, "refused")
+		return
+	case t == nil:
+		fail(dns.RcodeRefused, "refused")
+		return
+	case w.TsigStatus() != nil:
+		fail(dns.RcodeNotAuth, "notauth")
+		return
+	case z == nil:
+		fail(dns.RcodeServerFailure, "error")
+		return
+	}
+	t := req.IsTsig()
+	send := func(rrs []dns.RR) error {
+		m := new(dns.Msg)
+		m.SetReply(req)
+		m.Authoritative = true
+		m.Compress = true
+		m.Answer = rrs
+		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+		if err := w.WriteMsg(m); err != nil {
+			return err
+		}
+		// Later messages of a transfer are signed over the timers only
+		// (RFC 8945 section 5.3.1).
+		w.TsigTimersOnly(true)
+		return nil
+	}
+	if q.Qtype == dns.TypeIXFR {
+		if len(req.Ns) == 1 {
+			if soa, ok := req.Ns[0].(*dns.SOA); ok && !serialLess(soa.Serial, z.Serial()) {
+				s.metrics.observeQuery(q.Qtype, dns.RcodeSuccess)
+				s.metrics.observeTransfer(typ, "uptodate")
+				_ = send([]dns.RR{z.soa})
+				return
+			}
+		}
+		// No history is kept: an IXFR gets the whole zone, which RFC
+		// 1995 section 4 allows.
+	}
+	rrs := z.Records()
+	const perMessage = 200
+	for len(rrs) > 0 {
+		n := min(perMessage, len(rrs))
+		if err := send(rrs[:n]); err != nil {
+			s.metrics.observeTransfer(typ, "error")
+			return
+		}
+		rrs = rrs[n:]
+	}
+	s.metrics.observeQuery(q.Qtype, dns.RcodeSuccess)
+	s.metrics.observeTransfer(typ, "ok")
+}

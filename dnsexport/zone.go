@@ -1,0 +1,513 @@
+package dnsexport
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// DefaultTTL is the TTL, in seconds, of a Service's records when it sets none.
+const DefaultTTL uint32 = 5
+
+// Service is what the zone needs to know about one load-balanced Service;
+// FromService reads it from a Kubernetes Service, standalone mode from its
+// configuration file.
+type Service struct {
+	Namespace, Name string
+	// Hostnames are extra names for the Service (from its hostname
+	// annotations). Names outside the zone are ignored by Build.
+	Hostnames []string
+	// IPs are the healthy load-balancer IPs: the A and AAAA records.
+	IPs []netip.Addr
+	// Ports become SRV records.
+	Ports []Port
+	// TTL of the Service's records, in seconds; 0 means the zone's
+	// DefaultTTL.
+	TTL uint32
+}
+
+// Port is one port of a Service.
+type Port struct {
+	// Name is the port's name; an unnamed port's SRV label is its number.
+	Name string
+	Port uint16
+	// Protocol is TCP, UDP or SCTP (any case).
+	Protocol string
+}
+
+// NameServer is one NS record of the zone. Addrs are its glue records and
+// are required when the name is inside the zone.
+type NameServer struct {
+	Name  string
+	Addrs []netip.Addr
+}
+
+// ZoneConfig describes the zone apart from the Services in it.
+type ZoneConfig struct {
+	// Origin is the zone's apex, e.g. "lb.example.com".
+	Origin string
+	// NameServers are the apex NS records; the first is the SOA's MNAME.
+	NameServers []NameServer
+	// Hostmaster is the SOA RNAME as a mail address or domain name;
+	// default "hostmaster.<origin>".
+	Hostmaster string
+	// Refresh, Retry, Expire and NegativeTTL are the SOA timers in
+	// seconds; zero means the defaults 60, 10, 86400 and 5. Secondaries
+	// learn of changes by NOTIFY, so Refresh only bounds a lost NOTIFY.
+	Refresh, Retry, Expire, NegativeTTL uint32
+	// ApexTTL is the TTL of the SOA and NS records; default 60.
+	ApexTTL uint32
+	// DefaultTTL is the TTL of a Service's records when it sets none
+	// (--dns-ttl); default DefaultTTL.
+	DefaultTTL uint32
+}
+
+// ServiceError is a problem with one Service's data; the Service's other
+// records and every other Service are still served.
+type ServiceError struct {
+	Namespace, Name string
+	Err             error
+}
+
+// Error implements error.
+func (e *ServiceError) Error() string {
+	return fmt.Sprintf("service %s/%s: %v", e.Namespace, e.Name, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *ServiceError) Unwrap() error { return e.Err }
+
+// ErrHostnameConflict is returned, wrapped in a ServiceError, when a
+// hostname is already served for another Service.
+var ErrHostnameConflict = errors.New("hostname already served for another service")
+
+// Zone is an immutable, built zone. Build makes one; WithSerial stamps it.
+type Zone struct {
+	origin string
+	soa    *dns.SOA
+	nodes  map[string]*node
+	// records is every record but the SOA, in canonical order: the
+	// body of a zone transfer.
+	records []dns.RR
+	// neg is the authority section of negative answers.
+	neg []dns.RR
+	// answers caches packed answers of this version of the zone.
+	answers *answerCache
+	digest  [sha256.Size]byte
+}
+
+// node holds the RRsets of one existing name; a node without sets is an
+// empty non-terminal, which answers NODATA rather than NXDOMAIN.
+type node struct {
+	sets map[uint16][]dns.RR
+}
+
+// Origin returns the zone's apex as a lower-case FQDN.
+func (z *Zone) Origin() string { return z.origin }
+
+// Serial returns the SOA serial.
+func (z *Zone) Serial() uint32 { return z.soa.Serial }
+
+// Len returns the number of records, the SOA included.
+func (z *Zone) Len() int { return len(z.records) + 1 }
+
+// Records returns the zone as a transfer sends it: SOA, every other record
+// in canonical order, SOA. The records must not be modified.
+func (z *Zone) Records() []dns.RR {
+	out := make([]dns.RR, 0, len(z.records)+2)
+	out = append(out, z.soa)
+	out = append(out, z.records...)
+	return append(out, z.soa)
+}
+
+// SameContent reports whether z and o hold the same records apart from
+// the SOA serial.
+func (z *Zone) SameContent(o *Zone) bool {
+	return o != nil && z.digest == o.digest
+}
+
+// WithSerial returns a copy of z whose SOA serial is serial. z is unchanged.
+func (z *Zone) WithSerial(serial uint32) *Zone {
+	c := *z
+	soa := *z.soa
+	soa.Serial = serial
+	c.soa = &soa
+	nodes := make(map[string]*node, len(z.nodes))
+	for k, v := range z.nodes {
+		nodes[k] = v
+	}
+	apex := &node{sets: make(map[uint16][]dns.RR, len(z.nodes[z.origin].sets))}
+	for t, rrs := range z.nodes[z.origin].sets {
+		apex.sets[t] = rrs
+	}
+	apex.sets[dns.TypeSOA] = []dns.RR{&soa}
+	nodes[z.origin] = apex
+	c.nodes = nodes
+	c.neg = negativeSOA(&soa)
+	c.answers = newAnswerCache()
+	return &c
+}
+
+func orDefault(v, def uint32) uint32 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Build builds the zone for services. It is a pure function: the same
+// input gives the same zone, whatever the order of services. The SOA
+// serial is 0; the server stamps it with WithSerial.
+//
+// A Service's canonical name is <name>.<namespace>.<origin>, with A/AAAA
+// records for its IPs and, when it has IPs, SRV records
+// _<port>._<protocol>.<name>.<namespace>.<origin> pointing at the
+// canonical name. Hostnames inside the zone get the same A/AAAA records;
+// hostnames outside it are skipped silently (they are for external-dns).
+// A hostname claimed twice goes to the Service first in namespace/name
+// order; canonical names always win. Problems with one Service are
+// returned as *ServiceError and never stop the others.
+// Build fails only when cfg itself is invalid.
+func Build(cfg ZoneConfig, services []Service) (*Zone, []error, error) {
+	origin, err := canonicalName(cfg.Origin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("zone origin %q: %w", cfg.Origin, err)
+	}
+	if len(cfg.NameServers) == 0 {
+		return nil, nil, fmt.Errorf("zone %s: at least one name server is required", origin)
+	}
+	b := &builder{
+		z:      &Zone{origin: origin, nodes: map[string]*node{}},
+		owners: map[string]string{},
+	}
+	apexTTL := orDefault(cfg.ApexTTL, 60)
+	var nsNames []string
+	for _, ns := range cfg.NameServers {
+		name, err := canonicalName(ns.Name)
+		if err != nil {
+			return nil, nil, fmt.Errorf("name server %q: %w", ns.Name, err)
+		}
+		nsNames = append(nsNames, name)
+		b.add(&dns.NS{Hdr: hdr(origin, dns.TypeNS, apexTTL), Ns: name})
+		if !dns.IsSubDomain(origin, name) {
+			continue
+		}
+		if len(ns.Addrs) == 0 {
+			return nil, nil, fmt.Errorf("name server %s is inside zone %s and needs an address", name, origin)
+		}
+		b.owners[name] = "name server"
+		for _, a := range ns.Addrs {
+			b.add(addrRR(name, a, apexTTL))
+		}
+	}
+	rname := cfg.Hostmaster
+	if rname == "" {
+		rname = "hostmaster." + origin
+	}
+	if at := strings.IndexByte(rname, '@'); at >= 0 {
+		rname = strings.ReplaceAll(rname[:at], ".", `\.`) + "." + rname[at+1:]
+	}
+	if rname, err = canonicalName(rname); err != nil {
+		return nil, nil, fmt.Errorf("hostmaster %q: %w", cfg.Hostmaster, err)
+	}
+	b.z.soa = &dns.SOA{
+		Hdr:     hdr(origin, dns.TypeSOA, apexTTL),
+		Ns:      nsNames[0],
+		Mbox:    rname,
+		Refresh: orDefault(cfg.Refresh, 60),
+		Retry:   orDefault(cfg.Retry, 10),
+		Expire:  orDefault(cfg.Expire, 86400),
+		Minttl:  orDefault(cfg.NegativeTTL, 5),
+	}
+	b.add(b.z.soa)
+
+	sorted := slices.Clone(services)
+	slices.SortFunc(sorted, func(a, b Service) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	var problems []error
+	// Canonical names first, so that no hostname can take one.
+	canon := make([]string, len(sorted))
+	for i, svc := range sorted {
+		name, err := canonicalName(svc.Name + "." + svc.Namespace + "." + origin)
+		if err != nil || strings.Count(name, ".")-strings.Count(origin, ".") != 2 {
+			problems = append(problems, &ServiceError{svc.Namespace, svc.Name, fmt.Errorf("name %q: not a valid DNS label pair", svc.Name+"."+svc.Namespace)})
+			continue
+		}
+		if owner, ok := b.owners[name]; ok {
+			problems = append(problems, &ServiceError{svc.Namespace, svc.Name, fmt.Errorf("%s: %w (%s)", name, ErrHostnameConflict, owner)})
+			continue
+		}
+		canon[i] = name
+		b.owners[name] = svc.Namespace + "/" + svc.Name
+	}
+	for i, svc := range sorted {
+		if canon[i] == "" {
+			continue
+		}
+		for _, err := range b.addService(svc, canon[i], orDefault(cfg.DefaultTTL, DefaultTTL)) {
+			problems = append(problems, &ServiceError{svc.Namespace, svc.Name, err})
+		}
+	}
+	b.finish()
+	return b.z, problems, nil
+}
+
+type builder struct {
+	z *Zone
+	// owners maps a name to who owns its address records.
+	owners map[string]string
+}
+
+func (b *builder) addService(svc Service, name string, defaultTTL uint32) []error {
+	var errs []error
+	ttl := orDefault(svc.TTL, defaultTTL)
+	ips := normaliseIPs(svc.IPs)
+	b.ensure(name)
+	for _, ip := range ips {
+		b.add(addrRR(name, ip, ttl))
+	}
+	if len(ips) > 0 {
+		seen := map[string]bool{}
+		for _, p := range svc.Ports {
+			label := p.Name
+			if label == "" {
+				label = strconv.Itoa(int(p.Port))
+			}
+			proto := strings.ToLower(p.Protocol)
+			if proto == "" {
+				proto = "tcp"
+			}
+			owner, err := canonicalName("_" + label + "._" + proto + "." + name)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("port %q/%s: %w", label, proto, err))
+				continue
+			}
+			if seen[owner] {
+				continue
+			}
+			seen[owner] = true
+			b.add(&dns.SRV{Hdr: hdr(owner, dns.TypeSRV, ttl), Priority: 0, Weight: 100, Port: p.Port, Target: name})
+		}
+	}
+	self := svc.Namespace + "/" + svc.Name
+	for _, h := range svc.Hostnames {
+		hn, err := canonicalName(h)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("hostname %q: %w", h, err))
+			continue
+		}
+		if !dns.IsSubDomain(b.z.origin, hn) {
+			continue
+		}
+		if strings.HasPrefix(hn, "*.") {
+			errs = append(errs, fmt.Errorf("hostname %q: wildcard names are not served", h))
+			continue
+		}
+		if owner, ok := b.owners[hn]; ok {
+			if owner != self {
+				errs = append(errs, fmt.Errorf("hostname %s: %w (%s)", hn, ErrHostnameConflict, owner))
+			}
+			continue
+		}
+		b.owners[hn] = self
+		b.ensure(hn)
+		for _, ip := range ips {
+			b.add(addrRR(hn, ip, ttl))
+		}
+	}
+	return errs
+}
+
+// ensure makes name and every name between it and the origin exist.
+func (b *builder) ensure(name string) {
+	for {
+		if _, ok := b.z.nodes[name]; ok {
+			return
+		}
+		b.z.nodes[name] = &node{}
+		if name == b.z.origin {
+			return
+		}
+		next, end := dns.NextLabel(name, 0)
+		if end {
+			return
+		}
+		name = name[next:]
+	}
+}
+
+func (b *builder) add(rr dns.RR) {
+	name := rr.Header().Name
+	b.ensure(name)
+	n := b.z.nodes[name]
+	if n.sets == nil {
+		n.sets = map[uint16][]dns.RR{}
+	}
+	t := rr.Header().Rrtype
+	for _, have := range n.sets[t] {
+		if dns.IsDuplicate(have, rr) {
+			return
+		}
+	}
+	n.sets[t] = append(n.sets[t], rr)
+}
+
+// finish collects the transfer body and the content digest.
+func (b *builder) finish() {
+	z := b.z
+	for _, n := range z.nodes {
+		for t, rrs := range n.sets {
+			if t != dns.TypeSOA {
+				z.records = append(z.records, rrs...)
+			}
+		}
+	}
+	slices.SortFunc(z.records, compareRR)
+	h := sha256.New()
+	soa := *z.soa
+	soa.Serial = 0
+	h.Write([]byte(soa.String()))
+	for _, rr := range z.records {
+		h.Write([]byte{'\n'})
+		h.Write([]byte(rr.String()))
+	}
+	h.Sum(z.digest[:0])
+	z.neg = negativeSOA(z.soa)
+	z.answers = newAnswerCache()
+}
+
+// compareRR orders records by owner name (labels compared from the
+// right, like DNSSEC's canonical order), then type, then text.
+func compareRR(a, b dns.RR) int {
+	ah, bh := a.Header(), b.Header()
+	if c := compareNames(ah.Name, bh.Name); c != 0 {
+		return c
+	}
+	return cmp.Or(cmp.Compare(ah.Rrtype, bh.Rrtype), cmp.Compare(a.String(), b.String()))
+}
+
+func compareNames(a, b string) int {
+	al, bl := dns.SplitDomainName(a), dns.SplitDomainName(b)
+	for i, j := len(al)-1, len(bl)-1; i >= 0 && j >= 0; i, j = i-1, j-1 {
+		if c := cmp.Compare(al[i], bl[j]); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(len(al), len(bl))
+}
+
+func hdr(name string, t uint16, ttl uint32) dns.RR_Header {
+	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: ttl}
+}
+
+func addrRR(name string, ip netip.Addr, ttl uint32) dns.RR {
+	if ip.Is4() {
+		return &dns.A{Hdr: hdr(name, dns.TypeA, ttl), A: ip.AsSlice()}
+	}
+	return &dns.AAAA{Hdr: hdr(name, dns.TypeAAAA, ttl), AAAA: ip.AsSlice()}
+}
+
+// normaliseIPs unmaps, de-duplicates and sorts (IPv4 first) ips, dropping
+// invalid and unspecified addresses.
+func normaliseIPs(ips []netip.Addr) []netip.Addr {
+	out := make([]netip.Addr, 0, len(ips))
+	for _, ip := range ips {
+		ip = ip.Unmap().WithZone("")
+		if ip.IsValid() && !ip.IsUnspecified() {
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return slices.Compact(out)
+}
+
+// canonicalName returns name as a lower-case FQDN, or why it is not a
+// domain name.
+func canonicalName(name string) (string, error) {
+	name = strings.ToLower(strings.TrimSpace(name))
+	if name == "" || name == "." {
+		return "", errors.New("empty name")
+	}
+	fq := dns.Fqdn(name)
+	if _, ok := dns.IsDomainName(fq); !ok {
+		return "", errors.New("not a valid domain name")
+	}
+	for _, l := range dns.SplitDomainName(fq) {
+		if l == "" {
+			return "", errors.New("empty label")
+		}
+	}
+	return fq, nil
+}
+
+// result is the outcome of looking a question up in the zone.
+type result struct {
+	rcode  int
+	answer []dns.RR
+	ns     []dns.RR
+	extra  []dns.RR
+}
+
+// lookup answers qname/qtype from z. qname must be lower case and inside
+// the zone.
+func (z *Zone) lookup(qname string, qtype uint16) result {
+	n, ok := z.nodes[qname]
+	if !ok {
+		return result{rcode: dns.RcodeNameError, ns: z.negative()}
+	}
+	switch qtype {
+	case dns.TypeANY:
+		// RFC 8482: a minimal answer rather than every RRset, so ANY
+		// queries are no amplification tool.
+		if len(n.sets) == 0 {
+			return result{ns: z.negative()}
+		}
+		return result{answer: []dns.RR{&dns.HINFO{Hdr: hdr(qname, dns.TypeHINFO, z.soa.Minttl), Cpu: "RFC8482"}}}
+	}
+	rrs := n.sets[qtype]
+	if len(rrs) == 0 {
+		return result{ns: z.negative()}
+	}
+	r := result{answer: rrs}
+	switch qtype {
+	case dns.TypeSRV:
+		seen := map[string]bool{}
+		for _, rr := range rrs {
+			target := rr.(*dns.SRV).Target
+			if seen[target] {
+				continue
+			}
+			seen[target] = true
+			if tn := z.nodes[target]; tn != nil {
+				r.extra = append(r.extra, tn.sets[dns.TypeA]...)
+				r.extra = append(r.extra, tn.sets[dns.TypeAAAA]...)
+			}
+		}
+	case dns.TypeNS:
+		for _, rr := range rrs {
+			if tn := z.nodes[rr.(*dns.NS).Ns]; tn != nil {
+				r.extra = append(r.extra, tn.sets[dns.TypeA]...)
+				r.extra = append(r.extra, tn.sets[dns.TypeAAAA]...)
+			}
+		}
+	}
+	return r
+}
+
+// negative is the authority section of NXDOMAIN and NODATA answers.
+func (z *Zone) negative() []dns.RR { return z.neg }
+
+// negativeSOA is soa with the negative-caching TTL of RFC 2308.
+func negativeSOA(soa *dns.SOA) []dns.RR {
+	c := *soa
+	c.Hdr.Ttl = min(c.Hdr.Ttl, c.Minttl)
+	return []dns.RR{&c}
+}
