@@ -335,7 +335,7 @@ func parseNodeSelector(v string) ([]corev1.NodeSelectorRequirement, labels.Selec
 	}
 	sel, err := labels.Parse(v)
 	if err != nil {
-		return nil, nil, fmt.Errorf("not a label selector: %v", err)
+		return nil, nil, fmt.Errorf("not a label selector: %w", err)
 	}
 	reqs, _ := sel.Requirements()
 	var out []corev1.NodeSelectorRequirement

@@ -65,7 +65,7 @@ func forwardingEnabled(procSys string, f Family) (bool, error) {
 // mounted read-only or the container lacks the privilege.
 func sysctlWriteError(f Family, path string, err error) error {
 	if errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission) {
-		return fmt.Errorf("enabling %s forwarding: writing %s: %w (%v)", f, path, ErrReadOnlySysctl, err)
+		return fmt.Errorf("enabling %s forwarding: writing %s: %w (%w)", f, path, ErrReadOnlySysctl, err)
 	}
 	return fmt.Errorf("enabling %s forwarding: %w", f, err)
 }

@@ -106,7 +106,7 @@ func pulselbBinary(t *testing.T) string {
 		binPath = filepath.Join(buildDir, "pulselb")
 		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/pulselb").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("building pulselb: %v\n%s", err, out)
+			buildErr = fmt.Errorf("building pulselb: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {
