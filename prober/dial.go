@@ -61,3 +61,17 @@ func readOutcome(err error) Outcome {
 		return L7RSP
 	}
 }
+
+// tcpDialer is shared: a zero Dialer holds no state between dials.
+var tcpDialer net.Dialer
+
+// dialTCP connects to target from opts.LocalAddr (when set). It takes the
+// address as a netip.AddrPort, so no probe pays for formatting and parsing
+// the address again.
+func dialTCP(ctx context.Context, opts Options, target netip.AddrPort) (*net.TCPConn, error) {
+	var laddr netip.AddrPort
+	if opts.LocalAddr.IsValid() {
+		laddr = netip.AddrPortFrom(opts.LocalAddr, 0)
+	}
+	return tcpDialer.DialTCP(ctx, "tcp", laddr, target)
+}

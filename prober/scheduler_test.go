@@ -358,7 +358,7 @@ func TestSchedulerJitter(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 			var results atomic.Int64
 			s := NewScheduler(Config{
-				Interval: interval, Rise: 1, Fall: 1, Jitter: tt.jitter, Clock: clk,
+				Interval: interval, Rise: 1, Fall: 1, Jitter: tt.jitter, Clock: clk, Coalesce: -1,
 				OnResult: func(string, Result) { results.Add(1) },
 			})
 			up := Func(func(context.Context, netip.AddrPort) Result { return resUp })

@@ -107,7 +107,7 @@ func (p *tcpProber) Probe(ctx context.Context, target netip.AddrPort) Result {
 
 func (p *tcpProber) probe(ctx context.Context, target netip.AddrPort, start time.Time) Result {
 	var res Result
-	conn, err := dialer("tcp", p.opts).DialContext(ctx, "tcp", target.String())
+	conn, err := dialTCP(ctx, p.opts, target)
 	if err != nil {
 		res.Outcome = dialOutcome(err)
 		res.Err = fmt.Errorf("connecting: %w", err)
@@ -115,6 +115,16 @@ func (p *tcpProber) probe(ctx context.Context, target netip.AddrPort, start time
 	}
 	res.Timings.Connect = time.Since(start)
 	defer conn.Close()
+	if len(p.send) == 0 && !p.expect.set() {
+		// Nothing was exchanged, so an orderly close would only cost the
+		// server a FIN exchange and leave this host a TIME_WAIT socket per
+		// probe; a reset ends the connection at once, as load balancers'
+		// connect checks do.
+		_ = conn.SetLinger(0)
+		res.Outcome = L4OK
+		res.Detail = "connected"
+		return res
+	}
 	deadline, _ := ctx.Deadline()
 	_ = conn.SetDeadline(deadline)
 	defer abortOnCancel(ctx, conn)()
@@ -127,20 +137,8 @@ func (p *tcpProber) probe(ctx context.Context, target netip.AddrPort, start time
 		}
 	}
 	if !p.expect.set() {
-		if len(p.send) == 0 {
-			// Nothing was exchanged, so an orderly close would only cost
-			// the server a FIN exchange and leave this host a TIME_WAIT
-			// socket per probe; a reset ends the connection at once, as
-			// load balancers' connect checks do.
-			if tc, ok := conn.(*net.TCPConn); ok {
-				_ = tc.SetLinger(0)
-			}
-		}
 		res.Outcome = L4OK
-		res.Detail = "connected"
-		if len(p.send) > 0 {
-			res.Detail = fmt.Sprintf("connected, %d bytes sent", len(p.send))
-		}
+		res.Detail = fmt.Sprintf("connected, %d bytes sent", len(p.send))
 		return res
 	}
 

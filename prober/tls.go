@@ -165,7 +165,7 @@ func (p *tlsProber) Probe(ctx context.Context, target netip.AddrPort) Result {
 
 func (p *tlsProber) probe(ctx context.Context, target netip.AddrPort, start time.Time) Result {
 	var res Result
-	conn, err := dialer("tcp", p.opts).DialContext(ctx, "tcp", target.String())
+	conn, err := dialTCP(ctx, p.opts, target)
 	if err != nil {
 		res.Outcome, res.Err = dialOutcome(err), fmt.Errorf("connecting: %w", err)
 		return res
