@@ -1,6 +1,7 @@
 package prober
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -519,5 +520,244 @@ func TestHTTPProbeLocalAddr(t *testing.T) {
 	}
 	if got := srv.lastSeen(t).remoteIP; got != "127.0.0.2" {
 		t.Errorf("server saw the probe from %s, want 127.0.0.2", got)
+	}
+}
+
+// httpRawServer answers every connection with response, written as is
+// after the request headers arrived, and closes. It sends each request it
+// read to requests.
+func httpRawServer(t *testing.T, response string, requests chan<- string) netip.AddrPort {
+	t.Helper()
+	return tlsTestServe(t, "127.0.0.1", func(c net.Conn) {
+		var req []byte
+		buf := make([]byte, 1024)
+		for !strings.Contains(string(req), "\r\n\r\n") {
+			n, err := c.Read(buf)
+			req = append(req, buf[:n]...)
+			if err != nil {
+				return
+			}
+		}
+		if requests != nil {
+			select {
+			case requests <- string(req):
+			default:
+			}
+		}
+		_, _ = io.WriteString(c, response)
+	})
+}
+
+func TestHTTPProbeWireFormats(t *testing.T) {
+	big := strings.Repeat("x", 100<<10)
+	tests := []struct {
+		name     string
+		response string
+		spec     Spec
+		want     Outcome
+		errPart  string
+		detail   string
+	}{
+		{
+			name:     "chunked body",
+			response: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+			spec:     Spec{Protocol: HTTP, Body: regexp.MustCompile(`^hello world$`)},
+			want:     L7OK,
+			detail:   "HTTP 200",
+		},
+		{
+			name:     "100 continue before the answer",
+			response: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+			spec:     Spec{Protocol: HTTP, Body: regexp.MustCompile(`^ok$`)},
+			want:     L7OK,
+			detail:   "HTTP 200",
+		},
+		{
+			name:     "103 early hints before a failing answer",
+			response: "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
+			spec:     Spec{Protocol: HTTP},
+			want:     L7STS,
+			errPart:  "HTTP 503, want 200-399",
+		},
+		{
+			name:     "only informational responses",
+			response: strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", 8),
+			spec:     Spec{Protocol: HTTP},
+			want:     L7RSP,
+			errPart:  "unexpected EOF",
+		},
+		{
+			name:     "body without length read to close",
+			response: "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nno length given",
+			spec:     Spec{Protocol: HTTP, Body: regexp.MustCompile(`^no length given$`)},
+			want:     L7OK,
+		},
+		{
+			name:     "HTTP/1.0 server",
+			response: "HTTP/1.0 200 OK\r\n\r\nold server",
+			spec:     Spec{Protocol: HTTP, Body: regexp.MustCompile(`^old server$`)},
+			want:     L7OK,
+			detail:   "HTTP 200",
+		},
+		{
+			name:     "only the first 64 KiB of the body is read",
+			response: "HTTP/1.1 200 OK\r\nContent-Length: 102400\r\n\r\n" + big,
+			spec:     Spec{Protocol: HTTP, Body: regexp.MustCompile(`y`)},
+			want:     L7RSP,
+			errPart:  "(65536 bytes read)",
+		},
+		{
+			name:     "chunked body cut short",
+			response: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+			spec:     Spec{Protocol: HTTP},
+			want:     L7RSP,
+			errPart:  "reading body",
+		},
+		{
+			name:     "status line cut short",
+			response: "HTTP/1.1 200",
+			spec:     Spec{Protocol: HTTP},
+			want:     L7RSP,
+			errPart:  "reading response",
+		},
+		{
+			name:     "not HTTP",
+			response: "SSH-2.0-OpenSSH_9.6\r\n\r\n",
+			spec:     Spec{Protocol: HTTP},
+			want:     L7RSP,
+			errPart:  "malformed HTTP",
+		},
+		{
+			name:     "closed without answer",
+			response: "",
+			spec:     Spec{Protocol: HTTP},
+			want:     L7RSP,
+			errPart:  "server closed the connection",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := httpRawServer(t, tc.response, nil)
+			res := tlsTestProbe(t, tc.spec, addr)
+			t.Logf("%v: %s", res.Outcome, res.Message())
+			tlsTestCheck(t, res, tc.want, tc.errPart)
+			if tc.detail != "" && res.Detail != tc.detail {
+				t.Errorf("Detail = %q, want %q", res.Detail, tc.detail)
+			}
+			if tm := res.Timings; res.Up() && (tm.Connect <= 0 || tm.FirstByte < tm.Connect || tm.Total < tm.FirstByte) {
+				t.Errorf("timings %+v: want 0 < Connect <= FirstByte <= Total", tm)
+			}
+		})
+	}
+}
+
+func TestHTTPProbeRequest(t *testing.T) {
+	requests := make(chan string, 1)
+	addr := httpRawServer(t, "HTTP/1.1 204 No Content\r\n\r\n", requests)
+	res := tlsTestProbe(t, Spec{Protocol: HTTP, Method: "POST", Path: "/health?full=1", Host: "app.example:8080"}, addr)
+	tlsTestCheck(t, res, L7OK, "")
+	req := tlsTestReceive(t, requests, "request")
+	for _, line := range []string{
+		"POST /health?full=1 HTTP/1.1\r\n",
+		"\r\nHost: app.example:8080\r\n",
+		"\r\nUser-Agent: pulselb-probe\r\n",
+		// Without it a server may keep the connection open for a next
+		// request that never comes.
+		"\r\nConnection: close\r\n",
+		"\r\nContent-Length: 0\r\n",
+	} {
+		if !strings.Contains(req, line) {
+			t.Errorf("request %q lacks %q", req, line)
+		}
+	}
+}
+
+// httpRedirectServer answers every request with a 302 to location.
+func httpRedirectServer(t *testing.T, location string, cert *tls.Certificate) netip.AddrPort {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, location, http.StatusFound)
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	if cert != nil {
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return netip.MustParseAddrPort(srv.Listener.Addr().String())
+}
+
+func TestHTTPProbeRedirectToOtherHost(t *testing.T) {
+	ca := newTestCA(t)
+	useRoots(t, ca.Pool())
+	cert := ca.Leaf(t, certOpts{DNSNames: []string{"sni.example"}})
+	tests := []struct {
+		proto Protocol
+		cert  *tls.Certificate
+	}{
+		{HTTP, nil},
+		{HTTPS, &cert},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.proto), func(t *testing.T) {
+			final := startHTTPTestServer(t, "127.0.0.1", tc.cert)
+			// localhost is a name, so the probe resolves it; it may name
+			// ::1 first, where nothing listens, before 127.0.0.1.
+			finalHost := fmt.Sprintf("localhost:%d", final.addr.Port())
+			start := httpRedirectServer(t, fmt.Sprintf("%s://%s/final", tc.proto, finalHost), tc.cert)
+			spec := Spec{Protocol: tc.proto, Host: "app.example", Follow: true, Status: StatusSet{{200, 200}},
+				Body: regexp.MustCompile("^final page$")}
+			if tc.proto == HTTPS {
+				spec.Verify, spec.SNI = true, "sni.example"
+			}
+			res := tlsTestProbe(t, spec, start)
+			tlsTestCheck(t, res, L7OK, "")
+			// An absolute Location names its host, so the Host header follows it.
+			if got := final.lastSeen(t); got.host != finalHost || got.path != "/final" {
+				t.Errorf("final server saw %+v, want Host %s and /final", got, finalHost)
+			}
+			if tc.proto == HTTPS {
+				if got := tlsTestReceive(t, final.sni, "ClientHello"); got != "sni.example" {
+					t.Errorf("final server saw SNI %q, want the configured sni.example", got)
+				}
+				if res.TLS == nil || !res.TLS.Verified {
+					t.Errorf("TLS = %+v, want the final hop's verified certificate", res.TLS)
+				}
+			}
+		})
+	}
+}
+
+func TestHTTPProbeRedirectToClosedHost(t *testing.T) {
+	ln, closed := tlsTestListen(t, "127.0.0.1")
+	_ = ln.Close()
+	start := httpRedirectServer(t, fmt.Sprintf("http://%s/", closed), nil)
+	res := tlsTestProbe(t, Spec{Protocol: HTTP, Follow: true}, start)
+	tlsTestCheck(t, res, L4CON, "connecting")
+}
+
+func TestHTTPProbeCancel(t *testing.T) {
+	srv := startHTTPTestServer(t, "127.0.0.1", nil)
+	p, err := New(Spec{Protocol: HTTP, Path: "/hang"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	// Cancel once the server holds the request, so the probe is blocked
+	// reading the answer.
+	go func() {
+		<-srv.seen
+		cancel()
+	}()
+	start := time.Now()
+	res := p.Probe(ctx, srv.addr)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("cancelled probe took %v", took)
+	}
+	if res.Outcome == L7TOUT || res.Err == nil || !strings.Contains(res.Err.Error(), "context canceled") {
+		t.Errorf("cancelled probe: %v (%v), want a cancellation rather than a timeout", res.Outcome, res.Err)
 	}
 }
