@@ -5,9 +5,9 @@ GO            ?= go
 GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 COREDNS_BIN   ?= $(CURDIR)/bin/coredns-1.15.0
 FUZZTIME      ?= 20s
-DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy bind9 dnsperf nsd
+DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy bind9 dnsperf nsd curl util-linux
 
-.PHONY: all build test unit fuzz lint deps bench bench-prober bench-proxy bench-dns clean
+.PHONY: all build test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns clean
 
 all: build
 
@@ -15,7 +15,7 @@ build:
 	$(GO) build -o bin/pulselb ./cmd/pulselb
 
 ## test: the whole suite — unit and real-server tests with the race detector, then bounded fuzzing.
-test: deps unit fuzz
+test: deps unit fuzz e2e
 
 unit:
 	$(GO) vet ./...
@@ -26,6 +26,11 @@ unit:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./prober/
 	$(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime $(FUZZTIME) ./dnsexport/
+
+## e2e: a real control plane built from k8s.io/kubernetes and simulated nodes in network namespaces
+## (root; the first run builds test/.bin, about 15 minutes on 2 idle cores).
+e2e: deps
+	$(MAKE) -C test e2e
 
 lint:
 	$(GO) run $(GOLANGCI_LINT) run ./...
@@ -51,7 +56,7 @@ bench-proxy: deps
 	cd test && $(GO) run ./bench/proxy
 
 clean:
-	rm -rf bin
+	rm -rf bin test/.bin
 
 ## bench-dns: dnsperf against pulselb, CoreDNS, BIND 9 and NSD serving the same zone.
 bench-dns: deps

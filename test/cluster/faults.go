@@ -1,0 +1,238 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// NodeDown takes a node off the network (its link down) and stops its
+// heartbeats, as if it lost power: the node turns NotReady after the grace
+// period and its processes keep running unreachable.
+func (c *Cluster) NodeDown(ctx context.Context, name string) error {
+	n, err := c.netNode(name)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.down = true
+	n.mu.Unlock()
+	return run(ctx, "ip", "link", "set", fmt.Sprintf("plt-h%d", n.index), "down")
+}
+
+// NodeUp undoes NodeDown: link up, heartbeats and status posted at once, and
+// the node's pods reconciled.
+func (c *Cluster) NodeUp(ctx context.Context, name string) error {
+	n, err := c.netNode(name)
+	if err != nil {
+		return err
+	}
+	if err := run(ctx, "ip", "link", "set", fmt.Sprintf("plt-h%d", n.index), "up"); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.down = false
+	n.mu.Unlock()
+	if err := c.kubelet.beat(ctx, n, true); err != nil {
+		return err
+	}
+	pods, err := c.kubelet.podLister.List(everything)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName == name {
+			c.kubelet.queue.Add(p.Namespace + "/" + p.Name)
+		}
+	}
+	return nil
+}
+
+// NodeBlackhole drops every packet to and from the node's network while
+// its heartbeats continue: the API server sees a healthy node nobody can
+// reach.
+func (c *Cluster) NodeBlackhole(ctx context.Context, name string) error {
+	n, err := c.netNode(name)
+	if err != nil {
+		return err
+	}
+	return c.faultRules(ctx, n, "-A", nil)
+}
+
+// NodeHeal removes every blackhole and partition involving the node.
+func (c *Cluster) NodeHeal(ctx context.Context, name string) error {
+	n, err := c.netNode(name)
+	if err != nil {
+		return err
+	}
+	for _, table := range []string{"raw", "mangle"} {
+		if err := nsRun(ctx, n.ns, "iptables", "-w", "-t", table, "-F", "PLT-FAULT"); err != nil {
+			return err
+		}
+	}
+	for _, o := range c.kubelet.nodeList() {
+		if o.light || o == n {
+			continue
+		}
+		for _, addr := range n.addrs() {
+			// Deleting a rule that is not there fails; that is fine.
+			_ = nsRun(ctx, o.ns, "iptables", "-w", "-t", "raw", "-D", "PLT-FAULT", "-i", "eth0", "-s", addr, "-j", "DROP")
+			_ = nsRun(ctx, o.ns, "iptables", "-w", "-t", "mangle", "-D", "PLT-FAULT", "-o", "eth0", "-d", addr, "-j", "DROP")
+		}
+	}
+	return nil
+}
+
+// NodePartition drops packets between two nodes (and their pods), both ways.
+func (c *Cluster) NodePartition(ctx context.Context, a, b string) error {
+	na, err := c.netNode(a)
+	if err != nil {
+		return err
+	}
+	nb, err := c.netNode(b)
+	if err != nil {
+		return err
+	}
+	if err := c.faultRules(ctx, na, "-A", nb.addrs()); err != nil {
+		return err
+	}
+	return c.faultRules(ctx, nb, "-A", na.addrs())
+}
+
+// faultRules drops traffic on n's uplink, from and to peers or everything.
+func (c *Cluster) faultRules(ctx context.Context, n *simNode, op string, peers []string) error {
+	if peers == nil {
+		peers = []string{""}
+	}
+	for _, p := range peers {
+		in := []string{"iptables", "-w", "-t", "raw", op, "PLT-FAULT", "-i", "eth0"}
+		out := []string{"iptables", "-w", "-t", "mangle", op, "PLT-FAULT", "-o", "eth0"}
+		if p != "" {
+			in = append(in, "-s", p)
+			out = append(out, "-d", p)
+		}
+		if err := nsRun(ctx, n.ns, append(in, "-j", "DROP")...); err != nil {
+			return err
+		}
+		if err := nsRun(ctx, n.ns, append(out, "-j", "DROP")...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addrs are the node's addresses and pod CIDR, as iptables matches.
+func (n *simNode) addrs() []string {
+	a := []string{n.internalIP, n.podCIDR}
+	if n.externalIP != "" {
+		a = append(a, n.externalIP)
+	}
+	return a
+}
+
+func (c *Cluster) netNode(name string) (*simNode, error) {
+	n, err := c.kubelet.node(name)
+	if err != nil {
+		return nil, err
+	}
+	if n.light {
+		return nil, fmt.Errorf("node %s is a light node without a network", name)
+	}
+	return n, nil
+}
+
+// Exec runs argv in a node's network namespace and returns its combined
+// output.
+func (c *Cluster) Exec(ctx context.Context, node string, argv ...string) ([]byte, error) {
+	if _, err := c.netNode(node); err != nil {
+		return nil, err
+	}
+	return execIn(ctx, NodeNamespace(node), argv...)
+}
+
+// ClientExec runs argv in the client namespace, a machine outside the
+// cluster on the nodes' network.
+func (c *Cluster) ClientExec(ctx context.Context, argv ...string) ([]byte, error) {
+	return execIn(ctx, clientNS, argv...)
+}
+
+// PodExec runs argv in a pod's network namespace.
+func (c *Cluster) PodExec(ctx context.Context, namespace, pod string, argv ...string) ([]byte, error) {
+	c.kubelet.mu.Lock()
+	uid, ok := c.kubelet.podKeys[namespace+"/"+pod]
+	rt := c.kubelet.pods[uid]
+	c.kubelet.mu.Unlock()
+	if !ok || rt == nil || rt.netns == "" {
+		return nil, fmt.Errorf("pod %s/%s is not running on a namespace node", namespace, pod)
+	}
+	return execIn(ctx, rt.netns, argv...)
+}
+
+// KillContainer kills a container's process with SIGKILL; the simulator
+// restarts it per the pod's restart policy.
+func (c *Cluster) KillContainer(namespace, pod, container string) error {
+	c.kubelet.mu.Lock()
+	rt := c.kubelet.pods[c.kubelet.podKeys[namespace+"/"+pod]]
+	c.kubelet.mu.Unlock()
+	if rt == nil {
+		return fmt.Errorf("pod %s/%s is not running", namespace, pod)
+	}
+	rt.mu.Lock()
+	st := rt.containers[container]
+	var p *process
+	if st != nil {
+		p = st.proc
+	}
+	rt.mu.Unlock()
+	if p == nil || p.exited() {
+		return fmt.Errorf("container %s of pod %s/%s is not running", container, namespace, pod)
+	}
+	return p.cmd.Process.Kill()
+}
+
+// RestartAPIServer stops the API server and starts it again with the same
+// flags, waiting until it is ready.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	return c.cp.restartAPIServer(ctx)
+}
+
+func execIn(ctx context.Context, ns string, argv ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("running %v in %s: %w", argv, ns, err)
+	}
+	return out, nil
+}
+
+// ContainerPID returns the pid of a running container's process.
+func (c *Cluster) ContainerPID(namespace, pod, container string) (int, error) {
+	c.kubelet.mu.Lock()
+	rt := c.kubelet.pods[c.kubelet.podKeys[namespace+"/"+pod]]
+	c.kubelet.mu.Unlock()
+	if rt == nil {
+		return 0, fmt.Errorf("pod %s/%s is not running", namespace, pod)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	st := rt.containers[container]
+	if st == nil || st.proc == nil || st.proc.exited() {
+		return 0, fmt.Errorf("container %s of pod %s/%s is not running", container, namespace, pod)
+	}
+	return st.proc.cmd.Process.Pid, nil
+}
+
+// ContainerLog returns what a container wrote to stdout and stderr, over
+// all its restarts.
+func (c *Cluster) ContainerLog(namespace, pod, container string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "logs", fmt.Sprintf("pod-%s-%s-%s.log", namespace, pod, container)))
+	if err != nil {
+		return nil, fmt.Errorf("reading log of %s/%s/%s: %w", namespace, pod, container, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,258 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// Addressing. Everything the harness creates lives in 198.18.0.0/15 and the
+// service range 198.19.0.0/16; 198.18.100.0/24–198.18.127.0/24 and
+// 198.18.200.0/24 belong to other tests and are never used.
+const (
+	bridgeName   = "plt-br0"
+	bridgeCIDR   = "198.18.0.1/22" // bridge, node InternalIPs (.1.x), ExternalIPs (.2.x), clients (.3.x)
+	bridgeIP     = "198.18.0.1"
+	bridgePrefix = 22
+	clientNS     = "plt-client"
+	clientIP     = "198.18.3.1"
+	// ServiceCIDR is the cluster's Service (ClusterIP) range.
+	ServiceCIDR = "198.19.0.0/16"
+	// APIServiceIP is the ClusterIP of the kubernetes Service.
+	APIServiceIP = "198.19.0.1"
+	// PodCIDR covers every pod CIDR: node n gets 198.18.(128+n).0/24.
+	PodCIDR = "198.18.128.0/17"
+	// maxNetNodes keeps pod CIDRs below 198.18.192.0/18, where light-node pod
+	// addresses come from (they carry no traffic).
+	maxNetNodes = 63
+	// maxLightNodes fit light-node InternalIPs into 198.18.4.0/22.
+	maxLightNodes = 1000
+	// guardMetric marks the root-namespace "unreachable" routes that keep
+	// traffic for our ranges from ever leaving the machine.
+	guardMetric = "4242"
+)
+
+func nodeInternalIP(n int) string { return fmt.Sprintf("198.18.1.%d", n) }
+func nodeExternalIP(n int) string { return fmt.Sprintf("198.18.2.%d", n) }
+func nodePodCIDR(n int) string    { return fmt.Sprintf("198.18.%d.0/24", 128+n) }
+func nodePodGateway(n int) string { return fmt.Sprintf("198.18.%d.1", 128+n) }
+
+// lightPodIP returns the i-th pod address handed to pods on light nodes,
+// from 198.18.192.0/21; nothing answers there and nothing routes there.
+func lightPodIP(i int) string {
+	a := netip.MustParseAddr("198.18.192.2")
+	for range i % 2040 {
+		a = a.Next()
+	}
+	return a.String()
+}
+
+func run(ctx context.Context, name string, args ...string) error {
+	_, err := output(ctx, name, args...)
+	return err
+}
+
+func output(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("running %s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+func netnsExists(ns string) bool {
+	_, err := os.Stat("/run/netns/" + ns)
+	return err == nil
+}
+
+func linkExists(name string) bool {
+	_, err := os.Stat("/sys/class/net/" + name)
+	return err == nil
+}
+
+// network creates and records the namespaces, links and rules of a cluster.
+type network struct {
+	rec *record
+}
+
+func (nw *network) cmd(ctx context.Context, args ...string) error {
+	return run(ctx, args[0], args[1:]...)
+}
+
+// addNetns creates network namespace ns with loopback up.
+func (nw *network) addNetns(ctx context.Context, ns string) error {
+	if netnsExists(ns) {
+		killNetnsPIDs(ns)
+		if err := run(ctx, "ip", "netns", "delete", ns); err != nil {
+			return err
+		}
+	}
+	if err := nw.rec.add(item{Kind: "netns", Name: ns}); err != nil {
+		return err
+	}
+	if err := run(ctx, "ip", "netns", "add", ns); err != nil {
+		return err
+	}
+	return run(ctx, "ip", "-n", ns, "link", "set", "lo", "up")
+}
+
+// setupRoot creates the bridge and the guard routes in the root namespace.
+func (nw *network) setupRoot(ctx context.Context) error {
+	if err := nw.rec.add(item{Kind: "link", Name: bridgeName}); err != nil {
+		return err
+	}
+	steps := [][]string{
+		{"ip", "link", "add", bridgeName, "type", "bridge"},
+		{"ip", "addr", "add", bridgeCIDR, "dev", bridgeName},
+		{"ip", "link", "set", bridgeName, "up"},
+	}
+	for _, s := range steps {
+		if err := nw.cmd(ctx, s...); err != nil {
+			return fmt.Errorf("creating bridge: %w", err)
+		}
+	}
+	for _, cidr := range []string{"198.18.0.0/15", ServiceCIDR} {
+		if err := nw.rootRoute(ctx, "unreachable", cidr, "metric", guardMetric); err != nil {
+			return err
+		}
+	}
+	// The client namespace stands for machines outside the cluster.
+	if err := nw.addNetns(ctx, clientNS); err != nil {
+		return err
+	}
+	return nw.attach(ctx, clientNS, "plt-hc", clientIP, "")
+}
+
+// rootRoute adds a route in the root namespace and records its removal.
+func (nw *network) rootRoute(ctx context.Context, args ...string) error {
+	del := append([]string{"ip", "route", "del"}, args...)
+	if err := nw.rec.add(item{Kind: "route", Args: del}); err != nil {
+		return err
+	}
+	if err := run(ctx, "ip", append([]string{"route", "replace"}, args...)...); err != nil {
+		return fmt.Errorf("adding root route: %w", err)
+	}
+	return nil
+}
+
+// attach connects namespace ns to the bridge through a veth whose root end is
+// host and whose namespace end is eth0, with address ip and optionally extra.
+func (nw *network) attach(ctx context.Context, ns, host, ip, extra string) error {
+	if err := nw.rec.add(item{Kind: "link", Name: host}); err != nil {
+		return err
+	}
+	steps := [][]string{
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"ip", "link", "set", host, "master", bridgeName, "up"},
+		{"ip", "-n", ns, "addr", "add", fmt.Sprintf("%s/%d", ip, bridgePrefix), "dev", "eth0"},
+		{"ip", "-n", ns, "link", "set", "eth0", "up"},
+		// Only our ranges are routed: nothing in a namespace can reach the
+		// outside world. The service range needs a route for locally
+		// generated packets to reach kube-proxy's DNAT in OUTPUT.
+		{"ip", "-n", ns, "route", "add", ServiceCIDR, "via", bridgeIP},
+	}
+	if extra != "" {
+		steps = append(steps, []string{"ip", "-n", ns, "addr", "add", fmt.Sprintf("%s/%d", extra, bridgePrefix), "dev", "eth0"})
+	}
+	for _, s := range steps {
+		if err := nw.cmd(ctx, s...); err != nil {
+			return fmt.Errorf("attaching %s to the bridge: %w", ns, err)
+		}
+	}
+	return nil
+}
+
+// nsRun runs a command inside namespace ns.
+func nsRun(ctx context.Context, ns string, args ...string) error {
+	return run(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
+}
+
+// setupNode creates node n's namespace: eth0 on the bridge, a pod bridge
+// cbr0 with the node's pod CIDR, forwarding on, and the fault chains.
+func (nw *network) setupNode(ctx context.Context, n int, ns string, external bool) error {
+	if err := nw.addNetns(ctx, ns); err != nil {
+		return err
+	}
+	ext := ""
+	if external {
+		ext = nodeExternalIP(n)
+	}
+	if err := nw.attach(ctx, ns, fmt.Sprintf("plt-h%d", n), nodeInternalIP(n), ext); err != nil {
+		return err
+	}
+	gw := nodePodGateway(n)
+	steps := [][]string{
+		{"ip", "-n", ns, "link", "add", "cbr0", "type", "bridge"},
+		{"ip", "-n", ns, "addr", "add", gw + "/24", "dev", "cbr0"},
+		{"ip", "-n", ns, "link", "set", "cbr0", "up"},
+		{"ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"},
+		{"ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=0"},
+		{"ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.conf.all.route_localnet=1"},
+		// Faults live in raw PREROUTING and mangle POSTROUTING, which
+		// kube-proxy does not touch and which see packets before conntrack
+		// lets established flows through.
+		{"ip", "netns", "exec", ns, "iptables", "-w", "-t", "raw", "-N", "PLT-FAULT"},
+		{"ip", "netns", "exec", ns, "iptables", "-w", "-t", "raw", "-I", "PREROUTING", "-j", "PLT-FAULT"},
+		{"ip", "netns", "exec", ns, "iptables", "-w", "-t", "mangle", "-N", "PLT-FAULT"},
+		{"ip", "netns", "exec", ns, "iptables", "-w", "-t", "mangle", "-I", "POSTROUTING", "-j", "PLT-FAULT"},
+		// hostPort mappings, like the CNI portmap plugin.
+		{"ip", "netns", "exec", ns, "iptables", "-w", "-t", "nat", "-N", "PLT-HOSTPORTS"},
+		{"ip", "netns", "exec", ns, "iptables", "-w", "-t", "nat", "-I", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "PLT-HOSTPORTS"},
+		{"ip", "netns", "exec", ns, "iptables", "-w", "-t", "nat", "-I", "OUTPUT", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "PLT-HOSTPORTS"},
+		// Pods reaching a hostPort on their own node through the node IP
+		// need the reply to come back through the node.
+		{"ip", "netns", "exec", ns, "iptables", "-w", "-t", "nat", "-I", "POSTROUTING", "-s", nodePodCIDR(n), "-d", nodePodCIDR(n), "-m", "conntrack", "--ctstate", "DNAT", "-j", "MASQUERADE"},
+	}
+	for _, s := range steps {
+		if err := nw.cmd(ctx, s...); err != nil {
+			return fmt.Errorf("setting up node namespace %s: %w", ns, err)
+		}
+	}
+	return nil
+}
+
+// routePodCIDR makes node n's pod CIDR reachable from namespace ns (or the
+// root namespace when ns is empty) through node n's InternalIP.
+func (nw *network) routePodCIDR(ctx context.Context, ns string, n int) error {
+	if ns == "" {
+		return nw.rootRoute(ctx, nodePodCIDR(n), "via", nodeInternalIP(n))
+	}
+	return run(ctx, "ip", "-n", ns, "route", "replace", nodePodCIDR(n), "via", nodeInternalIP(n))
+}
+
+// setupPod creates a pod namespace with address ip on node n's pod bridge.
+func (nw *network) setupPod(ctx context.Context, nodeNS string, n int, podNS, hostVeth, ip string) error {
+	if err := nw.addNetns(ctx, podNS); err != nil {
+		return err
+	}
+	steps := [][]string{
+		{"ip", "-n", nodeNS, "link", "add", hostVeth, "type", "veth", "peer", "name", "eth0", "netns", podNS},
+		{"ip", "-n", nodeNS, "link", "set", hostVeth, "master", "cbr0", "up"},
+		{"ip", "-n", podNS, "addr", "add", ip + "/24", "dev", "eth0"},
+		{"ip", "-n", podNS, "link", "set", "eth0", "up"},
+		{"ip", "-n", podNS, "route", "add", "default", "via", nodePodGateway(n)},
+	}
+	for _, s := range steps {
+		if err := nw.cmd(ctx, s...); err != nil {
+			return fmt.Errorf("setting up pod namespace %s: %w", podNS, err)
+		}
+	}
+	// Hairpin lets a pod reach itself through a Service.
+	_ = run(ctx, "ip", "netns", "exec", nodeNS, "bridge", "link", "set", "dev", hostVeth, "hairpin", "on")
+	return nil
+}
+
+// removePod deletes a pod namespace; its veth goes with it.
+func removePod(ctx context.Context, podNS string) error {
+	killNetnsPIDs(podNS)
+	if !netnsExists(podNS) {
+		return nil
+	}
+	return run(ctx, "ip", "netns", "delete", podNS)
+}

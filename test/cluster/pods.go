@@ -1,0 +1,696 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// podRuntime is a pod running on a simulated node.
+type podRuntime struct {
+	k      *kubelet
+	key    string
+	uid    types.UID
+	node   *simNode
+	netns  string // the pod's namespace, or the node's for hostNetwork pods
+	ownNS  bool
+	ip     string
+	since  metav1.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu         sync.Mutex
+	initDone   bool
+	containers map[string]*containerState
+	hostPorts  [][]string // iptables rules to delete
+}
+
+// containerState is what the status of one container reports.
+type containerState struct {
+	init      bool
+	running   bool
+	finished  bool
+	exitCode  int32
+	restarts  int32
+	startedAt metav1.Time
+	lastExit  *corev1.ContainerStateTerminated
+	proc      *process
+}
+
+func (k *kubelet) processNext(ctx context.Context) bool {
+	key, quit := k.queue.Get()
+	if quit {
+		return false
+	}
+	defer k.queue.Done(key)
+	if err := k.syncPod(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			klog.FromContext(ctx).V(2).Info("Pod sync failed, retrying", "pod", key, "err", err)
+			k.queue.AddRateLimited(key)
+		}
+		return true
+	}
+	k.queue.Forget(key)
+	return true
+}
+
+func (k *kubelet) syncPod(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil //nolint:nilerr // a malformed key never becomes valid
+	}
+	pod, err := k.podLister.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		k.mu.Lock()
+		uid, ok := k.podKeys[key]
+		k.mu.Unlock()
+		if ok {
+			k.removeRuntime(ctx, uid)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	n := k.nodes[pod.Spec.NodeName]
+	rt := k.pods[pod.UID]
+	if oldUID, ok := k.podKeys[key]; ok && oldUID != pod.UID {
+		// A new pod with the name of an old one (StatefulSet, manual).
+		k.mu.Unlock()
+		k.removeRuntime(ctx, oldUID)
+		k.mu.Lock()
+	}
+	k.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	down := n.down
+	n.mu.Unlock()
+	if down {
+		return nil // a dead node's kubelet does nothing
+	}
+	if pod.DeletionTimestamp != nil {
+		if rt != nil {
+			k.removeRuntime(ctx, pod.UID)
+		}
+		err := k.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptrInt64(0),
+			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting pod %s: %w", key, err)
+		}
+		return nil
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	if rt == nil {
+		if rt, err = k.startPod(ctx, n, pod); err != nil {
+			return err
+		}
+	}
+	return k.updateStatus(ctx, pod, rt)
+}
+
+func ptrInt64(v int64) *int64 { return &v }
+
+// removeRuntime stops a pod's processes and removes its namespace.
+func (k *kubelet) removeRuntime(ctx context.Context, uid types.UID) {
+	k.mu.Lock()
+	rt := k.pods[uid]
+	delete(k.pods, uid)
+	if rt != nil && k.podKeys[rt.key] == uid {
+		delete(k.podKeys, rt.key)
+	}
+	k.mu.Unlock()
+	if rt != nil {
+		rt.stop(ctx)
+	}
+}
+
+// startPod sets up a pod's network and starts its containers.
+func (k *kubelet) startPod(ctx context.Context, n *simNode, pod *corev1.Pod) (*podRuntime, error) {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", n.name)
+	key := pod.Namespace + "/" + pod.Name
+	rctx, cancel := context.WithCancel(ctx)
+	rt := &podRuntime{
+		k: k, key: key, uid: pod.UID, node: n, since: metav1.Now(), cancel: cancel, done: make(chan struct{}),
+		containers: map[string]*containerState{},
+	}
+	for _, c := range pod.Spec.InitContainers {
+		rt.containers[c.Name] = &containerState{init: true}
+	}
+	for _, c := range pod.Spec.Containers {
+		rt.containers[c.Name] = &containerState{}
+	}
+	switch {
+	case n.light:
+		k.mu.Lock()
+		rt.ip = lightPodIP(k.lightNext)
+		k.lightNext++
+		k.mu.Unlock()
+		if pod.Spec.HostNetwork {
+			rt.ip = n.internalIP
+		}
+	case pod.Spec.HostNetwork:
+		rt.netns, rt.ip = n.ns, n.internalIP
+	default:
+		ip, err := n.allocateIP()
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		rt.ip, rt.ownNS = ip, true
+		id := strings.ReplaceAll(string(pod.UID), "-", "")
+		rt.netns = "plt-p-" + id[:12]
+		if err := k.c.net.setupPod(ctx, n.ns, n.index, rt.netns, "vp"+id[:10], ip); err != nil {
+			n.releaseIP(ip)
+			_ = removePod(ctx, rt.netns)
+			cancel()
+			return nil, err
+		}
+		if err := rt.mapHostPorts(ctx, pod); err != nil {
+			rt.stop(ctx)
+			return nil, err
+		}
+	}
+	k.mu.Lock()
+	k.pods[pod.UID] = rt
+	k.podKeys[key] = pod.UID
+	k.mu.Unlock()
+	logger.V(2).Info("Started pod", "ip", rt.ip)
+	go func() {
+		defer close(rt.done)
+		rt.run(rctx, pod.DeepCopy())
+	}()
+	return rt, nil
+}
+
+func (n *simNode) allocateIP() (string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i := 2; i < 255; i++ {
+		ip := fmt.Sprintf("198.18.%d.%d", 128+n.index, i)
+		if !n.usedIPs[ip] {
+			n.usedIPs[ip] = true
+			return ip, nil
+		}
+	}
+	return "", fmt.Errorf("node %s: pod CIDR %s exhausted", n.name, n.podCIDR)
+}
+
+func (n *simNode) releaseIP(ip string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.usedIPs, ip)
+}
+
+// mapHostPorts DNATs the pod's hostPorts on the node, like CNI portmap.
+func (rt *podRuntime) mapHostPorts(ctx context.Context, pod *corev1.Pod) error {
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.HostPort == 0 {
+				continue
+			}
+			proto := strings.ToLower(string(p.Protocol))
+			if proto == "" {
+				proto = "tcp"
+			}
+			rule := []string{"-t", "nat", "PLT-HOSTPORTS", "-p", proto, "--dport", strconv.Itoa(int(p.HostPort)),
+				"-m", "comment", "--comment", rt.key, "-j", "DNAT", "--to-destination", fmt.Sprintf("%s:%d", rt.ip, p.ContainerPort)}
+			add := append([]string{"iptables", "-w", rule[0], rule[1], "-A"}, rule[2:]...)
+			if err := nsRun(ctx, rt.node.ns, add...); err != nil {
+				return fmt.Errorf("mapping hostPort %d: %w", p.HostPort, err)
+			}
+			rt.mu.Lock()
+			rt.hostPorts = append(rt.hostPorts, append([]string{"iptables", "-w", rule[0], rule[1], "-D"}, rule[2:]...))
+			rt.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// stop ends the pod's containers and removes its network.
+func (rt *podRuntime) stop(ctx context.Context) {
+	rt.cancel()
+	<-rt.done
+	rt.mu.Lock()
+	rules := rt.hostPorts
+	rt.hostPorts = nil
+	rt.mu.Unlock()
+	for _, r := range rules {
+		_ = nsRun(ctx, rt.node.ns, r...)
+	}
+	if rt.ownNS {
+		if err := removePod(ctx, rt.netns); err != nil {
+			klog.FromContext(ctx).Error(err, "Removing pod network", "pod", rt.key)
+		}
+		rt.node.releaseIP(rt.ip)
+	}
+}
+
+// run runs init containers one after another, then the containers, each
+// restarted with backoff per the restart policy, until ctx ends.
+func (rt *podRuntime) run(ctx context.Context, pod *corev1.Pod) {
+	notify := func() { rt.k.queue.Add(rt.key) }
+	if rt.node.light {
+		rt.mu.Lock()
+		rt.initDone = true
+		for _, c := range pod.Spec.InitContainers {
+			rt.containers[c.Name].finished = true
+		}
+		for _, c := range pod.Spec.Containers {
+			st := rt.containers[c.Name]
+			st.running, st.startedAt = true, metav1.Now()
+		}
+		rt.mu.Unlock()
+		notify()
+		<-ctx.Done()
+		return
+	}
+	for _, c := range pod.Spec.InitContainers {
+		for {
+			code, ok := rt.runOnce(ctx, pod, c, true, notify)
+			if !ok {
+				return
+			}
+			if code == 0 {
+				break
+			}
+			if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+				return
+			}
+			if !backoff(ctx, rt.restarts(c.Name)) {
+				return
+			}
+		}
+	}
+	rt.mu.Lock()
+	rt.initDone = true
+	rt.mu.Unlock()
+	notify()
+	var wg sync.WaitGroup
+	for _, c := range pod.Spec.Containers {
+		wg.Go(func() {
+			for {
+				code, ok := rt.runOnce(ctx, pod, c, false, notify)
+				if !ok {
+					return
+				}
+				switch pod.Spec.RestartPolicy {
+				case corev1.RestartPolicyNever:
+					return
+				case corev1.RestartPolicyOnFailure:
+					if code == 0 {
+						return
+					}
+				}
+				if !backoff(ctx, rt.restarts(c.Name)) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (rt *podRuntime) restarts(container string) int32 {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.containers[container].restarts
+}
+
+// backoff waits before restart n+1, up to 10 s; false when ctx ended.
+func backoff(ctx context.Context, restarts int32) bool {
+	d := time.Duration(1<<min(restarts, 4)) * 500 * time.Millisecond
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(min(d, 10*time.Second)):
+		return true
+	}
+}
+
+// runOnce runs a container until it exits or ctx ends. ok is false when
+// ctx ended (the pod is going away).
+func (rt *podRuntime) runOnce(ctx context.Context, pod *corev1.Pod, c corev1.Container, init bool, notify func()) (code int32, ok bool) {
+	logger := klog.FromContext(ctx).WithValues("pod", rt.key, "container", c.Name)
+	st := rt.containers[c.Name]
+	argv, env, err := rt.command(ctx, pod, c)
+	var p *process
+	if err == nil {
+		name := fmt.Sprintf("pod-%s-%s-%s", pod.Namespace, pod.Name, c.Name)
+		p, err = startCommand(ctx, rt.k.c.rec, filepath.Join(rt.k.c.Dir, "logs"), name, env, argv...)
+	}
+	if err != nil {
+		logger.Error(err, "Starting container")
+		rt.mu.Lock()
+		st.running, st.finished, st.exitCode = false, true, 128
+		st.restarts++
+		rt.mu.Unlock()
+		notify()
+		return 128, ctx.Err() == nil
+	}
+	rt.mu.Lock()
+	st.proc, st.running, st.finished, st.startedAt = p, true, false, metav1.Now()
+	rt.mu.Unlock()
+	notify()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		_ = p.stop(time.Duration(ptrOr(pod.Spec.TerminationGracePeriodSeconds, 30)) * time.Second / 10)
+		return 0, false
+	}
+	code = 0
+	if p.cmd.ProcessState != nil {
+		code = int32(p.cmd.ProcessState.ExitCode())
+	}
+	logger.V(2).Info("Container exited", "exitCode", code)
+	rt.mu.Lock()
+	st.running, st.finished, st.exitCode = false, true, code
+	st.lastExit = &corev1.ContainerStateTerminated{ExitCode: code, StartedAt: st.startedAt, FinishedAt: metav1.Now(), Reason: reason(code)}
+	if !init || code != 0 {
+		st.restarts++
+	}
+	rt.mu.Unlock()
+	notify()
+	return code, ctx.Err() == nil
+}
+
+func reason(code int32) string {
+	if code == 0 {
+		return "Completed"
+	}
+	return "Error"
+}
+
+func ptrOr(p *int64, def int64) int64 {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)`)
+
+// command returns the argv and environment of a container: the pulselb
+// binary for images whose name contains "pulselb", else the echo backend
+// on the container's ports.
+func (rt *podRuntime) command(ctx context.Context, pod *corev1.Pod, c corev1.Container) ([]string, []string, error) {
+	bin := rt.k.c.bin
+	env, err := rt.env(ctx, pod, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	vars := map[string]string{}
+	for _, e := range env {
+		if k, v, ok := strings.Cut(e, "="); ok {
+			vars[k] = v
+		}
+	}
+	expand := func(s string) string {
+		return varRef.ReplaceAllStringFunc(s, func(m string) string {
+			if v, ok := vars[m[2:len(m)-1]]; ok {
+				return v
+			}
+			return m
+		})
+	}
+	var argv []string
+	if strings.Contains(c.Image, "pulselb") {
+		args := append(append([]string{}, c.Command...), c.Args...)
+		if len(c.Command) > 0 && strings.Contains(filepath.Base(c.Command[0]), "pulselb") {
+			args = args[1:]
+		}
+		exe := filepath.Join(bin, "pulselb")
+		if _, err := os.Stat(exe); err != nil {
+			why, _ := os.ReadFile(filepath.Join(bin, pulselbBuildError))
+			return nil, nil, fmt.Errorf("no pulselb binary in %s: %s", bin, why)
+		}
+		argv = []string{exe}
+		for _, a := range args {
+			argv = append(argv, expand(a))
+		}
+	} else {
+		argv = append([]string{filepath.Join(bin, "pulselb-echo")}, echoArgs(pod, c)...)
+	}
+	if rt.netns != "" {
+		argv = append([]string{"ip", "netns", "exec", rt.netns}, argv...)
+	}
+	if sa, ok, err := rt.serviceAccountDir(ctx, pod, c); err != nil {
+		return nil, nil, err
+	} else if ok {
+		// A private mount namespace per container shows the pod's token at
+		// the path in-cluster clients read.
+		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+			`mount --bind "$0" ` + saMountPath + ` && exec "$@"`, sa}, argv...)
+	}
+	return argv, env, nil
+}
+
+func echoArgs(pod *corev1.Pod, c corev1.Container) []string {
+	var tcp, udp []string
+	for _, p := range c.Ports {
+		if p.Protocol == corev1.ProtocolUDP {
+			udp = append(udp, strconv.Itoa(int(p.ContainerPort)))
+		} else {
+			tcp = append(tcp, strconv.Itoa(int(p.ContainerPort)))
+		}
+	}
+	if len(tcp) == 0 && len(udp) == 0 {
+		tcp = []string{"8080"}
+	}
+	args := []string{"--name=" + pod.Namespace + "/" + pod.Name}
+	if len(tcp) > 0 {
+		args = append(args, "--tcp="+strings.Join(tcp, ","))
+	}
+	if len(udp) > 0 {
+		args = append(args, "--udp="+strings.Join(udp, ","))
+	}
+	return args
+}
+
+// env is the container's environment as a kubelet builds it.
+func (rt *podRuntime) env(ctx context.Context, pod *corev1.Pod, c corev1.Container) ([]string, error) {
+	out := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOSTNAME=" + pod.Name,
+		"KUBERNETES_SERVICE_HOST=" + APIServiceIP,
+		"KUBERNETES_SERVICE_PORT=443",
+		"KUBERNETES_SERVICE_PORT_HTTPS=443",
+		"KUBERNETES_PORT=tcp://" + APIServiceIP + ":443",
+	}
+	cs := rt.k.client.CoreV1()
+	for _, ef := range c.EnvFrom {
+		var data map[string]string
+		switch {
+		case ef.ConfigMapRef != nil:
+			cm, err := cs.ConfigMaps(pod.Namespace).Get(ctx, ef.ConfigMapRef.Name, metav1.GetOptions{})
+			if err != nil {
+				if apierrors.IsNotFound(err) && ptrOrBool(ef.ConfigMapRef.Optional) {
+					continue
+				}
+				return nil, fmt.Errorf("reading configmap %s: %w", ef.ConfigMapRef.Name, err)
+			}
+			data = cm.Data
+		case ef.SecretRef != nil:
+			s, err := cs.Secrets(pod.Namespace).Get(ctx, ef.SecretRef.Name, metav1.GetOptions{})
+			if err != nil {
+				if apierrors.IsNotFound(err) && ptrOrBool(ef.SecretRef.Optional) {
+					continue
+				}
+				return nil, fmt.Errorf("reading secret %s: %w", ef.SecretRef.Name, err)
+			}
+			data = map[string]string{}
+			for k, v := range s.Data {
+				data[k] = string(v)
+			}
+		}
+		for _, k := range sortedKeys(data) {
+			out = append(out, ef.Prefix+k+"="+data[k])
+		}
+	}
+	for _, e := range c.Env {
+		v := e.Value
+		if f := e.ValueFrom; f != nil {
+			switch {
+			case f.FieldRef != nil:
+				v = rt.field(pod, f.FieldRef.FieldPath)
+			case f.ConfigMapKeyRef != nil:
+				cm, err := cs.ConfigMaps(pod.Namespace).Get(ctx, f.ConfigMapKeyRef.Name, metav1.GetOptions{})
+				if err != nil {
+					if apierrors.IsNotFound(err) && ptrOrBool(f.ConfigMapKeyRef.Optional) {
+						continue
+					}
+					return nil, fmt.Errorf("reading configmap %s: %w", f.ConfigMapKeyRef.Name, err)
+				}
+				v = cm.Data[f.ConfigMapKeyRef.Key]
+			case f.SecretKeyRef != nil:
+				s, err := cs.Secrets(pod.Namespace).Get(ctx, f.SecretKeyRef.Name, metav1.GetOptions{})
+				if err != nil {
+					if apierrors.IsNotFound(err) && ptrOrBool(f.SecretKeyRef.Optional) {
+						continue
+					}
+					return nil, fmt.Errorf("reading secret %s: %w", f.SecretKeyRef.Name, err)
+				}
+				v = string(s.Data[f.SecretKeyRef.Key])
+			case f.ResourceFieldRef != nil:
+				v = "0"
+			}
+		}
+		out = append(out, e.Name+"="+v)
+	}
+	return out, nil
+}
+
+func ptrOrBool(p *bool) bool { return p != nil && *p }
+
+// field resolves a downward-API field path.
+func (rt *podRuntime) field(pod *corev1.Pod, path string) string {
+	switch path {
+	case "metadata.name":
+		return pod.Name
+	case "metadata.namespace":
+		return pod.Namespace
+	case "metadata.uid":
+		return string(pod.UID)
+	case "spec.nodeName":
+		return pod.Spec.NodeName
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName
+	case "status.podIP", "status.podIPs":
+		return rt.ip
+	case "status.hostIP", "status.hostIPs":
+		return rt.node.internalIP
+	}
+	for _, m := range []struct {
+		prefix string
+		from   map[string]string
+	}{{"metadata.labels['", pod.Labels}, {"metadata.annotations['", pod.Annotations}} {
+		if strings.HasPrefix(path, m.prefix) && strings.HasSuffix(path, "']") {
+			return m.from[path[len(m.prefix):len(path)-2]]
+		}
+	}
+	return ""
+}
+
+// updateStatus writes the pod status the runtime reports when it differs.
+func (k *kubelet) updateStatus(ctx context.Context, pod *corev1.Pod, rt *podRuntime) error {
+	st := rt.status(pod)
+	if equality.Semantic.DeepEqual(&pod.Status, st) {
+		return nil
+	}
+	p := pod.DeepCopy()
+	p.Status = *st
+	_, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		// The cache lags behind the scheduler's binding or another write:
+		// once more from the latest version.
+		fresh, gerr := k.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if gerr != nil || fresh.UID != pod.UID || fresh.DeletionTimestamp != nil {
+			return nil // gone or going: the next event syncs it
+		}
+		fresh.Status = *rt.status(fresh)
+		_, err = k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, fresh, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("updating status of pod %s: %w", rt.key, err)
+	}
+	return nil
+}
+
+func (rt *podRuntime) status(pod *corev1.Pod) *corev1.PodStatus {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	st := pod.Status.DeepCopy()
+	st.HostIP = rt.node.internalIP
+	st.HostIPs = []corev1.HostIP{{IP: rt.node.internalIP}}
+	st.PodIP = rt.ip
+	st.PodIPs = []corev1.PodIP{{IP: rt.ip}}
+	st.StartTime = &rt.since
+	cstatus := func(c corev1.Container) corev1.ContainerStatus {
+		s := rt.containers[c.Name]
+		cs := corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: c.Image,
+			ContainerID:  fmt.Sprintf("pulselb-test://%s/%s", rt.uid, c.Name),
+			RestartCount: s.restarts,
+			Ready:        s.running && !s.init,
+			Started:      ptrBool(s.running),
+		}
+		switch {
+		case s.running:
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: s.startedAt}
+		case s.finished && s.init && s.exitCode == 0:
+			cs.Ready = true
+			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: s.startedAt}
+			if s.lastExit != nil {
+				cs.State.Terminated.FinishedAt = s.lastExit.FinishedAt
+			}
+		case s.finished:
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+		default:
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
+		}
+		if s.lastExit != nil && !(s.init && s.finished && s.exitCode == 0) {
+			cs.LastTerminationState.Terminated = s.lastExit
+		}
+		return cs
+	}
+	st.InitContainerStatuses = nil
+	for _, c := range pod.Spec.InitContainers {
+		st.InitContainerStatuses = append(st.InitContainerStatuses, cstatus(c))
+	}
+	st.ContainerStatuses = nil
+	allRunning := len(pod.Spec.Containers) > 0
+	for _, c := range pod.Spec.Containers {
+		cs := cstatus(c)
+		allRunning = allRunning && cs.State.Running != nil
+		st.ContainerStatuses = append(st.ContainerStatuses, cs)
+	}
+	st.Phase = corev1.PodPending
+	if rt.initDone {
+		st.Phase = corev1.PodRunning
+	}
+	setCond := func(t corev1.PodConditionType, ok bool) {
+		s := corev1.ConditionFalse
+		if ok {
+			s = corev1.ConditionTrue
+		}
+		for i := range st.Conditions {
+			if st.Conditions[i].Type == t {
+				if st.Conditions[i].Status != s {
+					st.Conditions[i].Status, st.Conditions[i].LastTransitionTime = s, metav1.Now()
+				}
+				return
+			}
+		}
+		st.Conditions = append(st.Conditions, corev1.PodCondition{Type: t, Status: s, LastTransitionTime: metav1.Now()})
+	}
+	setCond(corev1.PodReadyToStartContainers, true)
+	setCond(corev1.PodInitialized, rt.initDone)
+	setCond(corev1.ContainersReady, rt.initDone && allRunning)
+	setCond(corev1.PodReady, rt.initDone && allRunning)
+	return st
+}
+
+func ptrBool(b bool) *bool { return &b }
