@@ -91,9 +91,7 @@ func (f *fixture) writes() []string {
 		}
 		name := ""
 		switch a := a.(type) {
-		case core.CreateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case core.UpdateAction:
+		case core.CreateAction: // updates too: both carry the object
 			name = a.GetObject().(metav1.Object).GetName()
 		case core.DeleteAction:
 			name = a.GetName()

@@ -128,7 +128,7 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 		}
 		writes.WithLabelValues("services", "update").Inc()
 	}
-	if status.StatusDiffers(svc, r) {
+	if status.Differs(svc, r) {
 		svc = svc.DeepCopy()
 		status.ApplyStatus(svc, r)
 		if svc, err = c.client.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
@@ -319,7 +319,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 		return nil
 	}
 	cleared := status.Cleared(svc)
-	if svc.DeletionTimestamp == nil && status.StatusDiffers(svc, cleared) {
+	if svc.DeletionTimestamp == nil && status.Differs(svc, cleared) {
 		cp := svc.DeepCopy()
 		status.ApplyStatus(cp, cleared)
 		updated, err := c.client.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{})

@@ -203,7 +203,7 @@ func TestDecide(t *testing.T) {
 			shuffled := tt.in
 			shuffled.Pods = slices.Clone(tt.in.Pods)
 			slices.Reverse(shuffled.Pods)
-			if again := Decide(shuffled); StatusDiffers(withResult(tt.in.Service, r), again) {
+			if again := Decide(shuffled); Differs(withResult(tt.in.Service, r), again) {
 				t.Errorf("result depends on pod order")
 			}
 		})
@@ -232,7 +232,7 @@ func TestDecideSteadyState(t *testing.T) {
 	in.Service = withResult(in.Service, first)
 	in.Now = metav1.NewTime(now.Add(time.Hour))
 	second := Decide(in)
-	if StatusDiffers(in.Service, second) || AnnotationsDiffer(in.Service, second) {
+	if Differs(in.Service, second) || AnnotationsDiffer(in.Service, second) {
 		t.Errorf("a second decision on an unchanged Service differs")
 	}
 	if len(second.Events) != 0 {

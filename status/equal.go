@@ -7,9 +7,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 )
 
-// StatusDiffers reports whether svc's status differs from r's, so the
+// Differs reports whether svc's status differs from r's, so the
 // caller writes status only when something changed.
-func StatusDiffers(svc *corev1.Service, r Result) bool {
+func Differs(svc *corev1.Service, r Result) bool {
 	return !equality.Semantic.DeepEqual(svc.Status.LoadBalancer, r.LoadBalancer) ||
 		!equality.Semantic.DeepEqual(svc.Status.Conditions, r.Conditions)
 }
