@@ -4,15 +4,21 @@
 GO            ?= go
 GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 COREDNS_BIN   ?= $(CURDIR)/bin/coredns-1.15.0
+# Keep in step with api/v1alpha1/generate_test.go, which fails when generated files are stale.
+CONTROLLER_GEN := sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 FUZZTIME      ?= 20s
 DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy bind9 dnsperf nsd curl util-linux
 
-.PHONY: all build test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns clean
+.PHONY: all build generate test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns clean
 
 all: build
 
 build:
 	$(GO) build -o bin/pulselb ./cmd/pulselb
+
+## generate: deepcopy code and the CRD from api/ (pinned controller-gen).
+generate:
+	$(GO) run $(CONTROLLER_GEN) object paths=./api/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/crds
 
 ## test: the whole suite — unit and real-server tests with the race detector, then bounded fuzzing.
 test: deps unit fuzz e2e

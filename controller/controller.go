@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/prober"
 )
 
 // Class is the spec.loadBalancerClass pulselb serves.
@@ -50,6 +51,8 @@ type Config struct {
 	// ClassOnly serves only Services whose loadBalancerClass is Class;
 	// otherwise Services without a class are served too.
 	ClassOnly bool
+	// Health feeds probe verdicts into placement and status.
+	Health HealthConfig
 }
 
 // Controller reconciles LoadBalancer Services with their proxy workloads
@@ -70,6 +73,11 @@ type Controller struct {
 
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	nodeQueue workqueue.TypedRateLimitingInterface[string]
+
+	// reports is nil when the health pipeline is off.
+	reports     cache.Store
+	healthQueue workqueue.TypedRateLimitingInterface[string]
+	verdicts    verdicts
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool
@@ -144,6 +152,30 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			DeleteFunc: c.enqueueOwner,
 		}})
 	}
+	if cfg.Health.Reports != nil {
+		if c.cfg.Health.Vantages <= 0 {
+			c.cfg.Health.Vantages = prober.DefaultVantages
+		}
+		if c.cfg.Health.Resync <= 0 {
+			c.cfg.Health.Resync = time.Second
+		}
+		c.reports = cfg.Health.Reports.GetStore()
+		c.healthQueue = workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "health", MetricsProvider: queueMetrics{}})
+		c.synced = append(c.synced, cfg.Health.Reports.HasSynced)
+		evaluate := cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.healthQueue.Add(healthKey) },
+			UpdateFunc: func(any, any) { c.healthQueue.Add(healthKey) },
+			DeleteFunc: func(any) { c.healthQueue.Add(healthKey) },
+		}
+		for _, inf := range []cache.SharedIndexInformer{cfg.Health.Reports, podInformer.Informer(), nodeInformer.Informer(), svcInformer.Informer()} {
+			handlers = append(handlers, struct {
+				informer cache.SharedIndexInformer
+				handler  cache.ResourceEventHandler
+			}{inf, evaluate})
+		}
+	}
 	for _, h := range handlers {
 		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)
@@ -162,6 +194,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer func() {
 		c.queue.ShutDown()
 		c.nodeQueue.ShutDown()
+		if c.healthQueue != nil {
+			c.healthQueue.ShutDown()
+		}
 		wg.Wait()
 		logger.Info("Stopped controller")
 	}()
@@ -180,6 +215,15 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		wg.Go(func() { wait.UntilWithContext(ctx, c.runServiceWorker, time.Second) })
 	}
 	wg.Go(func() { wait.UntilWithContext(ctx, c.runNodeWorker, time.Second) })
+	if c.healthQueue != nil {
+		c.healthQueue.Add(healthKey)
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				for processNext(ctx, c.healthQueue, "health", c.evaluate) {
+				}
+			}, time.Second)
+		})
+	}
 	<-ctx.Done()
 	return nil
 }

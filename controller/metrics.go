@@ -35,6 +35,18 @@ var (
 		Help: "LoadBalancer Services this controller serves.",
 	})
 
+	verdictChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "verdict_changes_total",
+		Help: "Quorum verdict changes, by kind (target or beacon) and new verdict.",
+	}, []string{"kind", "verdict"})
+	failoverDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name:    "failover_duration_seconds",
+		Help:    "Time from the first failed probe of a Down verdict to the Service status written without the node.",
+		Buckets: []float64{0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10, 20, 30, 60},
+	})
+
 	queueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 		Name: "workqueue_depth", Help: "Items waiting in the work queue.",
@@ -71,7 +83,7 @@ var (
 // included, with r.
 func RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{syncDuration, syncErrors, writes, managedServices,
+	for _, c := range []prometheus.Collector{syncDuration, syncErrors, writes, managedServices, verdictChanges, failoverDuration,
 		queueDepth, queueAdds, queueLatency, queueWork, queueUnfinished, queueLongest, queueRetries} {
 		errs = append(errs, r.Register(c))
 	}

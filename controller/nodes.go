@@ -12,10 +12,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/status"
 )
 
-// syncNode keeps the pulselb.io/external-ip label equal to whether the node
-// has an ExternalIP address; proxies prefer such nodes.
+// syncNode keeps the node's labels: pulselb.io/external-ip equal to whether
+// the node has an ExternalIP address (proxies prefer such nodes), and
+// pulselb.io/unhealthy while its beacon is down by quorum. On a failed node
+// it also force-deletes the Deployment proxy pods.
 func (c *Controller) syncNode(ctx context.Context, name string) error {
 	node, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
@@ -24,27 +28,54 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("getting node %s: %w", name, err)
 	}
+	patchLabels := map[string]any{} // a nil value removes the label in a merge patch
 	want := hasExternalIP(node)
-	value, present := node.Labels[placement.LabelExternalIP]
-	if want == (value == "true") && (want || !present) {
-		return nil
-	}
-	var label any // nil removes the label in a merge patch
-	if want {
-		label = "true"
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{placement.LabelExternalIP: label}}})
-	if err != nil {
-		return fmt.Errorf("encoding node label patch: %w", err)
-	}
-	if _, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
+	if value, present := node.Labels[placement.LabelExternalIP]; want != (value == "true") || !want && present {
+		if want {
+			patchLabels[placement.LabelExternalIP] = "true"
+		} else {
+			patchLabels[placement.LabelExternalIP] = nil
 		}
-		return fmt.Errorf("labelling node %s: %w", name, err)
 	}
-	writes.WithLabelValues("nodes", "patch").Inc()
-	klog.FromContext(ctx).Info("Updated node label", "node", klog.KObj(node), "label", placement.LabelExternalIP, "externalIP", want)
+	beacon := status.VerdictUnknown
+	var summary string
+	if c.reports != nil {
+		j := c.verdicts.get(prober.BeaconKey(name))
+		beacon, summary = j.Verdict, j.Summary()
+	}
+	_, unhealthy := node.Labels[placement.LabelUnhealthy]
+	switch {
+	case beacon == status.VerdictDown && !unhealthy:
+		patchLabels[placement.LabelUnhealthy] = "true"
+	case beacon == status.VerdictUp && unhealthy:
+		// Only an Up verdict clears the label: without fresh reports the
+		// node stays out rather than flapping back in.
+		patchLabels[placement.LabelUnhealthy] = nil
+	}
+	if len(patchLabels) > 0 {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": patchLabels}})
+		if err != nil {
+			return fmt.Errorf("encoding node label patch: %w", err)
+		}
+		if _, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("labelling node %s: %w", name, err)
+		}
+		writes.WithLabelValues("nodes", "patch").Inc()
+		klog.FromContext(ctx).Info("Updated node labels", "node", klog.KObj(node), "labels", patchLabels)
+		if v, ok := patchLabels[placement.LabelUnhealthy]; ok {
+			if v != nil {
+				c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonNodeFailed, "labelled %s: %s", placement.LabelUnhealthy, summary)
+			} else {
+				c.recorder.Eventf(node, corev1.EventTypeNormal, "NodeRecovered", "removed %s: %s", placement.LabelUnhealthy, summary)
+			}
+		}
+	}
+	if beacon == status.VerdictDown {
+		return c.evictFailed(ctx, name)
+	}
 	return nil
 }
 

@@ -90,12 +90,8 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	for _, n := range nodes {
 		in.Nodes[n.Name] = n
-		// The seam for probe verdicts: until the health pipeline feeds
-		// them, a node is down only when labelled so.
-		if _, ok := n.Labels[placement.LabelUnhealthy]; ok {
-			in.Health[n.Name] = status.Health{Down: true}
-		}
 	}
+	in.Health = c.health(svc, nodes, own, want.Settings.PublishWhen)
 	for _, p := range problems {
 		reason := status.ReasonInvalidAnnotation
 		if !isAnnotationKey(p.Key) {
@@ -108,7 +104,12 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 			return err
 		}
 	}
-	return c.writeStatus(ctx, svc, status.Decide(in))
+	r := status.Decide(in)
+	if err := c.writeStatus(ctx, svc, r); err != nil {
+		return err
+	}
+	c.failedOver(ctx, svc, r, in.Health)
+	return nil
 }
 
 func isAnnotationKey(k string) bool {

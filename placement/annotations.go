@@ -376,3 +376,24 @@ func sortedUnique(s []string) []string {
 	}
 	return out
 }
+
+// ProbeSpec returns the probe spec text for port under s: the probe.<name>
+// or probe.<number> annotation, else the Service-level probe when it can
+// check the port's protocol, else tcp for TCP ports and udp for UDP ports.
+// The text was validated by Parse.
+func ProbeSpec(s Settings, port corev1.ServicePort) string {
+	for _, k := range []string{port.Name, strconv.Itoa(int(port.Port))} {
+		if v, ok := s.Probes[k]; ok && k != "" {
+			return v
+		}
+	}
+	if v, ok := s.Probes[""]; ok {
+		if spec, err := prober.Parse(v); err == nil && probeMismatch(spec.Protocol, port.Protocol) == "" {
+			return v
+		}
+	}
+	if port.Protocol == corev1.ProtocolUDP {
+		return string(prober.UDP)
+	}
+	return string(prober.TCP)
+}

@@ -18,6 +18,7 @@ type command struct {
 var commands = map[string]command{
 	"check":      {"probe one target once or a few times and print the outcome", runCheck},
 	"controller": {"serve LoadBalancer Services with proxy workloads and keep their status", runController},
+	"prober":     {"probe assigned targets and node beacons, write this node's ProbeReport", runProber},
 	"proxy":      {"forward a Service's ports in a proxy pod to its ClusterIP", runProxy},
 	"proxy-init": {"turn on IP forwarding in a proxy pod (init container)", runProxyInit},
 }

@@ -383,4 +383,3 @@ func peakRSS(pid int) (float64, error) {
 	}
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
-

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/controller"
+	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/prober/agent"
+)
+
+const proberUsage = `Usage: pulselb prober --node-name=NODE [flags]
+
+Runs on every node (DaemonSet): probes the Service ports and node beacons
+the vantage assignment gives this node, listens on this node's beacon port,
+and writes the ProbeReport named after the node in --namespace. Uses
+in-cluster credentials unless --kubeconfig is given.
+
+Every flag can also be set with the environment variable named after it
+(--node-name is PULSELB_NODE_NAME); a flag given on the command line wins.
+
+Flags:
+`
+
+func runProber(args []string, _, stderr io.Writer) int {
+	fs := flag.NewFlagSet("prober", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty means in-cluster config")
+	namespace := fs.String("namespace", "pulselb-system", "namespace of the proxy and prober pods, the reports and probe Secrets")
+	nodeName := fs.String("node-name", "", "the node this prober runs on (downward API spec.nodeName); required")
+	vantages := fs.Int("vantages", prober.DefaultVantages, "probers per target; must equal the controller's")
+	beaconPort := fs.Uint("beacon-port", agent.DefaultBeaconPort, "port of the node beacon (the prober pod's hostPort)")
+	heartbeat := fs.Duration("heartbeat", agent.DefaultHeartbeat, "report heartbeat interval")
+	minWrite := fs.Duration("min-write-interval", agent.DefaultMinWriteInterval, "least time between report writes caused by state changes")
+	concurrency := fs.Int("concurrency", prober.DefaultConcurrency, "probes in flight at most")
+	classOnly := fs.Bool("class-only", false, "probe only Services with loadBalancerClass "+controller.Class+", as the controller's --class-only")
+	metricsAddr := fs.String("metrics-address", ":9473", "address for /metrics and /healthz; empty disables")
+	qps := fs.Float64("kube-api-qps", 5, "API requests per second")
+	burst := fs.Int("kube-api-burst", 10, "API request burst")
+	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 detail")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, proberUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if _, err := setFromEnv(fs); err != nil {
+		fmt.Fprintf(stderr, "pulselb prober: %v\n", err)
+		return 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "pulselb prober: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	case *nodeName == "":
+		fmt.Fprintln(stderr, "pulselb prober: --node-name is required")
+		return 2
+	case *vantages < 1:
+		fmt.Fprintln(stderr, "pulselb prober: --vantages must be at least 1")
+		return 2
+	case *beaconPort < 1 || *beaconPort > 65535:
+		fmt.Fprintln(stderr, "pulselb prober: --beacon-port must be 1 to 65535")
+		return 2
+	case *heartbeat < time.Second:
+		fmt.Fprintln(stderr, "pulselb prober: --heartbeat must be at least 1s")
+		return 2
+	}
+	setVerbosity(*verbosity)
+	logger := klog.Background().WithName("prober").WithValues("node", *nodeName)
+
+	var restCfg *rest.Config
+	var err error
+	if *kubeconfig != "" {
+		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		logger.Error(err, "Loading Kubernetes client config failed", "kubeconfig", *kubeconfig)
+		return 1
+	}
+	restCfg.QPS, restCfg.Burst = float32(*qps), *burst
+	restCfg.UserAgent = "pulselb-prober"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		logger.Error(err, "Creating Kubernetes client failed")
+		return 1
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		logger.Error(err, "Creating dynamic client failed")
+		return 1
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ctx = klog.NewContext(ctx, logger)
+
+	metrics := prober.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := errors.Join(metrics.RegisterMetrics(reg), agent.RegisterMetrics(reg)); err != nil {
+		logger.Error(err, "Registering metrics failed")
+		return 1
+	}
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			logger.Error(err, "Listening for metrics failed", "address", *metricsAddr)
+			return 1
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+	}
+	beacon, err := net.Listen("tcp", fmt.Sprintf(":%d", *beaconPort))
+	if err != nil {
+		logger.Error(err, "Listening for the node beacon failed", "port", *beaconPort)
+		return 1
+	}
+	go func() {
+		if err := agent.ServeBeacon(ctx, beacon); err != nil {
+			logger.Error(err, "Node beacon stopped")
+			stop()
+		}
+	}()
+
+	cluster := informers.NewSharedInformerFactory(client, 0)
+	system := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(*namespace))
+	a, err := agent.New(ctx, cluster, system, v1alpha1.NewClient(dyn), agent.Config{
+		Node:             *nodeName,
+		Namespace:        *namespace,
+		Class:            controller.Class,
+		ClassOnly:        *classOnly,
+		Vantages:         *vantages,
+		BeaconPort:       uint16(*beaconPort),
+		Heartbeat:        *heartbeat,
+		MinWriteInterval: *minWrite,
+		Scheduler:        prober.Config{Concurrency: *concurrency, Metrics: metrics},
+	})
+	if err != nil {
+		logger.Error(err, "Creating prober agent failed")
+		return 1
+	}
+	cluster.Start(ctx.Done())
+	system.Start(ctx.Done())
+	defer cluster.Shutdown()
+	defer system.Shutdown()
+	if err := a.Run(ctx); err != nil {
+		logger.Error(err, "Prober stopped")
+		return 1
+	}
+	logger.Info("Stopped prober")
+	return 0
+}

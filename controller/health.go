@@ -1,0 +1,343 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/status"
+)
+
+// HealthConfig turns on verdicts from ProbeReports.
+type HealthConfig struct {
+	// Reports is an informer on the ProbeReports of the pulselb namespace
+	// (v1alpha1.NewInformer); nil turns the health pipeline off, and a node
+	// is then down only while labelled pulselb.io/unhealthy.
+	Reports cache.SharedIndexInformer
+	// Vantages is how many probers probe each target; it must equal the
+	// probers' --vantages (default prober.DefaultVantages).
+	Vantages int
+	// Resync is how often verdicts are re-evaluated without a report
+	// change, so that stale reports stop counting (default 1s).
+	Resync time.Duration
+}
+
+// Event reasons of the health pipeline.
+const (
+	ReasonTargetDown = "TargetDown"
+	ReasonTargetUp   = "TargetUp"
+	ReasonNodeFailed = "NodeFailed"
+	ReasonFailedOver = "FailedOver"
+)
+
+// healthKey is the one key of the health queue: every evaluation looks at
+// every report.
+const healthKey = "verdicts"
+
+// verdicts holds the latest judgement of every target and beacon by key.
+type verdicts struct {
+	mu sync.RWMutex
+	m  map[string]status.Judgement
+}
+
+func (v *verdicts) get(key string) status.Judgement {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.m[key]
+}
+
+// healthTarget is one target or beacon the controller judges.
+type healthTarget struct {
+	status.Target
+	service cache.ObjectName // zero for a beacon
+	port    status.PortKey
+}
+
+// evaluate judges every target and beacon by quorum over the cached
+// reports, stores the verdicts, and queues the Services and nodes whose
+// verdicts changed. It never fails: reports are read from the cache.
+func (c *Controller) evaluate(ctx context.Context, _ string) error {
+	defer c.healthQueue.AddAfter(healthKey, c.cfg.Health.Resync)
+	logger := klog.FromContext(ctx)
+	now := c.now()
+
+	var reports []*v1alpha1.ProbeReport
+	for _, o := range c.reports.List() {
+		if r, ok := o.(*v1alpha1.ProbeReport); ok && r.Namespace == c.cfg.Placement.Namespace {
+			reports = append(reports, r)
+		}
+	}
+	idx := status.IndexReports(reports, now)
+	targets, err := c.healthTargets()
+	if err != nil {
+		return err
+	}
+
+	next := make(map[string]status.Judgement, len(targets))
+	c.verdicts.mu.RLock()
+	prev := c.verdicts.m
+	c.verdicts.mu.RUnlock()
+	for _, t := range targets {
+		next[t.Key] = status.Judge(idx, t.Target, prev[t.Key].Verdict)
+	}
+	c.verdicts.mu.Lock()
+	c.verdicts.m = next
+	c.verdicts.mu.Unlock()
+
+	for _, t := range targets {
+		was, is := prev[t.Key], next[t.Key]
+		if was.Verdict == is.Verdict {
+			continue
+		}
+		kind := "target"
+		if t.Beacon {
+			kind = "beacon"
+		}
+		verdictChanges.WithLabelValues(kind, is.Verdict.String()).Inc()
+		logger.Info("Verdict changed", "target", t.Key, "from", was.Verdict, "to", is.Verdict, "reason", is.Reason, "summary", is.Summary())
+		if t.Beacon {
+			c.nodeQueue.Add(t.Node)
+			for _, svc := range c.servicesOnNode(t.Node) {
+				c.queue.Add(svc)
+				if is.Verdict == status.VerdictDown {
+					c.recordService(svc, corev1.EventTypeWarning, ReasonNodeFailed, "node %s failed: %s", t.Node, is.Summary())
+				}
+			}
+			continue
+		}
+		c.queue.Add(t.service)
+		switch {
+		case is.Verdict == status.VerdictDown:
+			c.recordService(t.service, corev1.EventTypeWarning, ReasonTargetDown, "%s/%d on node %s is %s", t.port.Protocol, t.port.Port, t.Node, is.Summary())
+		case was.Verdict == status.VerdictDown:
+			c.recordService(t.service, corev1.EventTypeNormal, ReasonTargetUp, "%s/%d on node %s is %s", t.port.Protocol, t.port.Port, t.Node, is.Summary())
+		}
+	}
+	return nil
+}
+
+// healthTargets lists every target the quorum judges: each served
+// Service's ports on each node that has one of its proxy pods, and the
+// beacon of every node with a prober, each with its vantages.
+func (c *Controller) healthTargets() ([]healthTarget, error) {
+	nodes, err := c.nodes.List(everything)
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	zone := make(map[string]string, len(nodes))
+	ready := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		zone[n.Name] = n.Labels[corev1.LabelTopologyZone]
+		ready[n.Name] = nodeReady(n)
+	}
+	probers, err := c.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: prober.AppName}))
+	if err != nil {
+		return nil, fmt.Errorf("listing prober pods: %w", err)
+	}
+	cands := prober.Candidates(probers, ready, zone)
+	k := c.cfg.Health.Vantages
+
+	var out []healthTarget
+	for _, v := range cands {
+		out = append(out, healthTarget{Target: status.Target{Key: prober.BeaconKey(v.Node), Node: v.Node, Beacon: true,
+			Vantages: prober.Vantages(prober.BeaconKey(v.Node), v.Node, v.Zone, cands, k)}})
+	}
+	proxies, err := c.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: placement.AppName}))
+	if err != nil {
+		return nil, fmt.Errorf("listing proxy pods: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, p := range proxies {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		key, ok := placement.ServiceOf(p.Labels)
+		if !ok {
+			continue
+		}
+		svc, err := c.services.Services(key.Namespace).Get(key.Name)
+		if err != nil || !c.wants(svc) {
+			continue
+		}
+		name := cache.MetaObjectToName(svc)
+		for _, sp := range svc.Spec.Ports {
+			proto := sp.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			tk := prober.TargetKey(name.String(), string(proto), sp.Port, p.Spec.NodeName)
+			if seen[tk] {
+				continue
+			}
+			seen[tk] = true
+			out = append(out, healthTarget{
+				Target:  status.Target{Key: tk, Node: p.Spec.NodeName, Vantages: prober.Vantages(tk, p.Spec.NodeName, zone[p.Spec.NodeName], cands, k)},
+				service: name,
+				port:    status.PortKey{Protocol: proto, Port: sp.Port},
+			})
+		}
+	}
+	return out, nil
+}
+
+// servicesOnNode returns the Services with a proxy pod on node.
+func (c *Controller) servicesOnNode(node string) []cache.ObjectName {
+	pods, err := c.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: placement.AppName}))
+	if err != nil {
+		return nil
+	}
+	var out []cache.ObjectName
+	for _, p := range pods {
+		if p.Spec.NodeName != node {
+			continue
+		}
+		if key, ok := placement.ServiceOf(p.Labels); ok {
+			n := cache.NewObjectName(key.Namespace, key.Name)
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+func (c *Controller) recordService(key cache.ObjectName, eventType, reason, format string, args ...any) {
+	svc, err := c.services.Services(key.Namespace).Get(key.Name)
+	if err != nil {
+		return
+	}
+	c.recorder.Eventf(svc, eventType, reason, format, args...)
+}
+
+// health returns the Health of every node with one of own's pods for svc,
+// from the verdicts and the pulselb.io/unhealthy label.
+func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*corev1.Pod, publishWhen string) map[string]status.Health {
+	out := map[string]status.Health{}
+	for _, n := range nodes {
+		// A labelled node is down even before (or without) verdicts, such
+		// as right after a controller restart.
+		if _, ok := n.Labels[placement.LabelUnhealthy]; ok {
+			out[n.Name] = status.Health{Down: true}
+		}
+	}
+	if c.reports == nil {
+		return out
+	}
+	published := map[string]bool{}
+	for _, n := range strings.Split(svc.Annotations[status.AnnotationNodes], ",") {
+		published[n] = true
+	}
+	name := cache.MetaObjectToName(svc).String()
+	for _, p := range own {
+		n := p.Spec.NodeName
+		if n == "" {
+			continue
+		}
+		if _, done := out[n]; done {
+			continue
+		}
+		v := status.NodeVerdicts{Beacon: c.verdicts.get(prober.BeaconKey(n)), Ports: map[status.PortKey]status.Judgement{}, Published: published[n]}
+		for _, sp := range svc.Spec.Ports {
+			proto := sp.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			v.Ports[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.get(prober.TargetKey(name, string(proto), sp.Port, n))
+		}
+		out[n] = status.NodeHealth(v, publishWhen)
+	}
+	return out
+}
+
+// failedOver records, after svc's status was written without some nodes it
+// had, a FailedOver Event and the time since the first failed probe of the
+// verdict that dropped each node.
+func (c *Controller) failedOver(ctx context.Context, svc *corev1.Service, r status.Result, health map[string]status.Health) {
+	if c.reports == nil {
+		return
+	}
+	var dropped []string
+	var first time.Time
+	for _, n := range strings.Split(svc.Annotations[status.AnnotationNodes], ",") {
+		if n == "" || slices.Contains(r.Nodes, n) || !health[n].Down {
+			continue
+		}
+		dropped = append(dropped, n)
+		name := cache.MetaObjectToName(svc).String()
+		cands := []status.Judgement{c.verdicts.get(prober.BeaconKey(n))}
+		for _, sp := range svc.Spec.Ports {
+			proto := sp.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			cands = append(cands, c.verdicts.get(prober.TargetKey(name, string(proto), sp.Port, n)))
+		}
+		for _, j := range cands {
+			if !j.FirstFailure.IsZero() && (first.IsZero() || j.FirstFailure.Before(first)) {
+				first = j.FirstFailure
+			}
+		}
+	}
+	if len(dropped) == 0 {
+		return
+	}
+	if !first.IsZero() {
+		d := c.now().Sub(first)
+		failoverDuration.Observe(d.Seconds())
+		klog.FromContext(ctx).Info("Failed over", "dropped", dropped, "nodes", r.Nodes, "sinceFirstFailure", d)
+	}
+	serving := strings.Join(r.Nodes, ", ")
+	if serving == "" {
+		serving = "no node"
+	}
+	c.recorder.Eventf(svc, corev1.EventTypeNormal, ReasonFailedOver, "removed %s from status; serving from %s", strings.Join(dropped, ", "), serving)
+}
+
+// evictFailed force-deletes the Deployment proxy pods on a node whose
+// beacon is down by quorum, so their ReplicaSets replace them on eligible
+// nodes at once instead of after the node's eviction timeout. DaemonSet
+// pods are left to the DaemonSet controller, which removes them when the
+// node stops matching their affinity.
+func (c *Controller) evictFailed(ctx context.Context, node string) error {
+	pods, err := c.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: placement.AppName}))
+	if err != nil {
+		return fmt.Errorf("listing proxy pods: %w", err)
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != node || !ownedByReplicaSet(p) {
+			continue
+		}
+		if p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds == 0 {
+			continue
+		}
+		err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting pod %s/%s on failed node %s: %w", p.Namespace, p.Name, node, err)
+		}
+		writes.WithLabelValues("pods", "delete").Inc()
+		klog.FromContext(ctx).Info("Deleted proxy pod on failed node", "pod", klog.KObj(p), "node", node)
+	}
+	return nil
+}
+
+func ownedByReplicaSet(p *corev1.Pod) bool {
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "ReplicaSet" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,323 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/status"
+)
+
+// healthController returns a Controller with the health pipeline on and
+// reports in its cache.
+func (f *fixture) healthController(ctx context.Context, reports ...*v1alpha1.ProbeReport) *Controller {
+	f.t.Helper()
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1alpha1.ProbeReport{}, 0, cache.Indexers{})
+	f.cfg.Health = HealthConfig{Reports: inf}
+	c := f.controller(ctx)
+	for _, r := range reports {
+		if err := inf.GetStore().Add(r); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	f.t.Cleanup(c.healthQueue.ShutDown)
+	return c
+}
+
+func proberPod(node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: "pulselb-prober-" + node,
+			Labels: map[string]string{placement.LabelAppName: prober.AppName}},
+		Spec: corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+func deploymentPod(svc *corev1.Service, node string) *corev1.Pod {
+	p := readyPod(svc, node)
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs"}}
+	return p
+}
+
+// report is the report of prober node `by`, written age ago.
+func report(by string, age time.Duration) *v1alpha1.ProbeReport {
+	return &v1alpha1.ProbeReport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: by},
+		Status:     v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(testNow.Add(-age)), HeartbeatSeconds: 10},
+	}
+}
+
+func observation(node string, state v1alpha1.State) v1alpha1.Observation {
+	o := v1alpha1.Observation{Node: node, Address: "10.0.0.1:80", State: state, Outcome: "L4OK"}
+	if state == v1alpha1.StateDown {
+		failing := metav1.NewTime(testNow.Add(-1500 * time.Millisecond))
+		o.FailingSince, o.Outcome, o.Message = &failing, "L4TOUT", "connect timeout"
+	}
+	return o
+}
+
+func withBeacon(r *v1alpha1.ProbeReport, node string, state v1alpha1.State) *v1alpha1.ProbeReport {
+	r.Status.Beacons = append(r.Status.Beacons, v1alpha1.BeaconResult{Observation: observation(node, state)})
+	return r
+}
+
+func withResult(r *v1alpha1.ProbeReport, svc *corev1.Service, port int32, node string, state v1alpha1.State) *v1alpha1.ProbeReport {
+	r.Status.Results = append(r.Status.Results, v1alpha1.ProbeResult{Service: svc.Namespace + "/" + svc.Name, Port: port,
+		PortProtocol: "TCP", Protocol: "tcp", Observation: observation(node, state)})
+	return r
+}
+
+func published(svc *corev1.Service, nodes string) *corev1.Service {
+	if svc.Annotations == nil {
+		svc.Annotations = map[string]string{}
+	}
+	svc.Annotations[status.AnnotationNodes] = nodes
+	svc.Finalizers = []string{Finalizer}
+	return svc
+}
+
+// cluster is four ready nodes with a prober each and svc's Deployment
+// proxies on n1 and n2.
+func cluster(svc *corev1.Service, extra ...runtime.Object) []runtime.Object {
+	objs := []runtime.Object{svc, deploymentPod(svc, "n1"), deploymentPod(svc, "n2")}
+	for i, n := range []string{"n1", "n2", "n3", "n4"} {
+		objs = append(objs, newNode(n, "10.0.0."+string(rune('1'+i))), proberPod(n))
+	}
+	return append(objs, extra...)
+}
+
+func ingressIPs(svc *corev1.Service) []string {
+	var out []string
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		out = append(out, in.IP)
+	}
+	return out
+}
+
+func hasEvent(events []string, reason string) bool {
+	return slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, " "+reason+" ") })
+}
+
+func TestNodeFailoverByQuorum(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx,
+		withBeacon(report("n2", time.Second), "n1", v1alpha1.StateDown),
+		withBeacon(report("n3", time.Second), "n1", v1alpha1.StateDown),
+		withBeacon(report("n4", time.Second), "n1", v1alpha1.StateUp))
+	if err := c.evaluate(ctx, healthKey); err != nil {
+		t.Fatal(err)
+	}
+	if j := c.verdicts.get(prober.BeaconKey("n1")); j.Verdict != status.VerdictDown {
+		t.Fatalf("beacon n1: %v (%s), want Down by 2 of 3", j.Verdict, j.Summary())
+	}
+	if ev := f.events(); !hasEvent(ev, ReasonNodeFailed) {
+		t.Errorf("events %v, want NodeFailed on the Service", ev)
+	}
+
+	if err := c.syncNode(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"patch nodes n1", "delete pods " + deploymentPod(svc, "n1").Name}
+	if got := f.writes(); !slices.Equal(got, want) {
+		t.Fatalf("syncNode writes %v, want %v", got, want)
+	}
+	for _, a := range f.client.Actions() {
+		if d, ok := a.(core.DeleteAction); ok {
+			if g := d.GetDeleteOptions().GracePeriodSeconds; g == nil || *g != 0 {
+				t.Errorf("pod deleted with grace %v, want 0 (force)", g)
+			}
+		}
+		if p, ok := a.(core.PatchAction); ok && !strings.Contains(string(p.GetPatch()), `"pulselb.io/unhealthy":"true"`) {
+			t.Errorf("node patch %s does not set %s", p.GetPatch(), placement.LabelUnhealthy)
+		}
+	}
+
+	f.client.ClearActions()
+	if err := c.sync(ctx, key(svc)); err != nil {
+		t.Fatal(err)
+	}
+	got := f.service(ctx, "shop", "web")
+	if ips := ingressIPs(got); !slices.Equal(ips, []string{"10.0.0.2"}) {
+		t.Errorf("ingress %v, want only n2's 10.0.0.2", ips)
+	}
+	if ev := f.events(); !hasEvent(ev, ReasonFailedOver) {
+		t.Errorf("events %v, want FailedOver", ev)
+	}
+}
+
+func TestSingleProberCannotFailNode(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	tests := []struct {
+		name    string
+		reports []*v1alpha1.ProbeReport
+	}{
+		{"one of three says down", []*v1alpha1.ProbeReport{
+			withBeacon(report("n2", 0), "n1", v1alpha1.StateDown),
+			withBeacon(report("n3", 0), "n1", v1alpha1.StateUp),
+			withBeacon(report("n4", 0), "n1", v1alpha1.StateUp)}},
+		{"the others are silent", []*v1alpha1.ProbeReport{withBeacon(report("n2", 0), "n1", v1alpha1.StateDown)}},
+		{"the others are stale", []*v1alpha1.ProbeReport{
+			withBeacon(report("n2", 0), "n1", v1alpha1.StateDown),
+			withBeacon(report("n3", time.Minute), "n1", v1alpha1.StateDown),
+			withBeacon(report("n4", time.Minute), "n1", v1alpha1.StateDown)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, cluster(svc.DeepCopy())...)
+			c := f.healthController(ctx, tt.reports...)
+			if err := c.evaluate(ctx, healthKey); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.syncNode(ctx, "n1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.sync(ctx, key(svc)); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range f.writes() {
+				if strings.HasPrefix(w, "patch nodes") || strings.HasPrefix(w, "delete pods") {
+					t.Errorf("unexpected write %q", w)
+				}
+			}
+			if ips := ingressIPs(f.service(ctx, "shop", "web")); !slices.Equal(ips, []string{"10.0.0.1", "10.0.0.2"}) {
+				t.Errorf("ingress %v, want both nodes", ips)
+			}
+		})
+	}
+}
+
+func TestPortDownSetsPortError(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web", func(s *corev1.Service) {
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, NodePort: 30443})
+		s.Annotations = map[string]string{placement.AnnotationPublishWhen: placement.PublishAnyPort}
+	}), "n1,n2")
+	var reports []*v1alpha1.ProbeReport
+	for _, by := range []string{"n2", "n3", "n4"} {
+		r := withResult(report(by, 0), svc, 80, "n1", v1alpha1.StateUp)
+		reports = append(reports, withResult(r, svc, 443, "n1", v1alpha1.StateDown))
+	}
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx, reports...)
+	if err := c.evaluate(ctx, healthKey); err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.events(); !hasEvent(ev, ReasonTargetDown) {
+		t.Errorf("events %v, want TargetDown", ev)
+	}
+	if err := c.sync(ctx, key(svc)); err != nil {
+		t.Fatal(err)
+	}
+	got := f.service(ctx, "shop", "web")
+	var n1 *corev1.LoadBalancerIngress
+	for i := range got.Status.LoadBalancer.Ingress {
+		if got.Status.LoadBalancer.Ingress[i].IP == "10.0.0.1" {
+			n1 = &got.Status.LoadBalancer.Ingress[i]
+		}
+	}
+	if n1 == nil {
+		t.Fatalf("n1 not published with publish-when any-port: %v", ingressIPs(got))
+	}
+	for _, p := range n1.Ports {
+		switch {
+		case p.Port == 443 && (p.Error == nil || !strings.Contains(*p.Error, "down by 3 of 3 probers: L4TOUT connect timeout")):
+			t.Errorf("port 443 error %v, want the quorum's reason", p.Error)
+		case p.Port == 80 && p.Error != nil:
+			t.Errorf("port 80 error %q, want none", *p.Error)
+		}
+	}
+}
+
+func TestNewProxyPublishedOnceProbedUp(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1")
+	f := newFixture(t, cluster(svc)...)
+	// Every prober is fresh, none has concluded about n2 yet.
+	c := f.healthController(ctx, report("n1", 0), report("n3", 0), report("n4", 0),
+		withResult(report("n2", 0), svc, 80, "n1", v1alpha1.StateUp))
+	if err := c.evaluate(ctx, healthKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.sync(ctx, key(svc)); err != nil {
+		t.Fatal(err)
+	}
+	if ips := ingressIPs(f.service(ctx, "shop", "web")); !slices.Equal(ips, []string{"10.0.0.1"}) {
+		t.Fatalf("ingress %v, want n2 held back until probed Up", ips)
+	}
+
+	svc2 := f.service(ctx, "shop", "web")
+	f2 := newFixture(t, cluster(svc2)...)
+	var reports []*v1alpha1.ProbeReport
+	for _, by := range []string{"n1", "n3", "n4"} {
+		reports = append(reports, withResult(report(by, 0), svc, 80, "n2", v1alpha1.StateUp))
+	}
+	c = f2.healthController(ctx, reports...)
+	if err := c.evaluate(ctx, healthKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.sync(ctx, key(svc)); err != nil {
+		t.Fatal(err)
+	}
+	if ips := ingressIPs(f2.service(ctx, "shop", "web")); !slices.Equal(ips, []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Fatalf("ingress %v, want n2 added once probed Up", ips)
+	}
+}
+
+func TestRecoveredNodeUnlabelled(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n2")
+	objs := cluster(svc)
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok && n.Name == "n1" {
+			n.Labels[placement.LabelUnhealthy] = "true"
+		}
+	}
+	tests := []struct {
+		name      string
+		state     v1alpha1.State
+		wantPatch bool
+	}{
+		{"beacon up by quorum", v1alpha1.StateUp, true},
+		{"still down", v1alpha1.StateDown, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, objs...)
+			c := f.healthController(ctx,
+				withBeacon(report("n2", 0), "n1", tt.state),
+				withBeacon(report("n3", 0), "n1", tt.state),
+				withBeacon(report("n4", 0), "n1", tt.state))
+			if err := c.evaluate(ctx, healthKey); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.syncNode(ctx, "n1"); err != nil {
+				t.Fatal(err)
+			}
+			patched := false
+			for _, a := range f.client.Actions() {
+				if p, ok := a.(core.PatchAction); ok {
+					patched = strings.Contains(string(p.GetPatch()), `"pulselb.io/unhealthy":null`)
+				}
+			}
+			if patched != tt.wantPatch {
+				t.Errorf("label removed = %v, want %v (writes %v)", patched, tt.wantPatch, f.writes())
+			}
+		})
+	}
+}

@@ -1,0 +1,523 @@
+// Package agent is the prober role (`pulselb prober`, a DaemonSet): it
+// learns its targets from Services, proxy pods, prober pods and nodes,
+// keeps those the vantage assignment gives its node, probes them with the
+// prober engine, answers its own node's beacon, and writes its node's
+// ProbeReport on every state change (coalesced) and as a heartbeat. It is
+// a subpackage of prober because it reads Service annotations through
+// placement, which itself imports prober.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/prober"
+)
+
+// AnnotationAllowedNamespaces on a Secret in the pulselb namespace lists
+// (comma-separated) the namespaces whose Services may use it in a mysql
+// probe's secret= option.
+const AnnotationAllowedNamespaces = placement.Prefix + "allowed-namespaces"
+
+// Defaults of Config.
+const (
+	DefaultHeartbeat        = 10 * time.Second
+	DefaultMinWriteInterval = 250 * time.Millisecond
+	DefaultBeaconPort       = 9472
+	maxMessage              = 256
+)
+
+// Config configures an Agent.
+type Config struct {
+	// Node is the node this prober runs on; its report has this name.
+	Node string
+	// Namespace holds the proxy and prober pods, the reports and the
+	// probe Secrets (pulselb-system).
+	Namespace string
+	// Class is the loadBalancerClass served; ClassOnly skips Services
+	// without a class, as the controller's --class-only does.
+	Class     string
+	ClassOnly bool
+	// Vantages is K, the probers per target; it must equal the controller's.
+	Vantages int
+	// BeaconPort is the hostPort every prober pod's beacon listens on.
+	BeaconPort uint16
+	// Heartbeat is how often the report is written without a change.
+	Heartbeat time.Duration
+	// MinWriteInterval spaces report writes caused by state changes.
+	MinWriteInterval time.Duration
+	// Scheduler tunes the probe scheduler; OnChange and OnResult are the
+	// agent's own and are overwritten.
+	Scheduler prober.Config
+}
+
+// Reports is where the agent writes its report; *v1alpha1.Client is one.
+type Reports interface {
+	Get(ctx context.Context, namespace, name string) (*v1alpha1.ProbeReport, error)
+	Create(ctx context.Context, r *v1alpha1.ProbeReport) (*v1alpha1.ProbeReport, error)
+	Update(ctx context.Context, r *v1alpha1.ProbeReport) (*v1alpha1.ProbeReport, error)
+}
+
+// Agent is one node's prober.
+type Agent struct {
+	cfg     Config
+	reports Reports
+	clock   clock.WithTicker
+	sched   *prober.Scheduler
+
+	services corelisters.ServiceLister
+	nodes    corelisters.NodeLister
+	pods     corelisters.PodNamespaceLister
+	secrets  corelisters.SecretNamespaceLister
+	synced   []cache.InformerSynced
+
+	// changed says the cluster changed: recompute the targets.
+	changed chan struct{}
+	// dirty says a state changed: write the report soon.
+	dirty chan struct{}
+
+	mu sync.Mutex
+	// meta describes each target the scheduler probes.
+	meta map[string]targetMeta
+	// probers caches built probers by key and spec text.
+	probers map[string]builtProber
+	// failing holds the time of the first failure of each failing target.
+	failing map[string]time.Time
+
+	last *v1alpha1.ProbeReport
+}
+
+type targetMeta struct {
+	beacon       bool
+	service      string
+	port         int32
+	portProtocol string
+	protocol     prober.Protocol
+	node         string
+}
+
+type builtProber struct {
+	spec   string
+	prober prober.Prober
+}
+
+// New returns an Agent reading Services and Nodes from cluster and Pods and
+// Secrets from system (limited to cfg.Namespace). The caller starts the
+// factories.
+func New(ctx context.Context, cluster, system informers.SharedInformerFactory, reports Reports, cfg Config) (*Agent, error) {
+	if cfg.Node == "" {
+		return nil, errors.New("no node name")
+	}
+	if cfg.Vantages <= 0 {
+		cfg.Vantages = prober.DefaultVantages
+	}
+	if cfg.BeaconPort == 0 {
+		cfg.BeaconPort = DefaultBeaconPort
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.MinWriteInterval <= 0 {
+		cfg.MinWriteInterval = DefaultMinWriteInterval
+	}
+	if cfg.Scheduler.Clock == nil {
+		cfg.Scheduler.Clock = clock.RealClock{}
+	}
+	a := &Agent{
+		cfg:      cfg,
+		reports:  reports,
+		clock:    cfg.Scheduler.Clock,
+		services: cluster.Core().V1().Services().Lister(),
+		nodes:    cluster.Core().V1().Nodes().Lister(),
+		pods:     system.Core().V1().Pods().Lister().Pods(cfg.Namespace),
+		secrets:  system.Core().V1().Secrets().Lister().Secrets(cfg.Namespace),
+		changed:  make(chan struct{}, 1),
+		dirty:    make(chan struct{}, 1),
+		meta:     map[string]targetMeta{},
+		probers:  map[string]builtProber{},
+		failing:  map[string]time.Time{},
+	}
+	sc := cfg.Scheduler
+	sc.OnChange = func(prober.Transition) { poke(a.dirty) }
+	sc.OnResult = a.onResult
+	a.sched = prober.NewScheduler(sc)
+
+	trigger := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke(a.changed) },
+		UpdateFunc: func(any, any) { poke(a.changed) },
+		DeleteFunc: func(any) { poke(a.changed) },
+	}
+	for _, inf := range []cache.SharedIndexInformer{
+		cluster.Core().V1().Services().Informer(), cluster.Core().V1().Nodes().Informer(),
+		system.Core().V1().Pods().Informer(), system.Core().V1().Secrets().Informer(),
+	} {
+		if _, err := inf.AddEventHandler(trigger); err != nil {
+			return nil, fmt.Errorf("adding event handler: %w", err)
+		}
+		a.synced = append(a.synced, inf.HasSynced)
+	}
+	klog.FromContext(ctx).V(2).Info("Set up prober agent", "node", cfg.Node, "vantages", cfg.Vantages, "beaconPort", cfg.BeaconPort)
+	return a, nil
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Run waits for the caches, then probes and reports until ctx is done.
+func (a *Agent) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
+		return fmt.Errorf("waiting for informer caches to sync: %w", ctx.Err())
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { _ = a.sched.Run(ctx) })
+
+	heartbeat := a.clock.NewTicker(a.cfg.Heartbeat)
+	defer heartbeat.Stop()
+	var lastWrite time.Time
+	var pending <-chan time.Time // fires when a coalesced write is due
+	write := func() {
+		pending = nil
+		lastWrite = a.clock.Now()
+		if err := a.write(ctx); err != nil {
+			logger.Error(err, "Writing probe report failed")
+		}
+	}
+	a.refresh(ctx)
+	write()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.changed:
+			a.refresh(ctx)
+		case <-a.dirty:
+			if pending != nil {
+				continue
+			}
+			if wait := a.cfg.MinWriteInterval - a.clock.Since(lastWrite); wait > 0 {
+				pending = a.clock.After(wait)
+				continue
+			}
+			write()
+		case <-pending:
+			write()
+		case <-heartbeat.C():
+			write()
+		}
+	}
+}
+
+// ServeBeacon accepts and closes connections on ln, the node beacon other
+// probers probe, until ctx is done.
+func ServeBeacon(ctx context.Context, ln net.Listener) error {
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("accepting beacon connection: %w", err)
+		}
+		c.Close()
+	}
+}
+
+// onResult tracks when each target's current run of failures began.
+func (a *Agent) onResult(key string, r prober.Result) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r.Up() {
+		delete(a.failing, key)
+	} else if _, ok := a.failing[key]; !ok {
+		a.failing[key] = a.clock.Now().Add(-r.Timings.Total)
+	}
+}
+
+// refresh recomputes the targets and hands them to the scheduler.
+func (a *Agent) refresh(ctx context.Context) {
+	targets, meta, err := a.targets(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Computing probe targets failed")
+		return
+	}
+	a.mu.Lock()
+	a.meta = meta
+	for k := range a.failing {
+		if _, ok := meta[k]; !ok {
+			delete(a.failing, k)
+		}
+	}
+	a.mu.Unlock()
+	a.sched.Set(targets)
+	klog.FromContext(ctx).V(2).Info("Updated probe targets", "count", len(targets))
+	poke(a.dirty)
+}
+
+// targets returns the targets assigned to this node: the beacons and the
+// Service ports on other nodes whose vantages include it.
+func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]targetMeta, error) {
+	nodes, err := a.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	ready, zone, addr := map[string]bool{}, map[string]string{}, map[string]netip.Addr{}
+	for _, n := range nodes {
+		zone[n.Name] = n.Labels[corev1.LabelTopologyZone]
+		addr[n.Name] = nodeAddr(n)
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				ready[n.Name] = c.Status == corev1.ConditionTrue
+			}
+		}
+	}
+	proberPods, err := a.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: prober.AppName}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing prober pods: %w", err)
+	}
+	cands := prober.Candidates(proberPods, ready, zone)
+	self := a.cfg.Node
+	mine := func(key, node string) bool {
+		return slices.Contains(prober.Vantages(key, node, zone[node], cands, a.cfg.Vantages), self)
+	}
+
+	var out []prober.Target
+	meta := map[string]targetMeta{}
+	for _, v := range cands {
+		key := prober.BeaconKey(v.Node)
+		if v.Node == self || !addr[v.Node].IsValid() || !mine(key, v.Node) {
+			continue
+		}
+		p, err := a.prober(ctx, key, string(prober.TCP), "")
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, prober.Target{Key: key, Addr: netip.AddrPortFrom(addr[v.Node], a.cfg.BeaconPort), Protocol: prober.TCP, Prober: p})
+		meta[key] = targetMeta{beacon: true, node: v.Node, protocol: prober.TCP}
+	}
+
+	proxies, err := a.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: placement.AppName}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing proxy pods: %w", err)
+	}
+	for _, pod := range proxies {
+		node := pod.Spec.NodeName
+		if node == "" || node == self || pod.DeletionTimestamp != nil || !addr[node].IsValid() {
+			continue
+		}
+		name, ok := placement.ServiceOf(pod.Labels)
+		if !ok {
+			continue
+		}
+		svc, err := a.services.Services(name.Namespace).Get(name.Name)
+		if err != nil || !a.serves(svc) {
+			continue
+		}
+		settings, _ := placement.Parse(svc) // the controller reports the problems
+		for _, sp := range svc.Spec.Ports {
+			proto := string(sp.Protocol)
+			if proto == "" {
+				proto = string(corev1.ProtocolTCP)
+			}
+			key := prober.TargetKey(name.String(), proto, sp.Port, node)
+			if _, dup := meta[key]; dup || sp.Port <= 0 || sp.Port > 65535 || !mine(key, node) {
+				continue
+			}
+			text := placement.ProbeSpec(settings, sp)
+			spec, err := prober.Parse(text)
+			if err != nil {
+				continue // Parse in placement already refused it
+			}
+			p, err := a.prober(ctx, key, text, svc.Namespace)
+			if err != nil {
+				return nil, nil, err
+			}
+			t := prober.Target{Key: key, Addr: netip.AddrPortFrom(addr[node], uint16(sp.Port)), Protocol: spec.Protocol, Prober: p,
+				Interval: cmpOr(spec.Interval, settings.ProbeInterval), Timeout: cmpOr(spec.Timeout, settings.ProbeTimeout),
+				Rise: cmpOr(spec.Rise, settings.Rise), Fall: cmpOr(spec.Fall, settings.Fall)}
+			out = append(out, t)
+			meta[key] = targetMeta{service: name.String(), port: sp.Port, portProtocol: proto, protocol: spec.Protocol, node: node}
+		}
+	}
+	return out, meta, nil
+}
+
+// prober returns the cached prober of key for spec text, building it when
+// the text changed. Its Secrets resolve only for namespace.
+func (a *Agent) prober(_ context.Context, key, text, namespace string) (prober.Prober, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if b, ok := a.probers[key]; ok && b.spec == text+"\x00"+namespace {
+		return b.prober, nil
+	}
+	spec, err := prober.Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("parsing probe spec of %s: %w", key, err)
+	}
+	p, err := prober.New(spec, prober.Options{Secrets: Secrets{Lister: a.secrets, Namespace: namespace}})
+	if err != nil {
+		return nil, fmt.Errorf("building prober of %s: %w", key, err)
+	}
+	a.probers[key] = builtProber{spec: text + "\x00" + namespace, prober: p}
+	return p, nil
+}
+
+func (a *Agent) serves(svc *corev1.Service) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil {
+		return false
+	}
+	if svc.Spec.LoadBalancerClass == nil {
+		return !a.cfg.ClassOnly
+	}
+	return *svc.Spec.LoadBalancerClass == a.cfg.Class
+}
+
+// Report returns the report status the agent would write now.
+func (a *Agent) Report() v1alpha1.ProbeReportStatus {
+	now := a.clock.Now()
+	snap := a.sched.Snapshot()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(now), HeartbeatSeconds: int32(max(1, a.cfg.Heartbeat/time.Second))}
+	for _, s := range snap {
+		m, ok := a.meta[s.Key]
+		if !ok || (s.State != prober.StateUp && s.State != prober.StateDown) {
+			continue
+		}
+		obs := v1alpha1.Observation{Node: m.node, Address: s.Addr.String(), State: v1alpha1.StateUp,
+			Outcome: s.Last.Outcome.String(), Since: metav1.NewTime(s.Since), Message: truncate(s.Last.Message(), maxMessage)}
+		if s.State == prober.StateDown {
+			obs.State = v1alpha1.StateDown
+		}
+		if !s.LastChange.IsZero() {
+			obs.LastChange = ptrTo(metav1.NewTime(s.LastChange))
+		}
+		if f, ok := a.failing[s.Key]; ok {
+			obs.FailingSince = ptrTo(metav1.NewTime(f))
+		}
+		if s.RTT > 0 {
+			obs.Latency = &metav1.Duration{Duration: s.RTT}
+		}
+		if m.beacon {
+			st.Beacons = append(st.Beacons, v1alpha1.BeaconResult{Observation: obs})
+			st.BeaconCount++
+			if obs.State == v1alpha1.StateDown {
+				st.BeaconsDown++
+			}
+			continue
+		}
+		st.Results = append(st.Results, v1alpha1.ProbeResult{Service: m.service, Port: m.port, PortProtocol: m.portProtocol,
+			Protocol: string(m.protocol), Observation: obs})
+		st.Targets++
+		if obs.State == v1alpha1.StateDown {
+			st.Down++
+		}
+	}
+	slices.SortFunc(st.Results, func(x, y v1alpha1.ProbeResult) int {
+		return strings.Compare(prober.TargetKey(x.Service, x.PortProtocol, x.Port, x.Node), prober.TargetKey(y.Service, y.PortProtocol, y.Port, y.Node))
+	})
+	slices.SortFunc(st.Beacons, func(x, y v1alpha1.BeaconResult) int { return strings.Compare(x.Node, y.Node) })
+	return st
+}
+
+// write writes the agent's report, creating it when missing.
+func (a *Agent) write(ctx context.Context) error {
+	st := a.Report()
+	if a.last == nil {
+		cur, err := a.reports.Get(ctx, a.cfg.Namespace, a.cfg.Node)
+		switch {
+		case apierrors.IsNotFound(err):
+			r := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Namespace: a.cfg.Namespace, Name: a.cfg.Node}, Status: st}
+			created, err := a.reports.Create(ctx, r)
+			if err != nil {
+				reportWrites.WithLabelValues("create", "error").Inc()
+				return fmt.Errorf("creating probe report %s/%s: %w", a.cfg.Namespace, a.cfg.Node, err)
+			}
+			reportWrites.WithLabelValues("create", "success").Inc()
+			a.last = created
+			return nil
+		case err != nil:
+			return fmt.Errorf("getting probe report %s/%s: %w", a.cfg.Namespace, a.cfg.Node, err)
+		}
+		a.last = cur
+	}
+	r := a.last.DeepCopy()
+	r.Status = st
+	updated, err := a.reports.Update(ctx, r)
+	if err != nil {
+		reportWrites.WithLabelValues("update", "error").Inc()
+		// Re-read at the next write: someone replaced or deleted it.
+		a.last = nil
+		return fmt.Errorf("updating probe report %s/%s: %w", a.cfg.Namespace, a.cfg.Node, err)
+	}
+	reportWrites.WithLabelValues("update", "success").Inc()
+	a.last = updated
+	return nil
+}
+
+// nodeAddr is the address probers use for a node: its first InternalIP,
+// else its first ExternalIP.
+func nodeAddr(n *corev1.Node) netip.Addr {
+	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == t {
+				return ip.Unmap()
+			}
+		}
+	}
+	return netip.Addr{}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+func cmpOr[T comparable](a, b T) T {
+	var zero T
+	if a != zero {
+		return a
+	}
+	return b
+}
+
+func ptrTo[T any](v T) *T { return &v }

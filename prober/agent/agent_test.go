@@ -1,0 +1,285 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/prober"
+)
+
+const systemNS = "pulselb-system"
+
+func node(name, ip, zone string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelTopologyZone: zone}},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}},
+		},
+	}
+}
+
+func readyPod(name, node string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: name, Labels: labels},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+func proberPod(node string) *corev1.Pod {
+	return readyPod("prober-"+node, node, map[string]string{placement.LabelAppName: prober.AppName})
+}
+
+func proxyPod(svc *corev1.Service, node string) *corev1.Pod {
+	return readyPod(placement.Name(svc.Namespace, svc.Name)+"-"+node, node, placement.Selector(svc))
+}
+
+func service(name string, annotations map[string]string, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Annotations: annotations},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: ports},
+	}
+}
+
+// newAgent returns an agent on node self whose informers run on a fake
+// clientset holding objs, and its reports' dynamic client.
+func newAgent(t *testing.T, ctx context.Context, self string, cfg Config, objs ...runtime.Object) (*Agent, *v1alpha1.Client) {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	cluster := informers.NewSharedInformerFactory(client, 0)
+	system := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(systemNS))
+	reports := v1alpha1.NewClient(dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.Resource: "ProbeReportList"}))
+	cfg.Node, cfg.Namespace, cfg.Class = self, systemNS, "pulselb.io/node-proxy"
+	a, err := New(ctx, cluster, system, reports, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ictx, stop := context.WithCancel(ctx)
+	cluster.Start(ictx.Done())
+	system.Start(ictx.Done())
+	t.Cleanup(func() {
+		stop()
+		cluster.Shutdown()
+		system.Shutdown()
+	})
+	cluster.WaitForCacheSync(ictx.Done())
+	system.WaitForCacheSync(ictx.Done())
+	return a, reports
+}
+
+func TestTargetsFollowVantageAssignment(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	web := service("web", map[string]string{placement.AnnotationProbe: "http path=/healthz"},
+		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
+		corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})
+	other := service("other", nil, corev1.ServicePort{Port: 81, Protocol: corev1.ProtocolTCP})
+	other.Spec.LoadBalancerClass = ptrTo("example.com/other")
+	objs := []runtime.Object{web, other}
+	var cands []prober.Vantage
+	for i := range 12 {
+		n := "n" + string(rune('a'+i))
+		zone := "z" + string(rune('0'+i%3))
+		objs = append(objs, node(n, fmt.Sprintf("10.0.0.%d", i+1), zone), proberPod(n), proxyPod(web, n), proxyPod(other, n))
+		cands = append(cands, prober.Vantage{Node: n, Zone: zone})
+	}
+	for _, k := range []int{1, 3} {
+		t.Run("k="+string(rune('0'+k)), func(t *testing.T) {
+			a, _ := newAgent(t, ctx, "nc", Config{Vantages: k}, objs...)
+			targets, meta, err := a.targets(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]prober.Target{}
+			for _, tg := range targets {
+				got[tg.Key] = tg
+			}
+			for _, v := range cands {
+				keys := []string{prober.BeaconKey(v.Node), prober.TargetKey("shop/web", "TCP", 80, v.Node), prober.TargetKey("shop/web", "UDP", 53, v.Node)}
+				for _, key := range keys {
+					want := v.Node != "nc" && slices.Contains(prober.Vantages(key, v.Node, v.Zone, cands, k), "nc")
+					if _, ok := got[key]; ok != want {
+						t.Errorf("%s probed = %v, want %v", key, ok, want)
+					}
+				}
+				if _, ok := got[prober.TargetKey("shop/other", "TCP", 81, v.Node)]; ok {
+					t.Errorf("probes a Service of another class on %s", v.Node)
+				}
+			}
+			for key, tg := range got {
+				m := meta[key]
+				switch {
+				case m.beacon && (tg.Protocol != prober.TCP || tg.Addr.Port() != DefaultBeaconPort):
+					t.Errorf("beacon %s: %s %s", key, tg.Protocol, tg.Addr)
+				case !m.beacon && m.port == 80 && tg.Protocol != prober.HTTP:
+					t.Errorf("%s: protocol %s, want http from the annotation", key, tg.Protocol)
+				case !m.beacon && m.port == 53 && tg.Protocol != prober.UDP:
+					t.Errorf("%s: protocol %s, want udp: http cannot check a UDP port", key, tg.Protocol)
+				}
+			}
+			if len(got) == 0 {
+				t.Fatal("no targets")
+			}
+		})
+	}
+}
+
+func TestSecretsAllowedNamespaces(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const password = "s3cret-value"
+	secret := func(name, allowed string, data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: name,
+			Annotations: map[string]string{AnnotationAllowedNamespaces: allowed}}, Data: data}
+	}
+	a, _ := newAgent(t, ctx, "n1", Config{},
+		secret("db", "shop, billing", map[string][]byte{"password": []byte(password)}),
+		secret("nokey", "shop", map[string][]byte{"pass": []byte(password)}))
+	tests := []struct {
+		name, namespace, secret string
+		wantErr                 string
+	}{
+		{"listed namespace", "shop", "db", ""},
+		{"second listed namespace", "billing", "db", ""},
+		{"unlisted namespace", "dev", "db", `does not list namespace "dev"`},
+		{"missing secret", "shop", "nope", "not found"},
+		{"no password key", "shop", "nokey", `no key "password"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pw, err := Secrets{Lister: a.secrets, Namespace: tt.namespace}.Password(ctx, tt.secret)
+			if tt.wantErr == "" {
+				if err != nil || pw != password {
+					t.Fatalf("Password = %q, %v", pw, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+			if strings.Contains(err.Error(), password) {
+				t.Fatalf("error reveals the password: %v", err)
+			}
+		})
+	}
+}
+
+// TestRunReportsRealProbes runs the agent against loopback listeners: a
+// proxy port and a beacon on node n1, probed from n2.
+func TestRunReportsRealProbes(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	proxyLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxyLn.Close()
+	go func() {
+		for {
+			c, err := proxyLn.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	beaconLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ServeBeacon(ctx, beaconLn) }()
+
+	port := int32(netip.MustParseAddrPort(proxyLn.Addr().String()).Port())
+	web := service("web", map[string]string{placement.AnnotationProbeInterval: "100ms", placement.AnnotationRise: "1", placement.AnnotationFall: "1"},
+		corev1.ServicePort{Name: "http", Port: port, Protocol: corev1.ProtocolTCP})
+	a, reports := newAgent(t, ctx, "n2", Config{
+		BeaconPort:       netip.MustParseAddrPort(beaconLn.Addr().String()).Port(),
+		MinWriteInterval: 20 * time.Millisecond,
+		Scheduler:        prober.Config{Interval: 100 * time.Millisecond, Rise: 1, Fall: 1},
+	}, web, node("n1", "127.0.0.1", ""), node("n2", "127.0.0.2", ""), proberPod("n1"), proberPod("n2"), proxyPod(web, "n1"))
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+
+	key := prober.TargetKey("shop/web", "TCP", port, "n1")
+	waitFor := func(what string, ok func(*v1alpha1.ProbeReport) bool) *v1alpha1.ProbeReport {
+		t.Helper()
+		var last *v1alpha1.ProbeReport
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			r, err := reports.Get(ctx, systemNS, "n2")
+			if err != nil {
+				return false, nil
+			}
+			last = r
+			return ok(r), nil
+		})
+		if err != nil {
+			t.Fatalf("waiting for %s: %v; last report %+v", what, err, last)
+		}
+		return last
+	}
+	result := func(r *v1alpha1.ProbeReport) *v1alpha1.ProbeResult {
+		for i := range r.Status.Results {
+			res := &r.Status.Results[i]
+			if prober.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node) == key {
+				return res
+			}
+		}
+		return nil
+	}
+	r := waitFor("target and beacon Up", func(r *v1alpha1.ProbeReport) bool {
+		res := result(r)
+		return res != nil && res.State == v1alpha1.StateUp && len(r.Status.Beacons) == 1 && r.Status.Beacons[0].State == v1alpha1.StateUp
+	})
+	if res := result(r); res.Protocol != "tcp" || res.Address != proxyLn.Addr().String() || res.Outcome != "L4OK" {
+		t.Errorf("result %+v", res)
+	}
+	if r.Status.HeartbeatTime.IsZero() || r.Status.HeartbeatSeconds != 10 {
+		t.Errorf("heartbeat %v every %ds", r.Status.HeartbeatTime, r.Status.HeartbeatSeconds)
+	}
+
+	proxyLn.Close()
+	r = waitFor("target Down", func(r *v1alpha1.ProbeReport) bool {
+		res := result(r)
+		return res != nil && res.State == v1alpha1.StateDown
+	})
+	if res := result(r); res.FailingSince == nil || res.LastChange == nil || res.Outcome != "L4CON" || r.Status.Down != 1 {
+		t.Errorf("down result %+v (down count %d), want failingSince, lastChange and L4CON", res, r.Status.Down)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	if got := truncate(strings.Repeat("é", 200), 256); len(got) > 256 || !strings.HasSuffix(got, "...") || !strings.HasPrefix(got, "é") {
+		t.Errorf("truncate: %d bytes %q", len(got), got[len(got)-8:])
+	}
+	if got := truncate("short", 256); got != "short" {
+		t.Errorf("truncate(short) = %q", got)
+	}
+}

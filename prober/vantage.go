@@ -1,0 +1,124 @@
+package prober
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// DefaultVantages is how many prober nodes probe each target.
+const DefaultVantages = 3
+
+// Vantage is a prober node that may be assigned targets: a node with a
+// Ready prober pod that is itself Ready.
+type Vantage struct {
+	Node string
+	// Zone is the node's topology.kubernetes.io/zone label; "" when unset.
+	Zone string
+}
+
+// TargetKey names a Service port on a node, the unit of vantage assignment
+// and of verdicts: "namespace/name:PROTOCOL/port@node". Every prober and
+// the controller compute the same key.
+func TargetKey(service, portProtocol string, port int32, node string) string {
+	if portProtocol == "" {
+		portProtocol = "TCP"
+	}
+	return service + ":" + portProtocol + "/" + strconv.Itoa(int(port)) + "@" + node
+}
+
+// BeaconKey names the beacon of node.
+func BeaconKey(node string) string { return "beacon@" + node }
+
+// Vantages returns the k prober nodes that probe the target key on
+// targetNode, best first: rendezvous hashing, the k highest
+// sha256(proberNode + "#" + key) among candidates, never targetNode itself,
+// and nodes in a zone other than targetZone before nodes in the same zone
+// (when targetZone is known). Every prober and the controller compute the
+// same answer from the same candidates without talking to each other, and
+// a candidate leaving changes only the targets it was a vantage of.
+// Candidates may be in any order; duplicates count once.
+func Vantages(key, targetNode, targetZone string, candidates []Vantage, k int) []string {
+	if k <= 0 {
+		return nil
+	}
+	type scored struct {
+		node  string
+		other bool
+		score uint64
+	}
+	top := make([]scored, 0, k+1)
+	better := func(a, b scored) bool {
+		if a.other != b.other {
+			return a.other
+		}
+		if a.score != b.score {
+			return a.score > b.score
+		}
+		return a.node < b.node
+	}
+	for _, c := range candidates {
+		if c.Node == targetNode || c.Node == "" {
+			continue
+		}
+		s := scored{node: c.Node, other: targetZone == "" || c.Zone != targetZone, score: score(c.Node, key)}
+		if len(top) == k && !better(s, top[k-1]) {
+			continue
+		}
+		if slices.ContainsFunc(top, func(t scored) bool { return t.node == s.node }) {
+			continue
+		}
+		i := len(top)
+		for i > 0 && better(s, top[i-1]) {
+			i--
+		}
+		top = slices.Insert(top, i, s)
+		if len(top) > k {
+			top = top[:k]
+		}
+	}
+	out := make([]string, len(top))
+	for i, t := range top {
+		out[i] = t.node
+	}
+	return out
+}
+
+// score is the rendezvous weight of node for key.
+func score(node, key string) uint64 {
+	var b strings.Builder
+	b.Grow(len(node) + 1 + len(key))
+	b.WriteString(node)
+	b.WriteByte('#')
+	b.WriteString(key)
+	sum := sha256.Sum256([]byte(b.String()))
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// AppName is the app.kubernetes.io/name label of prober pods.
+const AppName = "pulselb-prober"
+
+// Candidates returns the vantages among pods (prober pods): those Running,
+// Ready and not terminating, on a node that ready reports Ready, with the
+// node's zone from zone. Each node counts once; the order is pods'.
+func Candidates(pods []*corev1.Pod, ready map[string]bool, zone map[string]string) []Vantage {
+	var out []Vantage
+	seen := map[string]bool{}
+	for _, p := range pods {
+		n := p.Spec.NodeName
+		if n == "" || seen[n] || !ready[n] || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				seen[n] = true
+				out = append(out, Vantage{Node: n, Zone: zone[n]})
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,246 @@
+package status
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/prober"
+)
+
+// Verdict is the controller's conclusion about a target or a node beacon,
+// by quorum over the fresh reports of its assigned vantages.
+type Verdict uint8
+
+// Verdicts. Unknown means no quorum has ever been reached.
+const (
+	VerdictUnknown Verdict = iota
+	VerdictUp
+	VerdictDown
+)
+
+// String returns "Up", "Down" or "Unknown".
+func (v Verdict) String() string {
+	switch v {
+	case VerdictUp:
+		return "Up"
+	case VerdictDown:
+		return "Down"
+	}
+	return "Unknown"
+}
+
+// Reasons a verdict is what it is.
+const (
+	ReasonMajorityDown   = "majorityDown"
+	ReasonMajorityUp     = "majorityUp"
+	ReasonNoMajority     = "noMajority"
+	ReasonSingleProber   = "singleProber"
+	ReasonNoFreshVantage = "noFreshVantage"
+	ReasonNoVantage      = "noVantage"
+	ReasonBeaconDown     = "beaconDown"
+)
+
+// Quorum rules.
+const (
+	// StaleHeartbeats is how many heartbeats a report may miss before it
+	// stops counting.
+	StaleHeartbeats = 3
+	// DefaultHeartbeat is the heartbeat interval of a report that does not
+	// state its own.
+	DefaultHeartbeat = 10 * time.Second
+	// MinDownVotes is the fewest vantages that must say Down: a single
+	// prober, however confused, never fails a node.
+	MinDownVotes = 2
+)
+
+// Judgement is a verdict with the counts behind it.
+type Judgement struct {
+	Verdict Verdict
+	// Reason is one of the Reason* constants of this file.
+	Reason string
+	// Assigned, Fresh, Up and Down count the vantages assigned, those with
+	// a fresh report, and the fresh ones saying Up and Down.
+	Assigned, Fresh, Up, Down int
+	// FirstFailure is the earliest first failed probe among the Down votes;
+	// zero unless Verdict is Down by majority.
+	FirstFailure time.Time
+	// Message is a Down vote's outcome and message, for ports[].error and
+	// Events; empty unless Down.
+	Message string
+}
+
+// Summary reads as a short explanation: "down by 2 of 3 probers: L4CON ...".
+func (j Judgement) Summary() string {
+	switch j.Reason {
+	case ReasonMajorityDown:
+		s := fmt.Sprintf("down by %d of %d probers", j.Down, j.Assigned)
+		if j.Message != "" {
+			s += ": " + j.Message
+		}
+		return s
+	case ReasonMajorityUp:
+		return fmt.Sprintf("up by %d of %d probers", j.Up, j.Assigned)
+	case ReasonBeaconDown:
+		return "node beacon is down"
+	case ReasonSingleProber:
+		return fmt.Sprintf("only 1 of %d probers says down; need %d", j.Assigned, MinDownVotes)
+	case ReasonNoFreshVantage:
+		return fmt.Sprintf("none of %d probers reported recently", j.Assigned)
+	case ReasonNoVantage:
+		return "no prober can probe it"
+	}
+	return fmt.Sprintf("no majority: %d up, %d down of %d fresh probers", j.Up, j.Down, j.Fresh)
+}
+
+// Reports indexes ProbeReports by prober node for Judge.
+type Reports struct {
+	byNode map[string]indexedReport
+}
+
+type indexedReport struct {
+	fresh   bool
+	results map[string]*v1alpha1.Observation
+	beacons map[string]*v1alpha1.Observation
+}
+
+// IndexReports indexes reports (named after their prober node) and marks
+// those whose heartbeat is older than StaleHeartbeats intervals at now as
+// stale.
+func IndexReports(reports []*v1alpha1.ProbeReport, now time.Time) Reports {
+	idx := Reports{byNode: make(map[string]indexedReport, len(reports))}
+	for _, r := range reports {
+		hb := DefaultHeartbeat
+		if r.Status.HeartbeatSeconds > 0 {
+			hb = time.Duration(r.Status.HeartbeatSeconds) * time.Second
+		}
+		ir := indexedReport{
+			fresh:   !r.Status.HeartbeatTime.IsZero() && now.Sub(r.Status.HeartbeatTime.Time) <= StaleHeartbeats*hb,
+			results: make(map[string]*v1alpha1.Observation, len(r.Status.Results)),
+			beacons: make(map[string]*v1alpha1.Observation, len(r.Status.Beacons)),
+		}
+		for i := range r.Status.Results {
+			res := &r.Status.Results[i]
+			ir.results[prober.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
+		}
+		for i := range r.Status.Beacons {
+			b := &r.Status.Beacons[i]
+			ir.beacons[b.Node] = &b.Observation
+		}
+		idx.byNode[r.Name] = ir
+	}
+	return idx
+}
+
+// Target is what Judge decides about: a Service port on a node (Key from
+// prober.TargetKey) or, with Beacon set, Node's beacon.
+type Target struct {
+	Key    string
+	Node   string
+	Beacon bool
+	// Vantages are the prober nodes assigned to it (prober.Vantages).
+	Vantages []string
+}
+
+// Judge returns the verdict on t: Down when a majority of its fresh
+// assigned vantages, and at least MinDownVotes of them, say Down; Up when
+// a majority say Up; otherwise prev, unchanged. A vantage with a fresh
+// report that has not concluded about t counts toward the majority needed
+// but votes neither way.
+func Judge(reports Reports, t Target, prev Verdict) Judgement {
+	j := Judgement{Verdict: prev, Assigned: len(t.Vantages)}
+	var downMsgs []string
+	for _, v := range t.Vantages {
+		r, ok := reports.byNode[v]
+		if !ok || !r.fresh {
+			continue
+		}
+		j.Fresh++
+		var obs *v1alpha1.Observation
+		if t.Beacon {
+			obs = r.beacons[t.Node]
+		} else {
+			obs = r.results[t.Key]
+		}
+		if obs == nil {
+			continue
+		}
+		switch obs.State {
+		case v1alpha1.StateUp:
+			j.Up++
+		case v1alpha1.StateDown:
+			j.Down++
+			if obs.FailingSince != nil && (j.FirstFailure.IsZero() || obs.FailingSince.Time.Before(j.FirstFailure)) {
+				j.FirstFailure = obs.FailingSince.Time
+			}
+			if m := strings.TrimSpace(strings.TrimSpace(obs.Outcome) + " " + obs.Message); m != "" {
+				downMsgs = append(downMsgs, m)
+			}
+		}
+	}
+	switch {
+	case j.Assigned == 0:
+		j.Reason = ReasonNoVantage
+	case j.Fresh == 0:
+		j.Reason = ReasonNoFreshVantage
+	case 2*j.Down > j.Fresh && j.Down >= MinDownVotes:
+		j.Verdict, j.Reason = VerdictDown, ReasonMajorityDown
+		j.Message = downMsgs[0]
+	case 2*j.Up > j.Fresh:
+		j.Verdict, j.Reason = VerdictUp, ReasonMajorityUp
+	case 2*j.Down > j.Fresh:
+		j.Reason = ReasonSingleProber
+	default:
+		j.Reason = ReasonNoMajority
+	}
+	if j.Verdict != VerdictDown {
+		j.FirstFailure, j.Message = time.Time{}, ""
+	}
+	return j
+}
+
+// NodeVerdicts is what the quorum decided about one node for one Service.
+type NodeVerdicts struct {
+	// Beacon is the node's beacon verdict.
+	Beacon Judgement
+	// Ports holds the verdict on each of the Service's ports on the node.
+	Ports map[PortKey]Judgement
+	// Published is whether the node is in the Service's status now; a
+	// node that is not is added only once its ports are probed Up.
+	Published bool
+}
+
+// NodeHealth turns a node's verdicts into the Health Decide reads.
+// publishWhen is "all-ports" (default) or "any-port". A node whose beacon
+// is Down is down on every port. A port Down by quorum gets an error text.
+// A node not yet published stays out while a port has fresh vantages but
+// no verdict, so a new proxy's IP appears only once probed Up.
+func NodeHealth(v NodeVerdicts, publishWhen string) Health {
+	if v.Beacon.Verdict == VerdictDown {
+		return Health{Down: true}
+	}
+	var h Health
+	down, pending := 0, 0
+	for p, j := range v.Ports {
+		switch {
+		case j.Verdict == VerdictDown:
+			if h.PortErrors == nil {
+				h.PortErrors = map[PortKey]string{}
+			}
+			h.PortErrors[p] = j.Summary()
+			down++
+		case j.Verdict == VerdictUnknown && j.Fresh > 0:
+			pending++
+		}
+	}
+	switch {
+	case publishWhen == "any-port" && len(v.Ports) > 0 && down == len(v.Ports):
+		h.Down = true
+	case publishWhen != "any-port" && down > 0:
+		h.Down = true
+	case !v.Published && pending > 0:
+		h.Down = true
+	}
+	return h
+}
