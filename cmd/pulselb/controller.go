@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/controller"
+	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/placement"
 )
 
@@ -40,6 +43,10 @@ Serves LoadBalancer Services with per-Service proxy workloads in --namespace
 and keeps each Service's status.loadBalancer equal to its proxy nodes' IPs.
 Uses in-cluster credentials unless --kubeconfig is given. With
 --leader-elect (the default) only the Lease holder reconciles.
+
+With --dns-zone, every replica (leader or not) also serves that zone as an
+authoritative DNS server built from the Services' status, from its own
+informer cache (see docs/dns.md).
 
 Every flag can also be set with the environment variable named after it
 (--proxy-image is PULSELB_PROXY_IMAGE); a flag given on the command line wins.
@@ -67,6 +74,19 @@ func runController(args []string, _, stderr io.Writer) int {
 	qps := fs.Float64("kube-api-qps", 50, "API requests per second")
 	burst := fs.Int("kube-api-burst", 100, "API request burst")
 	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 detail")
+	var dnsNS, dnsTSIGKeys listFlag
+	dnsZone := fs.String("dns-zone", "", "serve this DNS zone from Service status on every replica, e.g. lb.example.com; empty turns DNS off")
+	fs.Var(&dnsNS, "dns-ns", "name server of the zone, repeatable: ns1.lb.example.com=192.0.2.53 (addresses, comma-separated, required inside the zone) or ns.example.net; required with --dns-zone")
+	dnsListen := fs.String("dns-listen", ":53", "UDP and TCP address of the DNS server")
+	dnsTTL := fs.Uint("dns-ttl", uint(dnsexport.DefaultTTL), "TTL of a Service's records when it sets no "+dnsexport.AnnotationTTL)
+	dnsHostmaster := fs.String("dns-hostmaster", "", "SOA RNAME; default hostmaster.<zone>")
+	dnsMaxUDP := fs.Uint("dns-max-udp-size", 1232, "largest UDP response")
+	dnsSecondaries := fs.String("dns-secondaries", "", "NOTIFY targets, comma-separated ip:port[/keyname]")
+	fs.Var(&dnsTSIGKeys, "dns-tsig-key", "hmac-sha256 key allowed to transfer the zone, repeatable: name:/path/to/secret-file (the file holds the base64 secret)")
+	dnsRate := fs.Float64("dns-rate-limit", 100, "UDP responses per second per source /24 or /56; 0 turns limiting off")
+	dnsBurst := fs.Int("dns-rate-limit-burst", 200, "rate limit bucket size")
+	dnsSlip := fs.Int("dns-rate-limit-slip", 2, "every n-th rate-limited response is sent truncated; 0 drops all")
+	dnsSerialFile := fs.String("dns-serial-file", "", "file keeping the SOA serial across restarts (on a persistent volume)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, controllerUsage)
 		fs.PrintDefaults()
@@ -104,6 +124,16 @@ func runController(args []string, _, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pulselb controller: --proxy-mode=%q: want auto, iptables or userspace\n", *proxyMode)
 		return 2
 	}
+	var dnsCfg *dnsexport.Config
+	if *dnsZone != "" {
+		cfg, err := dnsConfig(*dnsZone, dnsNS, *dnsListen, *dnsTTL, *dnsHostmaster, *dnsMaxUDP, *dnsSecondaries,
+			dnsTSIGKeys, dnsexport.RateLimit{ResponsesPerSecond: *dnsRate, Burst: *dnsBurst, Slip: *dnsSlip}, *dnsSerialFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "pulselb controller: %v\n", err)
+			return 2
+		}
+		dnsCfg = &cfg
+	}
 	setVerbosity(*verbosity)
 	logger := klog.Background().WithName("controller")
 
@@ -135,6 +165,13 @@ func runController(args []string, _, stderr io.Writer) int {
 	if err := controller.RegisterMetrics(reg); err != nil {
 		logger.Error(err, "Registering metrics failed")
 		return 1
+	}
+	if dnsCfg != nil {
+		dnsCfg.Metrics = dnsexport.NewMetrics()
+		if err := dnsCfg.Metrics.RegisterMetrics(reg); err != nil {
+			logger.Error(err, "Registering metrics failed")
+			return 1
+		}
 	}
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)
@@ -174,18 +211,67 @@ func runController(args []string, _, stderr io.Writer) int {
 		logger.Error(err, "Creating controller failed")
 		return 1
 	}
+	// leading is true while this replica reconciles; only then does the
+	// DNS feed turn zone problems into Events, so that N replicas do not
+	// record N copies of each.
+	var leading atomic.Bool
+	if dnsCfg != nil {
+		dnsSrv, err := dnsexport.NewServer(*dnsCfg)
+		if err != nil {
+			logger.Error(err, "Creating DNS server failed")
+			return 1
+		}
+		// Listen before the informers start so that a taken port fails
+		// the start-up instead of a goroutine.
+		if err := dnsSrv.Listen(); err != nil {
+			logger.Error(err, "Listening for DNS failed", "address", dnsCfg.Listen)
+			return 1
+		}
+		feed, err := dnsexport.NewFeed(dnsSrv, cluster.Core().V1().Services(), dnsexport.FeedConfig{
+			Class:     controller.Class,
+			ClassOnly: *classOnly,
+			Report:    dnsProblemReporter(logger, recorder, &leading),
+		})
+		if err != nil {
+			logger.Error(err, "Creating DNS feed failed")
+			return 1
+		}
+		dnsLogger := logger.WithName("dns")
+		dnsCtx := klog.NewContext(ctx, dnsLogger)
+		dnsDone := make(chan struct{}, 2)
+		go func() {
+			defer func() { dnsDone <- struct{}{} }()
+			if err := dnsSrv.Run(dnsCtx); err != nil {
+				// DNS is an output of the controller, not a reason to stop
+				// reconciling; the metric and this line say it is down.
+				dnsLogger.Error(err, "DNS server stopped")
+			}
+		}()
+		go func() {
+			defer func() { dnsDone <- struct{}{} }()
+			if err := feed.Run(dnsCtx); err != nil {
+				dnsLogger.Error(err, "DNS feed stopped")
+			}
+		}()
+		// Stop (also on an early error return) and wait for both, so
+		// the DNS sockets are closed when runController returns.
+		defer func() { stop(); <-dnsDone; <-dnsDone }()
+	}
 	cluster.Start(ctx.Done())
 	system.Start(ctx.Done())
 	defer cluster.Shutdown()
 	defer system.Shutdown()
 
 	run := func(ctx context.Context) {
+		leading.Store(true)
+		defer leading.Store(false)
 		if err := ctl.Run(ctx, *workers); err != nil {
 			logger.Error(err, "Controller stopped")
 		}
 	}
 	if !*leaderElect {
 		run(ctx)
+		stop()
 		return 0
 	}
 	host, _ := os.Hostname()
@@ -228,4 +314,90 @@ func runController(args []string, _, stderr io.Writer) int {
 	})
 	logger.Info("Stopped", "exitCode", strconv.Itoa(exit))
 	return exit
+}
+
+// dnsConfig checks the --dns-* flags and returns the DNS server's
+// configuration. The TSIG secrets are read from their files here, so a
+// missing Secret mount fails the start-up.
+func dnsConfig(zone string, nameServers []string, listen string, ttl uint, hostmaster string, maxUDP uint,
+	secondaries string, tsigKeys []string, rl dnsexport.RateLimit, serialFile string) (dnsexport.Config, error) {
+	cfg := dnsexport.Config{
+		Zone:       dnsexport.ZoneConfig{Origin: zone, Hostmaster: hostmaster},
+		Listen:     listen,
+		RateLimit:  rl,
+		SerialFile: serialFile,
+	}
+	if len(nameServers) == 0 {
+		return cfg, errors.New("--dns-ns is required with --dns-zone")
+	}
+	for _, v := range nameServers {
+		ns, err := dnsexport.ParseNameServer(v)
+		if err != nil {
+			return cfg, fmt.Errorf("--dns-ns: %w", err)
+		}
+		cfg.Zone.NameServers = append(cfg.Zone.NameServers, ns)
+	}
+	if ttl < 1 || ttl > dnsexport.MaxTTL {
+		return cfg, fmt.Errorf("--dns-ttl=%d: want 1 to %d seconds", ttl, dnsexport.MaxTTL)
+	}
+	cfg.Zone.DefaultTTL = uint32(ttl)
+	if maxUDP < 512 || maxUDP > 65535 {
+		return cfg, fmt.Errorf("--dns-max-udp-size=%d: want 512 to 65535", maxUDP)
+	}
+	cfg.MaxUDPSize = uint16(maxUDP)
+	if rl.ResponsesPerSecond < 0 || rl.Burst < 0 || rl.Slip < 0 {
+		return cfg, errors.New("--dns-rate-limit, --dns-rate-limit-burst and --dns-rate-limit-slip must not be negative")
+	}
+	for _, v := range strings.Split(secondaries, ",") {
+		if strings.TrimSpace(v) == "" {
+			continue
+		}
+		sec, err := dnsexport.ParseSecondary(v)
+		if err != nil {
+			return cfg, fmt.Errorf("--dns-secondaries: %w", err)
+		}
+		cfg.Secondaries = append(cfg.Secondaries, sec)
+	}
+	for _, v := range tsigKeys {
+		k, err := dnsexport.ReadTSIGKey(v)
+		if err != nil {
+			return cfg, fmt.Errorf("--dns-tsig-key: %w", err)
+		}
+		cfg.TransferKeys = append(cfg.TransferKeys, k)
+	}
+	// NewServer checks the rest (zone, glue, keys named by secondaries);
+	// check here too so that a bad flag exits with status 2.
+	if _, err := dnsexport.NewServer(cfg); err != nil {
+		return cfg, fmt.Errorf("dns: %w", err)
+	}
+	return cfg, nil
+}
+
+// dnsProblemReporter logs a Service's DNS problems on every replica.
+// Annotation problems get no Event here: the leader's reconcile already
+// validates the same annotations into InvalidAnnotation Events and the
+// ConfigValid condition. A hostname taken by another Service is found only
+// by the zone build, so the replica that leads records it as an Event.
+func dnsProblemReporter(logger klog.Logger, recorder record.EventRecorder, leading *atomic.Bool) func(*corev1.Service, []error) {
+	logger = logger.WithName("dns")
+	return func(svc *corev1.Service, problems []error) {
+		msgs := make([]string, len(problems))
+		for i, p := range problems {
+			msgs[i] = p.Error()
+			if leading.Load() && errors.Is(p, dnsexport.ErrHostnameConflict) {
+				recorder.Event(svc, corev1.EventTypeWarning, "HostnameConflict", p.Error())
+			}
+		}
+		logger.Info("Service has DNS problems; serving the rest", "service", klog.KObj(svc), "problems", msgs)
+	}
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, " ") }
+
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }

@@ -1,0 +1,392 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/pulselb/pulselb/test/cluster"
+)
+
+const (
+	systemNamespace = "pulselb-system"
+	controllerZone  = "lb.test."
+	// finalizer is controller.Finalizer; the test module does not import
+	// the controller so that a controller that does not compile fails
+	// only the pods running it.
+	lbFinalizer = "pulselb.io/load-balancer-cleanup"
+)
+
+// TestController runs `pulselb controller` against the harness: a
+// LoadBalancer Service gets a proxy workload in pulselb-system, the
+// finalizer and status.loadBalancer.ingress with the proxy nodes' IPs
+// (ipMode Proxy); a client outside the cluster reaches a backend on
+// nodeIP:port; the controller's DNS server answers the Service's name with
+// the same IPs; deleting the Service removes the workload and the name.
+func TestController(t *testing.T) {
+	c := cluster.ForTest(t, cluster.Options{Nodes: 3})
+	ctx := t.Context()
+	cs := c.Client
+
+	for _, ns := range []string{systemNamespace, "shop"} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating namespace %s: %v", ns, err)
+		}
+	}
+	dnsAddr := freeLoopbackPort(t)
+	ctl := startController(t, c, dnsAddr)
+
+	labels := map[string]string{"app": "web"}
+	if _, err := cs.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "echo", Image: "registry.example/echo:1",
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				}}},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating deployment: %v", err)
+	}
+	waitPodsRunningIn(ctx, t, cs, "shop", "app=web", 2)
+	if _, err := cs.CoreV1().Services("shop").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: labels,
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating service: %v", err)
+	}
+	name := "web.shop." + controllerZone
+
+	t.Run("ProxyWorkloadRuns", func(t *testing.T) {
+		poll(ctx, t, 30*time.Second, "a proxy Deployment for shop/web in "+systemNamespace, func() bool {
+			ctl.alive(t)
+			return len(proxyDeployments(ctx, t, cs)) == 1
+		})
+		poll(ctx, t, 60*time.Second, "2 proxy pods running and ready in "+systemNamespace, func() bool {
+			ctl.alive(t)
+			return len(readyPods(ctx, t, cs, systemNamespace, "")) == 2
+		})
+		for _, p := range readyPods(ctx, t, cs, systemNamespace, "") {
+			var started string
+			poll(ctx, t, 10*time.Second, "the proxy of "+p.Name+" logging its mode", func() bool {
+				log, err := c.ContainerLog(systemNamespace, p.Name, "proxy")
+				for _, l := range strings.Split(string(log), "\n") {
+					if strings.Contains(l, `"Started proxy"`) {
+						started = l
+					}
+				}
+				return err == nil && started != ""
+			})
+			t.Logf("proxy pod %s on %s (%s): %s", p.Name, p.Spec.NodeName, p.Status.PodIP, started)
+		}
+	})
+	if t.Failed() {
+		t.Fatalf("no running proxy workload; controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+	}
+
+	var ingress []string
+	t.Run("StatusHasProxyNodeIPs", func(t *testing.T) {
+		var svc *corev1.Service
+		poll(ctx, t, 30*time.Second, "shop/web with the finalizer and 2 ingress IPs", func() bool {
+			ctl.alive(t)
+			var err error
+			svc, err = cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
+			return err == nil && slices.Contains(svc.Finalizers, lbFinalizer) && len(svc.Status.LoadBalancer.Ingress) == 2
+		})
+		nodeIPs := map[string]string{}
+		for _, n := range c.Nodes() {
+			ip, err := c.NodeIP(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodeIPs[ip] = n
+		}
+		proxyNodes := map[string]bool{}
+		for _, p := range readyPods(ctx, t, cs, systemNamespace, "") {
+			proxyNodes[p.Spec.NodeName] = true
+		}
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if ing.IPMode == nil || *ing.IPMode != corev1.LoadBalancerIPModeProxy {
+				t.Errorf("ingress %s has ipMode %v, want Proxy", ing.IP, ing.IPMode)
+			}
+			if node, ok := nodeIPs[ing.IP]; !ok || !proxyNodes[node] {
+				t.Errorf("ingress %s is not the IP of a node running a proxy pod (nodes %v, proxies on %v)", ing.IP, nodeIPs, proxyNodes)
+			}
+			ingress = append(ingress, ing.IP)
+		}
+		slices.Sort(ingress)
+		t.Logf("status.loadBalancer.ingress = %v", ingress)
+	})
+	if len(ingress) == 0 {
+		t.Fatalf("no ingress IPs; controller log: %s", ctl.logPath)
+	}
+
+	t.Run("ClientReachesBackendOnNodeIP", func(t *testing.T) {
+		for _, ip := range ingress {
+			url := fmt.Sprintf("http://%s:80/", ip)
+			poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
+				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
+				name, _ := field(string(out), "name")
+				return err == nil && strings.HasPrefix(name, "shop/web-")
+			})
+		}
+	})
+
+	t.Run("DNSAnswersWithIngressIPs", func(t *testing.T) {
+		var got []string
+		poll(ctx, t, 10*time.Second, "A "+name+" = "+strings.Join(ingress, ","), func() bool {
+			r, err := dnsQuery(dnsAddr, name, dns.TypeA)
+			if err != nil || r.Rcode != dns.RcodeSuccess {
+				return false
+			}
+			got = aRecords(r)
+			return slices.Equal(got, ingress)
+		})
+		r, err := dnsQuery(dnsAddr, name, dns.TypeA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Authoritative {
+			t.Errorf("answer for %s is not authoritative", name)
+		}
+	})
+
+	t.Run("DeletingTheServiceRemovesWorkloadAndName", func(t *testing.T) {
+		if err := cs.CoreV1().Services("shop").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, 10*time.Second, name+" NXDOMAIN", func() bool {
+			r, err := dnsQuery(dnsAddr, name, dns.TypeA)
+			return err == nil && r.Rcode == dns.RcodeNameError
+		})
+		poll(ctx, t, 30*time.Second, "proxy Deployment and pods gone, Service gone", func() bool {
+			ctl.alive(t)
+			_, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
+			return apierrors.IsNotFound(err) && len(proxyDeployments(ctx, t, cs)) == 0 &&
+				len(listPods(ctx, t, cs, systemNamespace, "")) == 0
+		})
+	})
+}
+
+// controllerProcess is a `pulselb controller` run by the test.
+type controllerProcess struct {
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+	logPath string
+}
+
+// startController runs pulselb controller with the admin kubeconfig, no
+// leader election, and DNS on dnsAddr, until the test ends. Its log goes
+// to the cluster's log directory, kept when the test fails.
+func startController(t *testing.T, c *cluster.Cluster, dnsAddr string) *controllerProcess {
+	t.Helper()
+	bin, err := cluster.Binaries(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(bin, "pulselb")
+	if _, err := os.Stat(exe); err != nil {
+		why, _ := os.ReadFile(filepath.Join(bin, "pulselb.build-error"))
+		t.Fatalf("no pulselb binary: %v %s", err, why)
+	}
+	logPath := filepath.Join(c.Dir, "logs", "pulselb-controller.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "controller",
+		"--kubeconfig="+c.Kubeconfig,
+		"--namespace="+systemNamespace,
+		"--proxy-image=pulselb",
+		"--leader-elect=false",
+		"--metrics-address=127.0.0.1:0",
+		"--dns-zone="+controllerZone,
+		"--dns-ns=ns1."+controllerZone+"=127.0.0.1",
+		"--dns-listen="+dnsAddr,
+		"--v=2")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatalf("starting pulselb controller: %v", err)
+	}
+	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logPath}
+	go func() {
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+			var ee *exec.ExitError
+			if p.err != nil && !errors.As(p.err, &ee) {
+				t.Errorf("pulselb controller: %v", p.err)
+			} else if p.err != nil {
+				t.Errorf("pulselb controller exited with %v after SIGTERM; log in %s", p.err, logPath)
+			}
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+			t.Errorf("pulselb controller did not stop within 15s of SIGTERM; log in %s", logPath)
+		}
+	})
+	return p
+}
+
+// alive fails t when the controller has exited.
+func (p *controllerProcess) alive(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.done:
+		log, _ := os.ReadFile(p.logPath)
+		t.Fatalf("pulselb controller exited: %v\n%s", p.err, tail(string(log), 40))
+	default:
+	}
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-lines):], "\n")
+}
+
+// freeLoopbackPort returns 127.0.0.1:port with the port free for both UDP
+// and TCP at the time of the call.
+func freeLoopbackPort(t *testing.T) string {
+	t.Helper()
+	for range 20 {
+		tcp, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := tcp.Addr().String()
+		udp, err := net.ListenPacket("udp", addr)
+		tcp.Close()
+		if err == nil {
+			udp.Close()
+			return addr
+		}
+	}
+	t.Fatal("no loopback port free for both UDP and TCP")
+	return ""
+}
+
+func dnsQuery(addr, name string, qtype uint16) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	m.RecursionDesired = false
+	r, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, addr)
+	return r, err
+}
+
+func aRecords(r *dns.Msg) []string {
+	var out []string
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			out = append(out, a.A.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// proxyDeployments lists the proxy Deployments in pulselb-system.
+func proxyDeployments(ctx context.Context, t *testing.T, cs kubernetes.Interface) []appsv1.Deployment {
+	t.Helper()
+	l, err := cs.AppsV1().Deployments(systemNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	return l.Items
+}
+
+func listPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, selector string) []corev1.Pod {
+	t.Helper()
+	l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil
+	}
+	return l.Items
+}
+
+// readyPods returns the Running and Ready pods in ns matching selector.
+func readyPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, selector string) []corev1.Pod {
+	t.Helper()
+	var out []corev1.Pod
+	for _, p := range listPods(ctx, t, cs, ns, selector) {
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+func waitPodsRunningIn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, selector string, n int) {
+	t.Helper()
+	poll(ctx, t, 30*time.Second, fmt.Sprintf("%d pods %s in %s running and ready", n, selector, ns), func() bool {
+		return len(readyPods(ctx, t, cs, ns, selector)) == n
+	})
+}
+
+// describePods summarises the pods in ns for a failure message: phase,
+// node, and each container's state.
+func describePods(ctx context.Context, cs kubernetes.Interface, ns string) string {
+	l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range l.Items {
+		fmt.Fprintf(&b, "\n  %s phase=%s node=%s", p.Name, p.Status.Phase, p.Spec.NodeName)
+		for _, cond := range p.Status.Conditions {
+			if cond.Status != corev1.ConditionTrue {
+				fmt.Fprintf(&b, " %s=%s(%s: %s)", cond.Type, cond.Status, cond.Reason, cond.Message)
+			}
+		}
+		for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			fmt.Fprintf(&b, " [%s restarts=%d", st.Name, st.RestartCount)
+			if w := st.State.Waiting; w != nil {
+				fmt.Fprintf(&b, " waiting %s: %s", w.Reason, w.Message)
+			}
+			if x := st.LastTerminationState.Terminated; x != nil {
+				fmt.Fprintf(&b, " last exit %d %s", x.ExitCode, x.Reason)
+			}
+			b.WriteString("]")
+		}
+	}
+	return b.String()
+}
