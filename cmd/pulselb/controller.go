@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -32,9 +33,11 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/controller"
 	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/prober"
 )
 
 const controllerUsage = `Usage: pulselb controller --proxy-image=IMAGE [flags]
@@ -65,6 +68,8 @@ func runController(args []string, _, stderr io.Writer) int {
 	proxyMode := fs.String("proxy-mode", placement.DefaultProxyMode, "the proxies' --mode: auto, iptables or userspace")
 	classOnly := fs.Bool("class-only", false, "serve only Services with loadBalancerClass "+controller.Class+", not those without a class")
 	workers := fs.Int("workers", 4, "Services reconciled in parallel")
+	probeReports := fs.Bool("probe-reports", false, "judge health from the probers' ProbeReports (needs the ProbeReport CRD and the prober DaemonSet); off: a node is down only while labelled pulselb.io/unhealthy")
+	vantages := fs.Int("vantages", prober.DefaultVantages, "probers per target; must equal the probers' --vantages")
 	leaderElect := fs.Bool("leader-elect", true, "reconcile only while holding the Lease")
 	leaseName := fs.String("leader-elect-lease-name", "pulselb-controller", "name of the leader Lease in --namespace")
 	leaseDuration := fs.Duration("leader-elect-lease-duration", 15*time.Second, "how long a Lease lasts without renewal")
@@ -156,6 +161,23 @@ func runController(args []string, _, stderr io.Writer) int {
 		return 1
 	}
 
+	var health controller.HealthConfig
+	if *probeReports {
+		if *vantages < 1 {
+			fmt.Fprintf(stderr, "pulselb controller: --vantages=%d: want at least 1\n", *vantages)
+			return 2
+		}
+		dyn, err := dynamic.NewForConfig(restCfg)
+		if err != nil {
+			logger.Error(err, "Creating dynamic client failed")
+			return 1
+		}
+		health = controller.HealthConfig{
+			Reports:  v1alpha1.NewInformer(v1alpha1.NewClient(dyn), *namespace),
+			Vantages: *vantages,
+		}
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	ctx = klog.NewContext(ctx, logger)
@@ -199,6 +221,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	system := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(*namespace))
 	ctl, err := controller.New(ctx, client, cluster, system, recorder, controller.Config{
 		ClassOnly: *classOnly,
+		Health:    health,
 		Placement: placement.Config{
 			Namespace:         *namespace,
 			Image:             *image,
@@ -258,6 +281,9 @@ func runController(args []string, _, stderr io.Writer) int {
 		defer func() { stop(); <-dnsDone; <-dnsDone }()
 	}
 	cluster.Start(ctx.Done())
+	if health.Reports != nil {
+		go health.Reports.RunWithContext(ctx)
+	}
 	system.Start(ctx.Done())
 	defer cluster.Shutdown()
 	defer system.Shutdown()
