@@ -11,7 +11,7 @@ import (
 
 // dialer returns a net.Dialer bound to opts.LocalAddr when one is set.
 func dialer(network string, opts Options) *net.Dialer {
-	d := &net.Dialer{}
+	d := &net.Dialer{KeepAlive: -1} // probes are short-lived
 	if opts.LocalAddr.IsValid() {
 		ap := netip.AddrPortFrom(opts.LocalAddr, 0)
 		switch network {
@@ -62,8 +62,10 @@ func readOutcome(err error) Outcome {
 	}
 }
 
-// tcpDialer is shared: a zero Dialer holds no state between dials.
-var tcpDialer net.Dialer
+// tcpDialer is shared: a Dialer holds no state between dials. Probe
+// connections are short-lived, so TCP keep-alive (four setsockopt calls per
+// dial) is off.
+var tcpDialer = net.Dialer{KeepAlive: -1}
 
 // dialTCP connects to target from opts.LocalAddr (when set). It takes the
 // address as a netip.AddrPort, so no probe pays for formatting and parsing
