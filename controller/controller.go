@@ -43,6 +43,9 @@ const Finalizer = "pulselb.io/load-balancer-cleanup"
 const (
 	ReasonProxyApplied = "ProxyApplied"
 	ReasonNameTaken    = "NameTaken"
+	// ReasonDNSEndpointConflict: a DNSEndpoint pulselb did not write has
+	// the Service's name.
+	ReasonDNSEndpointConflict = "DNSEndpointConflict"
 )
 
 // Config is the controller's configuration.
@@ -53,6 +56,9 @@ type Config struct {
 	ClassOnly bool
 	// Health feeds probe verdicts into placement and status.
 	Health HealthConfig
+	// DNSEndpoints, when set, keeps each served Service's external-dns
+	// DNSEndpoint equal to its status (see DNSEndpointWriter).
+	DNSEndpoints DNSEndpointWriter
 }
 
 // Controller reconciles LoadBalancer Services with their proxy workloads
@@ -181,7 +187,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			return nil, fmt.Errorf("adding event handler: %w", err)
 		}
 	}
-	logger.V(2).Info("Set up controller", "namespace", ns, "classOnly", cfg.ClassOnly)
+	logger.V(2).Info("Set up controller", "namespace", ns, "classOnly", cfg.ClassOnly, "dnsEndpoints", cfg.DNSEndpoints != nil)
 	return c, nil
 }
 

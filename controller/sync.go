@@ -105,11 +105,12 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		}
 	}
 	r := status.Decide(in)
-	if err := c.writeStatus(ctx, svc, r); err != nil {
+	written, err := c.writeStatus(ctx, svc, r)
+	if err != nil {
 		return err
 	}
 	c.failedOver(ctx, svc, r, in.Health)
-	return nil
+	return c.syncDNSEndpoint(ctx, written)
 }
 
 func isAnnotationKey(k string) bool {
@@ -117,15 +118,16 @@ func isAnnotationKey(k string) bool {
 }
 
 // writeStatus writes r's annotations and status where they differ from svc,
-// then records r's Events.
-func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r status.Result) error {
+// then records r's Events. It returns the Service as written (svc itself
+// when nothing differed); the caller must not change it.
+func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r status.Result) (*corev1.Service, error) {
 	logger := klog.FromContext(ctx)
 	var err error
 	if status.AnnotationsDiffer(svc, r) {
 		svc = svc.DeepCopy()
 		status.ApplyAnnotations(svc, r)
 		if svc, err = c.client.CoreV1().Services(svc.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("updating annotations: %w", err)
+			return nil, fmt.Errorf("updating annotations: %w", err)
 		}
 		writes.WithLabelValues("services", "update").Inc()
 	}
@@ -133,7 +135,7 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 		svc = svc.DeepCopy()
 		status.ApplyStatus(svc, r)
 		if svc, err = c.client.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("updating status: %w", err)
+			return nil, fmt.Errorf("updating status: %w", err)
 		}
 		writes.WithLabelValues("services/status", "update").Inc()
 		logger.Info("Updated load balancer status", "nodes", r.Nodes, "ingress", len(r.LoadBalancer.Ingress))
@@ -141,7 +143,7 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 	for _, e := range r.Events {
 		c.recorder.Event(svc, e.Type, e.Reason, e.Message)
 	}
-	return nil
+	return svc, nil
 }
 
 // localEndpointNodes returns the nodes with a ready endpoint of svc.
@@ -308,7 +310,8 @@ func (c *Controller) deleteWorkloads(ctx context.Context, key cache.ObjectName) 
 
 // release undoes pulselb's work on a Service that is being deleted or is no
 // longer served (type or class changed, or --class-only): workload first,
-// then pulselb's status, annotations and conditions, then the finalizer.
+// then the DNSEndpoint, then pulselb's status, annotations and conditions,
+// then the finalizer.
 func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	key := cache.MetaObjectToName(svc)
 	if err := c.deleteWorkloads(ctx, key); err != nil {
@@ -316,8 +319,14 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	}
 	if !hasFinalizer(svc) {
 		// Never served, or already released: another implementation may
-		// own this Service's status now.
+		// own this Service's status now. No DNSEndpoint lookup either: it
+		// would cost an API request for every non-LoadBalancer Service,
+		// and the garbage collector deletes a DNSEndpoint with its Service.
 		return nil
+	}
+	// Before the finalizer goes, so that a failure is retried.
+	if err := c.forgetDNSEndpoint(ctx, svc); err != nil {
+		return err
 	}
 	cleared := status.Cleared(svc)
 	if svc.DeletionTimestamp == nil && status.Differs(svc, cleared) {

@@ -82,6 +82,9 @@ const (
 	DefaultDNSTTL        = 5
 )
 
+// MaxDNSTTL is the largest pulselb.io/dns-ttl (one day), as in dnsexport.
+const MaxDNSTTL = 86400
+
 // Problem is a Service setting pulselb cannot use: an invalid annotation or
 // a spec field the proxy cannot serve. Key names the annotation or field,
 // Default says what is used instead.
@@ -230,9 +233,11 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 		*c.dst = n
 	}
 	if v, ok := a[AnnotationDNSTTL]; ok {
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || n > 86400 {
-			bad(AnnotationDNSTTL, "want seconds from 0 to 86400", strconv.Itoa(DefaultDNSTTL))
+		// The same rule as dnsexport's, which uses the value: whole
+		// seconds, an optional "s", 1 to MaxDNSTTL.
+		n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), "s"), 10, 32)
+		if err != nil || n < 1 || n > MaxDNSTTL {
+			bad(AnnotationDNSTTL, fmt.Sprintf("want whole seconds from 1 to %d", MaxDNSTTL), "the --dns-ttl default")
 		} else {
 			s.DNSTTL = uint32(n)
 		}

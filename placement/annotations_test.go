@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulselb/pulselb/dnsexport"
 )
 
 func TestParse(t *testing.T) {
@@ -48,7 +50,11 @@ func TestParse(t *testing.T) {
 			}, "", ""},
 		{"bad hostname", []string{AnnotationHostname, "ok.example.org,bad_name!"}, func(s Settings) bool { return slices.Equal(s.Hostnames, []string{"ok.example.org"}) }, AnnotationHostname, "not a DNS name"},
 		{"dns-ttl", []string{AnnotationDNSTTL, "30"}, func(s Settings) bool { return s.DNSTTL == 30 }, "", ""},
-		{"bad dns-ttl", []string{AnnotationDNSTTL, "5s"}, func(s Settings) bool { return s.DNSTTL == 5 }, AnnotationDNSTTL, "seconds"},
+		{"dns-ttl with unit", []string{AnnotationDNSTTL, "30s"}, func(s Settings) bool { return s.DNSTTL == 30 }, "", ""},
+		{"dns-ttl of a day", []string{AnnotationDNSTTL, "86400"}, func(s Settings) bool { return s.DNSTTL == 86400 }, "", ""},
+		{"zero dns-ttl", []string{AnnotationDNSTTL, "0"}, func(s Settings) bool { return s.DNSTTL == 5 }, AnnotationDNSTTL, "1 to 86400"},
+		{"dns-ttl over a day", []string{AnnotationDNSTTL, "86401"}, func(s Settings) bool { return s.DNSTTL == 5 }, AnnotationDNSTTL, "1 to 86400"},
+		{"bad dns-ttl", []string{AnnotationDNSTTL, "5m"}, func(s Settings) bool { return s.DNSTTL == 5 }, AnnotationDNSTTL, "seconds"},
 		{"written annotations are not settings", []string{AnnotationNodes, "n1", AnnotationExternalIPs, "x"}, func(s Settings) bool { return true }, "", ""},
 	}
 	for _, tt := range tests {
@@ -75,6 +81,25 @@ func TestParse(t *testing.T) {
 			}
 			if !strings.Contains(msg, tt.problem) || !strings.Contains(msg, value) || !strings.Contains(msg, "using ") {
 				t.Errorf("message %q does not name the key, the value %q and the default", msg, value)
+			}
+		})
+	}
+}
+
+// TestDNSTTLAgreesWithDNSExport: dnsexport uses pulselb.io/dns-ttl and
+// placement reports it, so a value one rejects and the other uses would
+// either be served silently wrong or be reported while in use.
+func TestDNSTTLAgreesWithDNSExport(t *testing.T) {
+	for _, v := range []string{"0", "1", "30", "30s", " 30 ", "86400", "86401", "-1", "5m", "", "1.5", "4294967296"} {
+		t.Run(v, func(t *testing.T) {
+			svc := service(annotate(AnnotationDNSTTL, v))
+			s, problems := Parse(svc)
+			d, errs := dnsexport.FromService(svc)
+			if placementOK, dnsOK := len(problems) == 0, len(errs) == 0; placementOK != dnsOK {
+				t.Fatalf("placement accepts %q: %t (problems %q); dnsexport: %t (errors %v)", v, placementOK, problems, dnsOK, errs)
+			}
+			if len(problems) == 0 && d.TTL != s.DNSTTL {
+				t.Errorf("TTL %d in placement, %d in dnsexport", s.DNSTTL, d.TTL)
 			}
 		})
 	}

@@ -49,7 +49,8 @@ Uses in-cluster credentials unless --kubeconfig is given. With
 
 With --dns-zone, every replica (leader or not) also serves that zone as an
 authoritative DNS server built from the Services' status, from its own
-informer cache (see docs/dns.md).
+informer cache (see docs/dns.md). With --dnsendpoints, the leader also
+writes an external-dns DNSEndpoint per Service with hostname annotations.
 
 Every flag can also be set with the environment variable named after it
 (--proxy-image is PULSELB_PROXY_IMAGE); a flag given on the command line wins.
@@ -92,6 +93,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	dnsBurst := fs.Int("dns-rate-limit-burst", 200, "rate limit bucket size")
 	dnsSlip := fs.Int("dns-rate-limit-slip", 2, "every n-th rate-limited response is sent truncated; 0 drops all")
 	dnsSerialFile := fs.String("dns-serial-file", "", "file keeping the SOA serial across restarts (on a persistent volume)")
+	dnsEndpoints := fs.Bool("dnsendpoints", false, "on the leader, write an external-dns DNSEndpoint per Service with hostname annotations, recordTTL defaulting to --dns-ttl (needs the DNSEndpoint CRD)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, controllerUsage)
 		fs.PrintDefaults()
@@ -139,6 +141,14 @@ func runController(args []string, _, stderr io.Writer) int {
 		}
 		dnsCfg = &cfg
 	}
+	if *dnsEndpoints && (*dnsTTL < 1 || *dnsTTL > dnsexport.MaxTTL) {
+		fmt.Fprintf(stderr, "pulselb controller: --dns-ttl=%d: want 1 to %d seconds\n", *dnsTTL, dnsexport.MaxTTL)
+		return 2
+	}
+	if *probeReports && *vantages < 1 {
+		fmt.Fprintf(stderr, "pulselb controller: --vantages=%d: want at least 1\n", *vantages)
+		return 2
+	}
 	setVerbosity(*verbosity)
 	logger := klog.Background().WithName("controller")
 
@@ -161,21 +171,25 @@ func runController(args []string, _, stderr io.Writer) int {
 		return 1
 	}
 
-	var health controller.HealthConfig
-	if *probeReports {
-		if *vantages < 1 {
-			fmt.Fprintf(stderr, "pulselb controller: --vantages=%d: want at least 1\n", *vantages)
-			return 2
-		}
-		dyn, err := dynamic.NewForConfig(restCfg)
-		if err != nil {
+	// One dynamic client for the custom resources: ProbeReports and
+	// DNSEndpoints.
+	var dyn dynamic.Interface
+	if *probeReports || *dnsEndpoints {
+		if dyn, err = dynamic.NewForConfig(restCfg); err != nil {
 			logger.Error(err, "Creating dynamic client failed")
 			return 1
 		}
+	}
+	var health controller.HealthConfig
+	if *probeReports {
 		health = controller.HealthConfig{
 			Reports:  v1alpha1.NewInformer(v1alpha1.NewClient(dyn), *namespace),
 			Vantages: *vantages,
 		}
+	}
+	var endpointWriter controller.DNSEndpointWriter
+	if *dnsEndpoints {
+		endpointWriter = dnsexport.NewEndpointWriter(dyn, uint32(*dnsTTL))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -220,8 +234,9 @@ func runController(args []string, _, stderr io.Writer) int {
 	cluster := informers.NewSharedInformerFactory(client, 0)
 	system := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(*namespace))
 	ctl, err := controller.New(ctx, client, cluster, system, recorder, controller.Config{
-		ClassOnly: *classOnly,
-		Health:    health,
+		ClassOnly:    *classOnly,
+		Health:       health,
+		DNSEndpoints: endpointWriter,
 		Placement: placement.Config{
 			Namespace:         *namespace,
 			Image:             *image,
