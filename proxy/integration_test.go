@@ -134,6 +134,18 @@ func TestProxyCommandFlags(t *testing.T) {
 		{"two IPv4 ClusterIPs", []string{"proxy", "--cluster-ips=10.96.0.1,10.96.0.2", "--ports=TCP:80"}, "", "two ipv4 ClusterIPs"},
 		{"bad mode", append(base, "--mode=ipvs"), "", `--mode="ipvs": mode "ipvs": want auto, iptables or userspace`},
 		{"no ports", []string{"proxy", "--cluster-ips=10.96.0.10"}, "", `--ports="": no ports`},
+		{"bad node-port target", append(base, "--node-port-target=TCP:80=3o080"), "",
+			`--node-port-target="TCP:80=3o080": node-port target "TCP:80=3o080": NodePort "3o080" is not a number`},
+		{"bad node-port target from env", base, "PULSELB_NODE_PORT_TARGET=TCP:80",
+			`--node-port-target="TCP:80" (from PULSELB_NODE_PORT_TARGET): node-port target "TCP:80": want PROTOCOL:PORT=NODEPORT`},
+		{"node-port target of another port", append(base, "--node-port-target=UDP:80=30080", "--node-ips=198.18.0.1"), "",
+			`--node-port-target="UDP:80=30080": invalid proxy configuration: node-port target: UDP:80 is not one of the ports`},
+		{"bad node IP from env", append(base, "--node-port-target=TCP:80=30080"), "PULSELB_NODE_IPS=198.18.0",
+			`--node-ips="198.18.0" (from PULSELB_NODE_IPS): "198.18.0" is not an IP address`},
+		{"no node IP of the ClusterIP's family", append(base, "--node-port-target=TCP:80=30080", "--node-ips=fd00::1"), "",
+			`--node-ips="fd00::1": invalid proxy configuration: node IPs: no ipv4 node IP for the ipv4 ClusterIP`},
+		{"node-port target without node IPs", append(base, "--node-port-target=TCP:80=30080"), "",
+			`--node-ips="": invalid proxy configuration: node IPs: no ipv4 node IP`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -39,24 +39,10 @@ func ParsePorts(s string) ([]Port, error) {
 	seen := map[Port]bool{}
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
-		proto, num, ok := strings.Cut(item, ":")
-		if !ok {
-			return nil, fmt.Errorf("port %q: want PROTOCOL:PORT, such as TCP:80", item)
+		p, err := parsePort(item)
+		if err != nil {
+			return nil, err
 		}
-		var p Port
-		switch Protocol(strings.ToLower(proto)) {
-		case TCP:
-			p.Protocol = TCP
-		case UDP:
-			p.Protocol = UDP
-		default:
-			return nil, fmt.Errorf("port %q: protocol %q is not TCP or UDP", item, proto)
-		}
-		n, err := strconv.ParseUint(num, 10, 16)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("port %q: %q is not a number from 1 to 65535", item, num)
-		}
-		p.Number = uint16(n)
 		if seen[p] {
 			return nil, fmt.Errorf("port %q: listed twice", item)
 		}
@@ -64,4 +50,65 @@ func ParsePorts(s string) ([]Port, error) {
 		ports = append(ports, p)
 	}
 	return ports, nil
+}
+
+// parsePort parses one "PROTOCOL:PORT" item.
+func parsePort(item string) (Port, error) {
+	proto, num, ok := strings.Cut(item, ":")
+	if !ok {
+		return Port{}, fmt.Errorf("port %q: want PROTOCOL:PORT, such as TCP:80", item)
+	}
+	var p Port
+	switch Protocol(strings.ToLower(proto)) {
+	case TCP:
+		p.Protocol = TCP
+	case UDP:
+		p.Protocol = UDP
+	default:
+		return Port{}, fmt.Errorf("port %q: protocol %q is not TCP or UDP", item, proto)
+	}
+	n, err := parsePortNumber(num)
+	if err != nil {
+		return Port{}, fmt.Errorf("port %q: %w", item, err)
+	}
+	p.Number = n
+	return p, nil
+}
+
+func parsePortNumber(s string) (uint16, error) {
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%q is not a number from 1 to 65535", s)
+	}
+	return uint16(n), nil
+}
+
+// ParseNodePorts parses a comma-separated list of Service ports and their
+// NodePorts such as "TCP:80=30080,UDP:53=30053", the form of
+// PULSELB_NODE_PORT_TARGET. An empty string means no targets.
+func ParseNodePorts(s string) (map[Port]uint16, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	targets := map[Port]uint16{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		port, nodePort, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("node-port target %q: want PROTOCOL:PORT=NODEPORT, such as TCP:80=30080", item)
+		}
+		p, err := parsePort(strings.TrimSpace(port))
+		if err != nil {
+			return nil, fmt.Errorf("node-port target %q: %w", item, err)
+		}
+		n, err := parsePortNumber(strings.TrimSpace(nodePort))
+		if err != nil {
+			return nil, fmt.Errorf("node-port target %q: NodePort %w", item, err)
+		}
+		if _, dup := targets[p]; dup {
+			return nil, fmt.Errorf("node-port target %q: %s listed twice", item, p)
+		}
+		targets[p] = n
+	}
+	return targets, nil
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -91,5 +92,34 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := ParseMode("ipvs"); err == nil || !strings.Contains(err.Error(), "want auto, iptables or userspace") {
 		t.Errorf("ParseMode(ipvs) error = %v", err)
+	}
+}
+
+func TestParseNodePorts(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    map[Port]uint16
+		wantErr string
+	}{
+		{in: "", want: nil},
+		{in: "TCP:80=30080, udp:53=30053", want: map[Port]uint16{{TCP, 80}: 30080, {UDP, 53}: 30053}},
+		{in: "TCP:80", wantErr: `node-port target "TCP:80": want PROTOCOL:PORT=NODEPORT`},
+		{in: "TCP:80=0", wantErr: `node-port target "TCP:80=0": NodePort "0" is not a number from 1 to 65535`},
+		{in: "SCTP:80=30080", wantErr: `protocol "SCTP" is not TCP or UDP`},
+		{in: "TCP:80=30080,TCP:80=30081", wantErr: "TCP:80 listed twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseNodePorts(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !maps.Equal(got, tt.want) {
+				t.Errorf("got %v, %v; want %v", got, err, tt.want)
+			}
+		})
 	}
 }

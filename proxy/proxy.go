@@ -1,6 +1,8 @@
 // Package proxy is pulselb's data plane: it runs in a proxy pod's network
 // namespace and forwards the Service ports arriving there (through the pod's
-// hostPort) to the Service's ClusterIP, where kube-proxy takes over.
+// hostPort) to the Service's ClusterIP, where kube-proxy takes over. With
+// externalTrafficPolicy Local, ports with a NodePort target go to the node's
+// own IP at that NodePort instead, so only the node's endpoints answer.
 //
 // In iptables mode it installs its own chains (PULSELB-*) in that namespace,
 // never the host's: DNAT to ClusterIP:port, MASQUERADE, and a FORWARD
@@ -14,9 +16,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +35,12 @@ type Config struct {
 	// Ports are forwarded from this namespace to the same port on the
 	// ClusterIP.
 	Ports []Port
+	// NodePorts sends some of Ports to the node's own IP at a NodePort
+	// instead (externalTrafficPolicy Local); each key must be in Ports.
+	NodePorts map[Port]uint16
+	// NodeIPs are the node's addresses, at most one per family; with
+	// NodePorts, one is needed for the family of every ClusterIP.
+	NodeIPs []netip.Addr
 	// SourceRanges limits the clients; empty allows all.
 	SourceRanges SourceRanges
 	// Mode is the requested mode; zero means ModeAuto.
@@ -70,6 +81,13 @@ const (
 // ErrConfig wraps every error New returns for a bad Config.
 var ErrConfig = errors.New("invalid proxy configuration")
 
+// ErrNodePorts and ErrNodeIPs wrap ErrConfig for a bad Config.NodePorts or
+// Config.NodeIPs, so a caller can name the setting at fault.
+var (
+	ErrNodePorts = fmt.Errorf("%w: node-port target", ErrConfig)
+	ErrNodeIPs   = fmt.Errorf("%w: node IPs", ErrConfig)
+)
+
 // Proxy is one running data plane.
 type Proxy struct {
 	cfg     Config
@@ -104,6 +122,9 @@ func New(cfg Config, metrics *Metrics) (*Proxy, error) {
 	if len(cfg.Ports) == 0 {
 		return nil, fmt.Errorf("%w: no ports", ErrConfig)
 	}
+	if err := checkNodePorts(&cfg, seen); err != nil {
+		return nil, err
+	}
 	switch cfg.Mode {
 	case "":
 		cfg.Mode = ModeAuto
@@ -126,6 +147,57 @@ func New(cfg Config, metrics *Metrics) (*Proxy, error) {
 		metrics = NewMetrics()
 	}
 	return &Proxy{cfg: cfg, metrics: metrics}, nil
+}
+
+// checkNodePorts checks the node-port target against the ports and the
+// ClusterIP families, and unmaps the node IPs.
+func checkNodePorts(cfg *Config, clusterFamilies map[Family]bool) error {
+	nodeFamilies := map[Family]bool{}
+	for i, a := range cfg.NodeIPs {
+		if !a.IsValid() {
+			return fmt.Errorf("%w: node IP %d is not an address", ErrNodeIPs, i)
+		}
+		cfg.NodeIPs[i] = a.Unmap()
+		f := familyOf(a)
+		if nodeFamilies[f] {
+			return fmt.Errorf("%w: two %s node IPs", ErrNodeIPs, f)
+		}
+		nodeFamilies[f] = true
+	}
+	if len(cfg.NodePorts) == 0 {
+		return nil
+	}
+	for _, p := range slices.SortedFunc(maps.Keys(cfg.NodePorts), comparePorts) {
+		if !slices.Contains(cfg.Ports, p) {
+			return fmt.Errorf("%w: %s is not one of the ports", ErrNodePorts, p)
+		}
+		if cfg.NodePorts[p] == 0 {
+			return fmt.Errorf("%w: %s has NodePort 0", ErrNodePorts, p)
+		}
+	}
+	for _, f := range []Family{IPv4, IPv6} {
+		if clusterFamilies[f] && !nodeFamilies[f] {
+			return fmt.Errorf("%w: no %s node IP for the %s ClusterIP", ErrNodeIPs, f, f)
+		}
+	}
+	return nil
+}
+
+func comparePorts(a, b Port) int {
+	if c := strings.Compare(string(a.Protocol), string(b.Protocol)); c != 0 {
+		return c
+	}
+	return int(a.Number) - int(b.Number)
+}
+
+// target returns the node-port target for the rules or relays of family f.
+func (p *Proxy) target(f Family) NodePortTarget {
+	for _, a := range p.cfg.NodeIPs {
+		if familyOf(a) == f {
+			return NodePortTarget{NodeIP: a, NodePorts: p.cfg.NodePorts}
+		}
+	}
+	return NodePortTarget{}
 }
 
 func setDefault[T comparable](v *T, def T) {
@@ -181,7 +253,8 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.mu.Unlock()
 	p.metrics.setMode(mode)
 	logger.Info("Started proxy", "mode", mode, "reason", reason,
-		"clusterIPs", p.cfg.ClusterIPs, "ports", portStrings(p.cfg.Ports), "sourceRanges", p.cfg.SourceRanges.String())
+		"clusterIPs", p.cfg.ClusterIPs, "ports", portStrings(p.cfg.Ports), "sourceRanges", p.cfg.SourceRanges.String(),
+		"nodePortTarget", nodePortStrings(p.cfg.NodePorts), "nodeIPs", p.cfg.NodeIPs)
 	return nil
 }
 
@@ -203,7 +276,7 @@ func (p *Proxy) startIPTables() error {
 		f := familyOf(cip)
 		ipt, err := p.cfg.NewIPTables(f)
 		if err == nil {
-			m := newRuleManager(f, ipt, BuildRules(cip, p.cfg.Ports, p.cfg.SourceRanges))
+			m := newRuleManager(f, ipt, BuildRules(cip, p.cfg.Ports, p.cfg.SourceRanges, p.target(f)))
 			managers = append(managers, m)
 			_, err = m.ensure()
 		}
@@ -270,14 +343,16 @@ func (p *Proxy) startUserspace(ctx context.Context) error {
 	return nil
 }
 
-// backend returns the function that picks the ClusterIP for a client: the
-// one of the client's family, or the only one.
+// backend returns the function that picks the destination for a client: the
+// ClusterIP (or node IP, for a port with a NodePort) of the client's family,
+// or of the only family.
 func (p *Proxy) backend(port Port) func(netip.Addr) netip.AddrPort {
 	byFamily := map[Family]netip.AddrPort{}
 	for _, cip := range p.cfg.ClusterIPs {
-		byFamily[familyOf(cip)] = netip.AddrPortFrom(cip, port.Number)
+		f := familyOf(cip)
+		byFamily[f] = p.target(f).destination(cip, port)
 	}
-	first := netip.AddrPortFrom(p.cfg.ClusterIPs[0], port.Number)
+	first := byFamily[familyOf(p.cfg.ClusterIPs[0])]
 	return func(client netip.Addr) netip.AddrPort {
 		if ap, ok := byFamily[familyOf(client)]; ok {
 			return ap
@@ -374,6 +449,14 @@ func Cleanup(newIPTables func(Family) (IPTables, error)) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func nodePortStrings(m map[Port]uint16) []string {
+	var s []string
+	for _, p := range slices.SortedFunc(maps.Keys(m), comparePorts) {
+		s = append(s, p.String()+"="+strconv.Itoa(int(m[p])))
+	}
+	return s
 }
 
 func portStrings(ps []Port) []string {

@@ -50,24 +50,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // handle.
 func tcpBackend(t *testing.T, handle func(c *net.TCPConn)) uint16 {
 	t.Helper()
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(clusterIP, 0)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.AcceptTCP()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				handle(c)
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).AddrPort().Port()
+	return tcpServer(t, clusterIP, handle)
 }
 
 // echo copies the connection back until the client's FIN, then sends its own.
@@ -222,6 +205,64 @@ func TestUserspaceTCP(t *testing.T) {
 	})
 	if n := testutil.ToFloat64(p.metrics.Connections.WithLabelValues("tcp")); n != 2 {
 		t.Errorf("connections_total = %v, want 2", n)
+	}
+}
+
+// tcpServer listens on addr:0 and answers each connection with handle.
+func tcpServer(t *testing.T, addr netip.Addr, handle func(c *net.TCPConn)) uint16 {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(addr, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).AddrPort().Port()
+}
+
+// TestUserspaceTCPNodePortTarget checks that a port with a NodePort is
+// relayed to the node's IP at that NodePort, and a port without one still
+// to the ClusterIP.
+func TestUserspaceTCPNodePortTarget(t *testing.T) {
+	nodeIP := netip.MustParseAddr("127.0.0.6")
+	answer := func(who string) func(c *net.TCPConn) {
+		return func(c *net.TCPConn) { _, _ = c.Write([]byte(who)) }
+	}
+	nodePort := tcpServer(t, nodeIP, answer("node"))
+	// Both Service ports also have a ClusterIP backend, so a relay that
+	// ignored the target would answer "cluster".
+	local := tcpBackend(t, answer("cluster"))
+	other := tcpBackend(t, answer("cluster"))
+	cfg := userspaceConfig(Port{TCP, local}, Port{TCP, other})
+	cfg.NodePorts = map[Port]uint16{{TCP, local}: nodePort}
+	cfg.NodeIPs = []netip.Addr{nodeIP}
+	startProxy(t, cfg)
+
+	for _, tt := range []struct {
+		port uint16
+		want string
+	}{{local, "node"}, {other, "cluster"}} {
+		c, err := dialFrom(allowedAddr, netip.AddrPortFrom(proxyAddr, tt.port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || string(got) != tt.want {
+			t.Errorf("port %d answered %q (%v), want %q", tt.port, got, err, tt.want)
+		}
 	}
 }
 
@@ -455,6 +496,45 @@ func TestIPTablesModeWithFake(t *testing.T) {
 	}
 }
 
+// TestIPTablesModeNodePortTarget checks that the installed rules send a port
+// with a NodePort to the node IP of each family, and remove them on shutdown.
+func TestIPTablesModeNodePortTarget(t *testing.T) {
+	ipts := map[Family]*fakeIPTables{IPv4: newFakeIPTables(), IPv6: newFakeIPTables()}
+	cfg := Config{
+		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00::10")},
+		Ports:      []Port{{TCP, 80}, {UDP, 53}},
+		NodePorts:  map[Port]uint16{{TCP, 80}: 30080},
+		NodeIPs:    []netip.Addr{netip.MustParseAddr("fd00:198:18::1"), netip.MustParseAddr("198.18.0.1")},
+		Mode:       ModeIPTables,
+		ProcSys:    fakeProcSys(t, "1", "1"),
+		NewIPTables: func(f Family) (IPTables, error) {
+			return ipts[f], nil
+		},
+	}
+	p := startProxy(t, cfg)
+	for f, want := range map[Family][]string{
+		IPv4: {"--to-destination 198.18.0.1:30080", "--to-destination 10.96.0.10:53"},
+		IPv6: {"--to-destination [fd00:198:18::1]:30080", "--to-destination [fd00::10]:53"},
+	} {
+		got := strings.Join(ipts[f].dump(), "\n")
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s rules lack %q:\n%s", f, w, got)
+			}
+		}
+	}
+	p.stop()
+	if err := <-p.done; err != nil {
+		t.Fatal(err)
+	}
+	p.done <- nil
+	for f, ipt := range ipts {
+		if got := ipt.dump(); len(got) != 0 {
+			t.Errorf("%s rules left after shutdown:\n%s", f, strings.Join(got, "\n"))
+		}
+	}
+}
+
 func TestAutoMode(t *testing.T) {
 	port := tcpBackend(t, echo)
 	tests := []struct {
@@ -516,19 +596,33 @@ func TestAutoMode(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	v4 := netip.MustParseAddr("10.0.0.1")
+	v6 := netip.MustParseAddr("fd00::1")
+	tcp80 := []Port{{TCP, 80}}
+	target := map[Port]uint16{{TCP, 80}: 30080}
 	tests := []struct {
 		name string
 		cfg  Config
+		want error
 	}{
-		{"no ClusterIP", Config{Ports: []Port{{TCP, 80}}}},
-		{"two IPv4 ClusterIPs", Config{ClusterIPs: []netip.Addr{v4, v4}, Ports: []Port{{TCP, 80}}}},
-		{"no ports", Config{ClusterIPs: []netip.Addr{v4}}},
-		{"bad mode", Config{ClusterIPs: []netip.Addr{v4}, Ports: []Port{{TCP, 80}}, Mode: "ipvs"}},
+		{"no ClusterIP", Config{Ports: tcp80}, ErrConfig},
+		{"two IPv4 ClusterIPs", Config{ClusterIPs: []netip.Addr{v4, v4}, Ports: tcp80}, ErrConfig},
+		{"no ports", Config{ClusterIPs: []netip.Addr{v4}}, ErrConfig},
+		{"bad mode", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80, Mode: "ipvs"}, ErrConfig},
+		{"node port of another port", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80,
+			NodePorts: map[Port]uint16{{UDP, 80}: 30080}, NodeIPs: []netip.Addr{v4}}, ErrNodePorts},
+		{"node port zero", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80,
+			NodePorts: map[Port]uint16{{TCP, 80}: 0}, NodeIPs: []netip.Addr{v4}}, ErrNodePorts},
+		{"no node IP", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80, NodePorts: target}, ErrNodeIPs},
+		{"no node IP of the ClusterIP's family", Config{ClusterIPs: []netip.Addr{v4, v6}, Ports: tcp80,
+			NodePorts: target, NodeIPs: []netip.Addr{v4}}, ErrNodeIPs},
+		{"two IPv6 node IPs", Config{ClusterIPs: []netip.Addr{v6}, Ports: tcp80,
+			NodePorts: target, NodeIPs: []netip.Addr{v6, v6}}, ErrNodeIPs},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := New(tt.cfg, nil); !errors.Is(err, ErrConfig) {
-				t.Errorf("New error %v, want ErrConfig", err)
+			_, err := New(tt.cfg, nil)
+			if !errors.Is(err, tt.want) || !errors.Is(err, ErrConfig) {
+				t.Errorf("New error %v, want %v", err, tt.want)
 			}
 		})
 	}

@@ -84,28 +84,46 @@ var jumps = []Rule{
 	{Chain{"filter", "FORWARD"}, []string{"-m", "comment", "--comment", jumpComment, "-j", chainForward}},
 }
 
+// NodePortTarget sends some ports to the node's own IP at their NodePorts
+// instead of to the ClusterIP: with externalTrafficPolicy Local, the node's
+// NodePort reaches only the endpoints on that node and keeps the policy's
+// meaning. The zero NodePortTarget sends every port to the ClusterIP.
+type NodePortTarget struct {
+	// NodeIP is the node's address of the rules' family.
+	NodeIP netip.Addr
+	// NodePorts maps a Service port to its NodePort; ports not in it go to
+	// the ClusterIP.
+	NodePorts map[Port]uint16
+}
+
+// destination returns where port p is forwarded: NodeIP at p's NodePort when
+// p has one, else clusterIP at p's own number.
+func (t NodePortTarget) destination(clusterIP netip.Addr, p Port) netip.AddrPort {
+	if n, ok := t.NodePorts[p]; ok && t.NodeIP.IsValid() {
+		return netip.AddrPortFrom(t.NodeIP.Unmap(), n)
+	}
+	return netip.AddrPortFrom(clusterIP.Unmap(), p.Number)
+}
+
 // BuildRules returns the rules that forward ports arriving at this network
-// namespace to clusterIP, for clusterIP's family. ranges is the whole
+// namespace to clusterIP, or for the ports of target to the node's IP at
+// their NodePorts, for clusterIP's family. ranges is the whole
 // allow-list; only its prefixes of clusterIP's family are used, and when the
 // list is not empty but has none of this family, every client of this family
 // is dropped.
 //
 // For each port:
 //   - nat PREROUTING: traffic addressed to a local address on the port is
-//     DNATed to clusterIP:port. addrtype LOCAL keeps traffic merely routed
+//     DNATed to clusterIP:port (or nodeIP:nodePort). addrtype LOCAL keeps traffic merely routed
 //     through the namespace out of it.
 //   - nat POSTROUTING: DNATed traffic is masqueraded, so the ClusterIP's
-//     backends answer this namespace, which undoes both translations.
+//     backends (or the node) answer this namespace, which undoes both
+//     translations.
 //   - filter FORWARD: DNATed packets from an allowed source are accepted, as
 //     are the backend's replies; other DNATed packets to the port are
 //     dropped. Traffic that is not DNATed by pulselb falls through untouched.
-func BuildRules(clusterIP netip.Addr, ports []Port, ranges SourceRanges) RuleSet {
-	clusterIP = clusterIP.Unmap()
+func BuildRules(clusterIP netip.Addr, ports []Port, ranges SourceRanges, target NodePortTarget) RuleSet {
 	fam := familyOf(clusterIP)
-	host := clusterIP.String() + "/32"
-	if fam == IPv6 {
-		host = clusterIP.String() + "/128"
-	}
 	allowed := ranges.family(fam)
 	restricted := len(ranges) > 0
 
@@ -117,11 +135,13 @@ func BuildRules(clusterIP netip.Addr, ports []Port, ranges SourceRanges) RuleSet
 		proto := string(p.Protocol)
 		num := strconv.Itoa(int(p.Number))
 		comment := []string{"-m", "comment", "--comment", "pulselb " + p.String()}
-		dest := netip.AddrPortFrom(clusterIP, p.Number).String()
+		dest := target.destination(clusterIP, p)
+		host := netip.PrefixFrom(dest.Addr(), dest.Addr().BitLen()).String()
+		destNum := strconv.Itoa(int(dest.Port()))
 
 		add("nat", chainPrerouting, concat([]string{"-p", proto, "-m", proto, "--dport", num,
-			"-m", "addrtype", "--dst-type", "LOCAL"}, comment, []string{"-j", "DNAT", "--to-destination", dest})...)
-		toBackend := []string{"-d", host, "-p", proto, "-m", proto, "--dport", num, "-m", "conntrack", "--ctstate", "DNAT"}
+			"-m", "addrtype", "--dst-type", "LOCAL"}, comment, []string{"-j", "DNAT", "--to-destination", dest.String()})...)
+		toBackend := []string{"-d", host, "-p", proto, "-m", proto, "--dport", destNum, "-m", "conntrack", "--ctstate", "DNAT"}
 		add("nat", chainPostrouting, concat(toBackend, comment, []string{"-j", "MASQUERADE"})...)
 
 		if !restricted {
@@ -130,7 +150,7 @@ func BuildRules(clusterIP netip.Addr, ports []Port, ranges SourceRanges) RuleSet
 		for _, src := range allowed {
 			add("filter", chainForward, concat([]string{"-s", src.String()}, toBackend, comment, []string{"-j", "ACCEPT"})...)
 		}
-		add("filter", chainForward, concat([]string{"-s", host, "-p", proto, "-m", proto, "--sport", num,
+		add("filter", chainForward, concat([]string{"-s", host, "-p", proto, "-m", proto, "--sport", destNum,
 			"-m", "conntrack", "--ctstate", "DNAT"}, comment, []string{"-j", "ACCEPT"})...)
 		if restricted {
 			add("filter", chainForward, concat(toBackend, comment, []string{"-j", "DROP"})...)

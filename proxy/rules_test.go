@@ -14,6 +14,7 @@ func TestBuildRules(t *testing.T) {
 		clusterIP string
 		ports     []Port
 		ranges    string
+		target    NodePortTarget
 		want      []string
 	}{
 		{
@@ -49,6 +50,35 @@ func TestBuildRules(t *testing.T) {
 				"-t filter -A PULSELB-FORWARD -d fd00::10/128 -p tcp -m tcp --dport 80 -m conntrack --ctstate DNAT -m comment --comment pulselb TCP:80 -j DROP",
 			},
 		},
+		{
+			// externalTrafficPolicy Local: TCP:80 goes to the node's NodePort,
+			// UDP:53 (no NodePort) still to the ClusterIP.
+			name: "ipv4 node-port target", clusterIP: "10.96.0.10", ports: []Port{{TCP, 80}, {UDP, 53}},
+			ranges: "192.0.2.0/24",
+			target: NodePortTarget{NodeIP: netip.MustParseAddr("198.18.0.1"), NodePorts: map[Port]uint16{{TCP, 80}: 30080}},
+			want: []string{
+				"-t nat -A PULSELB-PREROUTING -p tcp -m tcp --dport 80 -m addrtype --dst-type LOCAL -m comment --comment pulselb TCP:80 -j DNAT --to-destination 198.18.0.1:30080",
+				"-t nat -A PULSELB-POSTROUTING -d 198.18.0.1/32 -p tcp -m tcp --dport 30080 -m conntrack --ctstate DNAT -m comment --comment pulselb TCP:80 -j MASQUERADE",
+				"-t filter -A PULSELB-FORWARD -s 192.0.2.0/24 -d 198.18.0.1/32 -p tcp -m tcp --dport 30080 -m conntrack --ctstate DNAT -m comment --comment pulselb TCP:80 -j ACCEPT",
+				"-t filter -A PULSELB-FORWARD -s 198.18.0.1/32 -p tcp -m tcp --sport 30080 -m conntrack --ctstate DNAT -m comment --comment pulselb TCP:80 -j ACCEPT",
+				"-t filter -A PULSELB-FORWARD -d 198.18.0.1/32 -p tcp -m tcp --dport 30080 -m conntrack --ctstate DNAT -m comment --comment pulselb TCP:80 -j DROP",
+				"-t nat -A PULSELB-PREROUTING -p udp -m udp --dport 53 -m addrtype --dst-type LOCAL -m comment --comment pulselb UDP:53 -j DNAT --to-destination 10.96.0.10:53",
+				"-t nat -A PULSELB-POSTROUTING -d 10.96.0.10/32 -p udp -m udp --dport 53 -m conntrack --ctstate DNAT -m comment --comment pulselb UDP:53 -j MASQUERADE",
+				"-t filter -A PULSELB-FORWARD -s 192.0.2.0/24 -d 10.96.0.10/32 -p udp -m udp --dport 53 -m conntrack --ctstate DNAT -m comment --comment pulselb UDP:53 -j ACCEPT",
+				"-t filter -A PULSELB-FORWARD -s 10.96.0.10/32 -p udp -m udp --sport 53 -m conntrack --ctstate DNAT -m comment --comment pulselb UDP:53 -j ACCEPT",
+				"-t filter -A PULSELB-FORWARD -d 10.96.0.10/32 -p udp -m udp --dport 53 -m conntrack --ctstate DNAT -m comment --comment pulselb UDP:53 -j DROP",
+			},
+		},
+		{
+			name: "ipv6 node-port target", clusterIP: "fd00::10", ports: []Port{{UDP, 53}},
+			target: NodePortTarget{NodeIP: netip.MustParseAddr("fd00:198:18::1"), NodePorts: map[Port]uint16{{UDP, 53}: 30053}},
+			want: []string{
+				"-t nat -A PULSELB-PREROUTING -p udp -m udp --dport 53 -m addrtype --dst-type LOCAL -m comment --comment pulselb UDP:53 -j DNAT --to-destination [fd00:198:18::1]:30053",
+				"-t nat -A PULSELB-POSTROUTING -d fd00:198:18::1/128 -p udp -m udp --dport 30053 -m conntrack --ctstate DNAT -m comment --comment pulselb UDP:53 -j MASQUERADE",
+				"-t filter -A PULSELB-FORWARD -d fd00:198:18::1/128 -p udp -m udp --dport 30053 -m conntrack --ctstate DNAT -m comment --comment pulselb UDP:53 -j ACCEPT",
+				"-t filter -A PULSELB-FORWARD -s fd00:198:18::1/128 -p udp -m udp --sport 30053 -m conntrack --ctstate DNAT -m comment --comment pulselb UDP:53 -j ACCEPT",
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,7 +86,7 @@ func TestBuildRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rs := BuildRules(netip.MustParseAddr(tt.clusterIP), tt.ports, ranges)
+			rs := BuildRules(netip.MustParseAddr(tt.clusterIP), tt.ports, ranges, tt.target)
 			var got []string
 			for _, r := range rs.Rules {
 				got = append(got, r.String())
@@ -83,7 +113,7 @@ func TestBuildRulesManyPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := BuildRules(netip.MustParseAddr("10.96.0.10"), ports, SourceRanges{netip.MustParsePrefix("192.0.2.0/24")})
+	rs := BuildRules(netip.MustParseAddr("10.96.0.10"), ports, SourceRanges{netip.MustParsePrefix("192.0.2.0/24")}, NodePortTarget{})
 	var dnat int
 	lastAccept, firstDrop := map[string]int{}, map[string]int{}
 	for i, r := range rs.Rules {

@@ -77,6 +77,8 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	idle := fs.Duration("udp-idle-timeout", proxy.DefaultUDPIdleTimeout, "userspace mode: end a UDP session idle this long")
 	maxSessions := fs.Int("udp-max-sessions", proxy.DefaultUDPMaxSessions, "userspace mode: UDP sessions per port")
 	listen := fs.String("listen-address", "", "userspace mode: the address to listen on; empty means all")
+	nodePortTarget := fs.String("node-port-target", "", "externalTrafficPolicy Local: ports forwarded to the node's IP at a NodePort instead of the ClusterIP, PORT=NODEPORT separated by commas (TCP:80=30080,UDP:53=30053)")
+	nodeIPs := fs.String("node-ips", "", "the node's IPs, at most one per family, separated by commas; needed with --node-port-target")
 	cleanup := fs.Bool("cleanup", false, "remove rules a previous proxy left in this network namespace, and exit")
 	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 per-connection detail")
 	fs.Usage = func() {
@@ -143,6 +145,18 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 			return bad("listen-address", *listen, errors.New("not an IP address"))
 		}
 	}
+	if cfg.NodePorts, err = proxy.ParseNodePorts(*nodePortTarget); err != nil {
+		return bad("node-port-target", *nodePortTarget, err)
+	}
+	if strings.TrimSpace(*nodeIPs) != "" {
+		for _, s := range strings.Split(*nodeIPs, ",") {
+			a, err := netip.ParseAddr(strings.TrimSpace(s))
+			if err != nil {
+				return bad("node-ips", *nodeIPs, fmt.Errorf("%q is not an IP address", s))
+			}
+			cfg.NodeIPs = append(cfg.NodeIPs, a)
+		}
+	}
 	for name, d := range map[string]*time.Duration{"resync-interval": resync, "drain-timeout": drain, "udp-idle-timeout": idle} {
 		if *d <= 0 {
 			return bad(name, d.String(), errors.New("want a positive duration"))
@@ -154,7 +168,12 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 
 	metrics := proxy.NewMetrics()
 	p, err := proxy.New(cfg, metrics)
-	if err != nil {
+	switch {
+	case errors.Is(err, proxy.ErrNodePorts):
+		return bad("node-port-target", *nodePortTarget, err)
+	case errors.Is(err, proxy.ErrNodeIPs):
+		return bad("node-ips", *nodeIPs, err)
+	case err != nil:
 		return bad("cluster-ips", *clusterIPs, err)
 	}
 	reg := prometheus.NewRegistry()
