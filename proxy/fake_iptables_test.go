@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/coreos/go-iptables/iptables"
 )
 
 // fakeIPTables records chains and rules as iptables would, so rule handling
@@ -17,6 +19,9 @@ type fakeIPTables struct {
 	fail map[string]error
 	// calls counts every mutating call, to show that a check changed nothing.
 	calls int
+	// counters are the packet and byte counters of each chain's rules, by
+	// position; flushing a chain zeroes them, like the kernel.
+	counters map[Chain][]iptables.Stat
 }
 
 func newFakeIPTables() *fakeIPTables {
@@ -72,6 +77,7 @@ func (f *fakeIPTables) ClearChain(table, chain string) error {
 	}
 	// Like go-iptables, ClearChain creates a missing chain.
 	f.chains[Chain{table, chain}] = nil
+	delete(f.counters, Chain{table, chain})
 	return nil
 }
 
@@ -203,4 +209,34 @@ func (f *fakeIPTables) edit(fn func(chains map[Chain][]string)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f.chains)
+}
+
+func (f *fakeIPTables) StructuredStats(table, chain string) ([]iptables.Stat, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.op("StructuredStats"); err != nil {
+		return nil, err
+	}
+	c := Chain{table, chain}
+	rules, ok := f.chains[c]
+	if !ok {
+		return nil, fmt.Errorf("no chain %s/%s", table, chain)
+	}
+	out := make([]iptables.Stat, len(rules))
+	copy(out, f.counters[c])
+	return out, nil
+}
+
+// count adds packets and bytes to the counters of rule i of chain c.
+func (f *fakeIPTables) count(c Chain, i int, packets, bytes uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.counters == nil {
+		f.counters = map[Chain][]iptables.Stat{}
+	}
+	for len(f.counters[c]) <= i {
+		f.counters[c] = append(f.counters[c], iptables.Stat{})
+	}
+	f.counters[c][i].Packets += packets
+	f.counters[c][i].Bytes += bytes
 }

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -394,6 +395,27 @@ func (tp *topology) startProxy(t *testing.T, bin string, mode, want Mode) *proxy
 	return pp
 }
 
+// metric returns the value of one series (name and labels exactly as
+// exposed) from the running proxy's /metrics, or -1 when it is missing.
+func (tp *topology) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	resp, err := tp.httpClient().Get("http://" + healthAddr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
 // stop sends SIGTERM and waits for a clean exit.
 func (pp *proxyProcess) stop(t *testing.T) {
 	t.Helper()
@@ -553,6 +575,15 @@ func TestIntegration(t *testing.T) {
 				})
 			}
 			t.Run("1 GiB transfer", func(t *testing.T) { transfer(t, tp, 1<<30) })
+			t.Run("byte metrics count the transfer", func(t *testing.T) {
+				var in, conns float64
+				waitFor(t, 10*time.Second, "pulselb_proxy_bytes_total{in} to pass 1 GiB", func() bool {
+					in = tp.metric(t, `pulselb_proxy_bytes_total{direction="in",protocol="tcp"}`)
+					conns = tp.metric(t, `pulselb_proxy_connections_total{protocol="tcp"}`)
+					return in >= 1<<30 && conns >= 1
+				})
+				t.Logf("%s mode: %.0f bytes in, %.0f TCP connections", mode, in, conns)
+			})
 			t.Run("SIGTERM removes rules", func(t *testing.T) {
 				pp.stop(t)
 				if got := tp.rules(t); got != "" {

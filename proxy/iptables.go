@@ -21,6 +21,7 @@ type IPTables interface {
 	Exists(table, chain string, rulespec ...string) (bool, error)
 	Delete(table, chain string, rulespec ...string) error
 	List(table, chain string) ([]string, error)
+	StructuredStats(table, chain string) ([]iptables.Stat, error)
 }
 
 // NewIPTables returns the real iptables (or ip6tables) of this network
@@ -48,10 +49,13 @@ type ruleManager struct {
 	// "-d 10.0.0.1/32 "), so comparing a listing with an earlier listing
 	// finds a deleted, added or reordered rule without parsing rules.
 	installed map[Chain][]string
+	// lastCounts are each own chain's counters at the last read, for
+	// counters to return differences.
+	lastCounts map[Chain][]iptables.Stat
 }
 
 func newRuleManager(f Family, ipt IPTables, want RuleSet) *ruleManager {
-	return &ruleManager{family: f, ipt: ipt, want: want, installed: map[Chain][]string{}}
+	return &ruleManager{family: f, ipt: ipt, want: want, installed: map[Chain][]string{}, lastCounts: map[Chain][]iptables.Stat{}}
 }
 
 // ensure makes the installed rules equal to the wanted ones, changing only
@@ -101,6 +105,7 @@ func (m *ruleManager) ensure() (repaired int, err error) {
 // fill flushes one own chain and appends its wanted rules.
 func (m *ruleManager) fill(c Chain) error {
 	delete(m.installed, c)
+	delete(m.lastCounts, c) // new rules count from zero
 	if err := m.ipt.ClearChain(c.Table, c.Name); err != nil {
 		return fmt.Errorf("flushing chain %s/%s: %w", c.Table, c.Name, err)
 	}

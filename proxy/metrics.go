@@ -10,18 +10,21 @@ import (
 // Metrics are the proxy's Prometheus metrics. Label values come from closed
 // sets (protocol, direction, family, mode), never from client addresses.
 //
-// In iptables mode the kernel forwards the traffic, so the byte, connection
-// and session metrics stay at zero; only mode and the rule metrics move.
+// In iptables mode the kernel forwards the traffic: bytes and connections
+// come from the counters of pulselb's rules, read at every rule check
+// (ResyncInterval), and count whole IP packets rather than payload; the
+// active, refused and session-limit metrics are userspace-only.
 type Metrics struct {
 	// Mode is pulselb_proxy_mode{mode}: 1 for the mode in use, 0 otherwise.
 	Mode *prometheus.GaugeVec
-	// Bytes is pulselb_proxy_bytes_total{protocol, direction}, relayed in
-	// userspace mode; direction is "in" (client to backend) or "out". TCP
-	// bytes are added when a direction of a connection ends, because the
-	// kernel splices them without pulselb seeing each one.
+	// Bytes is pulselb_proxy_bytes_total{protocol, direction}; direction is
+	// "in" (client to backend) or "out". In userspace mode TCP bytes are
+	// added when a direction of a connection ends, because the kernel
+	// splices them without pulselb seeing each one.
 	Bytes *prometheus.CounterVec
 	// Connections is pulselb_proxy_connections_total{protocol}: TCP
-	// connections accepted and UDP sessions opened in userspace mode.
+	// connections and UDP sessions (in iptables mode, conntrack entries
+	// DNATed by pulselb).
 	Connections *prometheus.CounterVec
 	// Active is pulselb_proxy_active{protocol}: open TCP connections and UDP
 	// sessions in userspace mode.
@@ -57,8 +60,8 @@ func NewMetrics() *Metrics {
 	}
 	m := &Metrics{
 		Mode:        gauge("mode", "1 for the data-plane mode in use (iptables or userspace).", "mode"),
-		Bytes:       counter("bytes_total", "Bytes relayed in userspace mode, by protocol and direction (in: client to backend).", "protocol", "direction"),
-		Connections: counter("connections_total", "TCP connections accepted and UDP sessions opened in userspace mode.", "protocol"),
+		Bytes:       counter("bytes_total", "Bytes forwarded, by protocol and direction (in: client to backend); IP packet bytes in iptables mode.", "protocol", "direction"),
+		Connections: counter("connections_total", "TCP connections and UDP sessions forwarded.", "protocol"),
 		Active:      gauge("active", "Open TCP connections and UDP sessions in userspace mode.", "protocol"),
 		Refused:     counter("refused_total", "Clients refused in userspace mode, by protocol and reason.", "protocol", "reason"),
 		RuleRepairs: counter("rule_repairs_total", "iptables chains or jumps found changed or missing and restored.", "family"),

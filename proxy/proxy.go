@@ -374,6 +374,9 @@ func (p *Proxy) Run(ctx context.Context) error {
 		for {
 			select {
 			case <-ctx.Done():
+				for _, m := range p.rules {
+					p.readCounters(ctx, m)
+				}
 				logger.Info("Removing proxy rules")
 				return p.removeIPTables()
 			case <-ticker.C:
@@ -405,8 +408,20 @@ func (p *Proxy) resync(ctx context.Context) {
 			logger.Error(err, "Checking proxy rules failed", "family", fam)
 			errs = append(errs, err)
 		}
+		p.readCounters(ctx, m)
 	}
 	p.setHealth(errors.Join(errs...))
+}
+
+// readCounters adds what m's rules counted since the last read to the
+// metrics. A failed read is logged and leaves health alone: the rules
+// still forward.
+func (p *Proxy) readCounters(ctx context.Context, m *ruleManager) {
+	counts, err := m.counters()
+	p.metrics.addCounts(counts)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Reading rule counters failed", "family", m.family.String(), "err", err)
+	}
 }
 
 func (p *Proxy) removeIPTables() error {

@@ -52,7 +52,25 @@ type Chain struct {
 type Rule struct {
 	Chain
 	Spec []string
+	// Counts says which proxy metric the rule's kernel counters feed in
+	// iptables mode; zero for rules whose counters mean nothing to a user.
+	Counts Counts
+	// Protocol is the protocol of the port the rule forwards, for Counts.
+	Protocol Protocol
 }
+
+// Counts names what a rule's packet and byte counters measure.
+type Counts uint8
+
+// The counters a rule can feed. The nat table sees only the first packet of
+// a connection, so the DNAT rule's packets are connections (TCP) or
+// sessions (UDP); the FORWARD accept rules see every forwarded packet.
+const (
+	CountsNothing     Counts = iota
+	CountsConnections        // packets of the DNAT rule
+	CountsBytesIn            // bytes from clients to the backend
+	CountsBytesOut           // bytes from the backend to clients
+)
 
 // String returns the rule in iptables-save form, for logs and test failures.
 func (r Rule) String() string {
@@ -79,9 +97,9 @@ var ownChains = []Chain{
 
 // jumps are the rules in the built-in chains, the same for every RuleSet.
 var jumps = []Rule{
-	{Chain{"nat", "PREROUTING"}, []string{"-m", "comment", "--comment", jumpComment, "-j", chainPrerouting}},
-	{Chain{"nat", "POSTROUTING"}, []string{"-m", "comment", "--comment", jumpComment, "-j", chainPostrouting}},
-	{Chain{"filter", "FORWARD"}, []string{"-m", "comment", "--comment", jumpComment, "-j", chainForward}},
+	{Chain: Chain{"nat", "PREROUTING"}, Spec: []string{"-m", "comment", "--comment", jumpComment, "-j", chainPrerouting}},
+	{Chain: Chain{"nat", "POSTROUTING"}, Spec: []string{"-m", "comment", "--comment", jumpComment, "-j", chainPostrouting}},
+	{Chain: Chain{"filter", "FORWARD"}, Spec: []string{"-m", "comment", "--comment", jumpComment, "-j", chainForward}},
 }
 
 // NodePortTarget sends some ports to the node's own IP at their NodePorts
@@ -128,10 +146,14 @@ func BuildRules(clusterIP netip.Addr, ports []Port, ranges SourceRanges, target 
 	restricted := len(ranges) > 0
 
 	rs := RuleSet{Chains: ownChains, Jumps: jumps}
+	var counts Counts
+	var ruleProto Protocol
 	add := func(table, chain string, spec ...string) {
-		rs.Rules = append(rs.Rules, Rule{Chain{table, chain}, spec})
+		rs.Rules = append(rs.Rules, Rule{Chain: Chain{table, chain}, Spec: spec, Counts: counts, Protocol: ruleProto})
+		counts = CountsNothing
 	}
 	for _, p := range ports {
+		ruleProto = p.Protocol
 		proto := string(p.Protocol)
 		num := strconv.Itoa(int(p.Number))
 		comment := []string{"-m", "comment", "--comment", "pulselb " + p.String()}
@@ -139,17 +161,21 @@ func BuildRules(clusterIP netip.Addr, ports []Port, ranges SourceRanges, target 
 		host := netip.PrefixFrom(dest.Addr(), dest.Addr().BitLen()).String()
 		destNum := strconv.Itoa(int(dest.Port()))
 
+		counts = CountsConnections
 		add("nat", chainPrerouting, concat([]string{"-p", proto, "-m", proto, "--dport", num,
 			"-m", "addrtype", "--dst-type", "LOCAL"}, comment, []string{"-j", "DNAT", "--to-destination", dest.String()})...)
 		toBackend := []string{"-d", host, "-p", proto, "-m", proto, "--dport", destNum, "-m", "conntrack", "--ctstate", "DNAT"}
 		add("nat", chainPostrouting, concat(toBackend, comment, []string{"-j", "MASQUERADE"})...)
 
 		if !restricted {
+			counts = CountsBytesIn
 			add("filter", chainForward, concat(toBackend, comment, []string{"-j", "ACCEPT"})...)
 		}
 		for _, src := range allowed {
+			counts = CountsBytesIn
 			add("filter", chainForward, concat([]string{"-s", src.String()}, toBackend, comment, []string{"-j", "ACCEPT"})...)
 		}
+		counts = CountsBytesOut
 		add("filter", chainForward, concat([]string{"-s", host, "-p", proto, "-m", proto, "--sport", destNum,
 			"-m", "conntrack", "--ctstate", "DNAT"}, comment, []string{"-j", "ACCEPT"})...)
 		if restricted {
