@@ -5,8 +5,9 @@
 //	                │
 //	                └────── backend ns (the ClusterIP on lo: iperf3 -s, an echo server)
 //
-// Four cases: direct (the client talks to the ClusterIP, routed by the node,
-// no proxy), pulselb iptables mode, pulselb userspace mode, and HAProxy in
+// Five cases: direct (the client talks to the ClusterIP, routed by the node,
+// no proxy), the pod hop with two hand-written DNAT rules in the pod (the
+// floor of any proxy pod), pulselb iptables mode, pulselb userspace mode, and HAProxy in
 // TCP mode (Debian's haproxy) in the pod. In the proxied cases the node DNATs
 // nodeIP:port to the pod, as a hostPort does. For each case: TCP throughput
 // (iperf3, one stream), UDP packets per second (iperf3, 64-byte datagrams,
@@ -98,6 +99,7 @@ func main() {
 		udp    bool
 	}{
 		{"direct (no proxy)", clusterIP, nil, true},
+		{"pod hop, 2 DNAT rules", nodeIP, func() (*exec.Cmd, error) { return nil, tp.minimalDNAT(true) }, true},
 		{"pulselb iptables", nodeIP, func() (*exec.Cmd, error) { return tp.startPulselb(bin, "iptables") }, true},
 		{"pulselb userspace", nodeIP, func() (*exec.Cmd, error) { return tp.startPulselb(bin, "userspace") }, true},
 		{"haproxy (tcp mode)", nodeIP, func() (*exec.Cmd, error) { return tp.startHAProxy(tmp) }, false},
@@ -131,6 +133,11 @@ func main() {
 		if proc != nil {
 			_ = proc.Process.Signal(unix.SIGTERM)
 			_ = proc.Wait()
+		}
+		if strings.HasPrefix(c.name, "pod hop") {
+			if err := tp.minimalDNAT(false); err != nil {
+				log.Fatalf("bench/proxy: %v", err)
+			}
 		}
 		results = append(results, r)
 		log.Printf("%-20s done", c.name)
@@ -169,7 +176,14 @@ func report(w io.Writer, rs []result) {
 		return nil
 	}
 	direct, ipt, user, ha := get("direct"), get("pulselb iptables"), get("pulselb userspace"), get("haproxy")
+	floor := get("pod hop")
 	fmt.Fprintln(w)
+	if floor != nil && ipt != nil && floor.tcpGbps > 0 {
+		fmt.Fprintf(w, "iptables / pod hop with 2 DNAT rules, TCP throughput: %.2f\n", ipt.tcpGbps/floor.tcpGbps)
+		if direct != nil && direct.tcpGbps > 0 {
+			fmt.Fprintf(w, "pod hop with 2 DNAT rules / direct, TCP throughput: %.2f (the cost of any proxy pod)\n", floor.tcpGbps/direct.tcpGbps)
+		}
+	}
 	if direct != nil && ipt != nil && direct.tcpGbps > 0 {
 		fmt.Fprintf(w, "iptables / direct, TCP throughput: %.2f (target ≥ 0.95)\n", ipt.tcpGbps/direct.tcpGbps)
 		if direct.udpPPS > 0 {
@@ -390,6 +404,39 @@ func (tp topology) startPulselb(bin, mode string) (*exec.Cmd, error) {
 		return nil, err
 	}
 	return cmd, tp.waitProxy(cmd)
+}
+
+// minimalDNAT installs (or, with install false, removes) the least a proxy
+// pod can do to reach the ClusterIP: one DNAT rule per port and one
+// MASQUERADE, in the built-in chains, with no process, no own chains, no
+// source-range filter and no rule checks. It is the floor that shows the
+// cost of the pod hop itself, apart from pulselb's rules.
+func (tp topology) minimalDNAT(install bool) error {
+	pod := tp.ns("pod")
+	if !install {
+		for _, chain := range []string{"PREROUTING", "POSTROUTING"} {
+			if err := sh("ip", "netns", "exec", pod, "iptables", "-t", "nat", "-F", chain); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var cmds [][]string
+	for _, pp := range []struct {
+		proto string
+		port  int
+	}{{"tcp", iperfPort}, {"udp", iperfPort}, {"tcp", rrPort}} {
+		cmds = append(cmds, []string{"ip", "netns", "exec", pod, "iptables", "-t", "nat", "-A", "PREROUTING",
+			"-p", pp.proto, "--dport", strconv.Itoa(pp.port), "-j", "DNAT", "--to-destination", fmt.Sprintf("%s:%d", clusterIP, pp.port)})
+	}
+	cmds = append(cmds, []string{"ip", "netns", "exec", pod, "iptables", "-t", "nat", "-A", "POSTROUTING",
+		"-d", clusterIP, "-j", "MASQUERADE"})
+	for _, c := range cmds {
+		if err := sh(c...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (tp topology) startHAProxy(dir string) (*exec.Cmd, error) {
