@@ -1,23 +1,88 @@
 package dashboard
 
 import (
+	"bytes"
+	"embed"
 	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"sync"
+	"time"
 )
 
-// Options configure a Dashboard.
+// Options configure a Dashboard. Zero fields take the documented defaults.
 type Options struct {
 	// Title heads the page; empty means "pulselb".
 	Title string
+	// KeepAlive is how often an idle event stream gets a comment, so that
+	// proxies and browsers keep it open (default 15s).
+	KeepAlive time.Duration
+	// MaxClients bounds the event streams open at once; more are refused
+	// with 503 (default 100).
+	MaxClients int
+	// WriteTimeout bounds each write to an event stream; a client that
+	// reads nothing for this long is dropped (default 10s).
+	WriteTimeout time.Duration
+	// Now is the clock relative times are rendered against (default
+	// time.Now).
+	Now func() time.Time
 }
 
-// Dashboard is an http.Handler serving the latest State given to Update.
+// Defaults of Options.
+const (
+	DefaultKeepAlive    = 15 * time.Second
+	DefaultMaxClients   = 100
+	DefaultWriteTimeout = 10 * time.Second
+)
+
+// Paths the Dashboard serves, relative to where it is mounted.
+const (
+	PathPage     = "/"
+	PathFragment = "/fragment"
+	PathState    = "/api/v1/state"
+	PathEvents   = "/api/v1/events"
+	pathCSS      = "/static/dashboard.css"
+	pathJS       = "/static/dashboard.js"
+	pathIcon     = "/static/favicon.svg"
+)
+
+// VersionHeader carries the version of the State a response shows; it
+// increases whenever the State shown changes.
+const VersionHeader = "X-Pulselb-Version"
+
+// contentSecurityPolicy allows only the dashboard's own files: no inline
+// script or style, no frames, no forms.
+const contentSecurityPolicy = "default-src 'self'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'"
+
+//go:embed assets/dashboard.css assets/dashboard.js assets/favicon.svg
+var assets embed.FS
+
+// Dashboard is an http.Handler serving the latest State given to Update:
+// the page at "/", the page's live part at /fragment, the State as JSON
+// at /api/v1/state and its changes as server-sent events at
+// /api/v1/events. It answers only GET and HEAD.
 type Dashboard struct {
 	opts Options
+	done chan struct{}
 
-	mu    sync.Mutex
-	state State
+	mu        sync.Mutex
+	state     State
+	stateJSON []byte
+	// shown is the JSON of state without GeneratedAt: a State that differs
+	// from the last one only in when it was built changes nothing shown.
+	shown   []byte
+	version uint64
+	clients map[*client]struct{}
+	closed  bool
+}
+
+// client is one event stream. notify holds at most one pending wake-up:
+// a client that falls behind skips to the latest version instead of
+// queueing, so a slow reader never blocks Update or costs memory.
+type client struct {
+	notify chan struct{}
 }
 
 // New returns a Dashboard showing an empty State until the first Update.
@@ -25,25 +90,170 @@ func New(opts Options) *Dashboard {
 	if opts.Title == "" {
 		opts.Title = "pulselb"
 	}
-	return &Dashboard{opts: opts}
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = DefaultKeepAlive
+	}
+	if opts.MaxClients <= 0 {
+		opts.MaxClients = DefaultMaxClients
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Dashboard{opts: opts, done: make(chan struct{}), clients: map[*client]struct{}{}}
 }
 
 // Update replaces the State shown. The caller must not change s afterwards.
+// It never blocks on clients: each event stream is told that a new version
+// exists and fetches it when it is ready.
 func (d *Dashboard) Update(s State) {
-	d.mu.Lock()
-	d.state = s
-	d.mu.Unlock()
-}
+	body, err := json.Marshal(s)
+	if err != nil {
+		// Only a non-finite latency can fail to encode; show it as 0
+		// rather than keep showing an outdated State.
+		s = finite(s)
+		if body, err = json.Marshal(s); err != nil {
+			return
+		}
+	}
+	cmp := s
+	cmp.GeneratedAt = time.Time{}
+	shown, _ := json.Marshal(cmp)
 
-// ServeHTTP serves /api/v1/state.
-func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/api/v1/state" {
-		http.NotFound(w, r)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.state, d.stateJSON = s, body
+	if d.version > 0 && bytes.Equal(shown, d.shown) {
 		return
 	}
+	d.shown = shown
+	d.version++
+	updates.Inc()
+	for c := range d.clients {
+		select {
+		case c.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// finite returns s with every non-finite latency replaced by 0, copying
+// what it changes.
+func finite(s State) State {
+	s.Services = append([]Service(nil), s.Services...)
+	for i := range s.Services {
+		svc := &s.Services[i]
+		svc.Targets = append([]Target(nil), svc.Targets...)
+		for j := range svc.Targets {
+			t := &svc.Targets[j]
+			t.Vantages = append([]VantageResult(nil), t.Vantages...)
+			for k := range t.Vantages {
+				if l := t.Vantages[k].LatencySeconds; math.IsNaN(l) || math.IsInf(l, 0) {
+					t.Vantages[k].LatencySeconds = 0
+				}
+			}
+		}
+	}
+	return s
+}
+
+// Version returns the version of the State shown: 0 before the first
+// Update, then increasing by one whenever what is shown changes.
+func (d *Dashboard) Version() uint64 {
 	d.mu.Lock()
-	s := d.state
-	d.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(s)
+	defer d.mu.Unlock()
+	return d.version
+}
+
+// Close ends every open event stream and refuses new ones, so that an
+// http.Server's Shutdown does not wait for them. The other paths keep
+// working.
+func (d *Dashboard) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.closed {
+		d.closed = true
+		close(d.done)
+	}
+}
+
+func (d *Dashboard) snapshot() (State, []byte, uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.state, d.stateJSON, d.version
+}
+
+// ServeHTTP serves the dashboard's paths with security headers; any method
+// but GET and HEAD is refused, as the dashboard changes nothing.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", contentSecurityPolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.Set("Allow", "GET, HEAD")
+		http.Error(w, "the dashboard is read-only: only GET and HEAD are allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	switch r.URL.Path {
+	case PathPage:
+		d.serveHTML(w, "page")
+	case PathFragment:
+		d.serveHTML(w, "state")
+	case PathState:
+		d.serveState(w)
+	case PathEvents:
+		d.serveEvents(w, r)
+	case pathCSS:
+		serveAsset(w, "assets/dashboard.css", "text/css; charset=utf-8")
+	case pathJS:
+		serveAsset(w, "assets/dashboard.js", "text/javascript; charset=utf-8")
+	case pathIcon:
+		serveAsset(w, "assets/favicon.svg", "image/svg+xml")
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (d *Dashboard) serveHTML(w http.ResponseWriter, name string) {
+	s, _, version := d.snapshot()
+	var buf bytes.Buffer
+	if err := templates.ExecuteTemplate(&buf, name, newView(d.opts.Title, s, version, d.opts.Now())); err != nil {
+		http.Error(w, fmt.Sprintf("rendering the dashboard: %v", err), http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set(VersionHeader, strconv.FormatUint(version, 10))
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (d *Dashboard) serveState(w http.ResponseWriter) {
+	_, body, version := d.snapshot()
+	if body == nil {
+		// Before the first Update: an empty State, with empty lists
+		// rather than nulls.
+		body, _ = json.Marshal(State{Vantages: []string{}, Services: []Service{}, Transitions: []Transition{}})
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set(VersionHeader, strconv.FormatUint(version, 10))
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func serveAsset(w http.ResponseWriter, name, contentType string) {
+	b, err := assets.ReadFile(name)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("reading %s: %v", name, err), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", contentType)
+	// Revalidate so that a new binary's files are used at once.
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(b)
 }

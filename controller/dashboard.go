@@ -1,0 +1,443 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/dashboard"
+	"github.com/pulselb/pulselb/dnsexport"
+	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/status"
+)
+
+// DashboardConfig configures a DashboardFeed.
+type DashboardConfig struct {
+	// Instance names this replica on the page (its pod name).
+	Instance string
+	// Zone is the DNS zone served with --dns-zone; when set, each Service
+	// lists its names in it.
+	Zone string
+	// MinInterval is the least time between two rebuilds, however often
+	// the caches change (default 250ms: at most 4 a second).
+	MinInterval time.Duration
+	// Resync rebuilds without a cache change, so that reports going stale
+	// show (default 2s).
+	Resync time.Duration
+}
+
+// Dashboard feed defaults.
+const (
+	DefaultDashboardMinInterval = 250 * time.Millisecond
+	DefaultDashboardResync      = 2 * time.Second
+)
+
+// DashboardFeed builds the dashboard's State from the controller's
+// informer caches and hands it to a dashboard.Dashboard. It judges the
+// targets from the ProbeReports itself, with the same quorum as the
+// leader, so that every replica shows health whether it leads or not.
+type DashboardFeed struct {
+	c     *Controller
+	dash  *dashboard.Dashboard
+	cfg   DashboardConfig
+	now   func() time.Time
+	dirty chan struct{}
+
+	// Owned by the goroutine calling build.
+	judged      map[string]judged
+	transitions []dashboard.Transition
+}
+
+// judged is the feed's latest verdict on a target or beacon.
+type judged struct {
+	verdict status.Verdict
+	// state is what the page shows: the verdict, or Down when the node's
+	// beacon is down or the node is labelled unhealthy.
+	state string
+	since time.Time
+}
+
+// NewDashboardFeed returns a feed of d from c's caches. cluster and system
+// are the factories c was made from; their informers (and c's ProbeReport
+// informer) trigger rebuilds. Call Run.
+func NewDashboardFeed(c *Controller, cluster, system informers.SharedInformerFactory, d *dashboard.Dashboard, cfg DashboardConfig) (*DashboardFeed, error) {
+	if cfg.MinInterval <= 0 {
+		cfg.MinInterval = DefaultDashboardMinInterval
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = DefaultDashboardResync
+	}
+	f := &DashboardFeed{c: c, dash: d, cfg: cfg, now: time.Now, dirty: make(chan struct{}, 1), judged: map[string]judged{}}
+	poke := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { f.poke() },
+		UpdateFunc: func(any, any) { f.poke() },
+		DeleteFunc: func(any) { f.poke() },
+	}
+	infs := []cache.SharedIndexInformer{
+		cluster.Core().V1().Services().Informer(),
+		cluster.Core().V1().Nodes().Informer(),
+		system.Core().V1().Pods().Informer(),
+	}
+	if c.cfg.Health.Reports != nil {
+		infs = append(infs, c.cfg.Health.Reports)
+	}
+	for _, inf := range infs {
+		if _, err := inf.AddEventHandler(poke); err != nil {
+			return nil, fmt.Errorf("adding dashboard event handler: %w", err)
+		}
+	}
+	return f, nil
+}
+
+func (f *DashboardFeed) poke() {
+	select {
+	case f.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// Run waits for the caches and rebuilds the State after each cache change,
+// at most once per MinInterval, and every Resync, until ctx is done.
+func (f *DashboardFeed) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), f.c.synced...) {
+		return fmt.Errorf("waiting for dashboard caches to sync: %w", ctx.Err())
+	}
+	resync := time.NewTicker(f.cfg.Resync)
+	defer resync.Stop()
+	limit := time.NewTimer(0)
+	defer limit.Stop()
+	failing := false
+	for {
+		st, err := f.build()
+		switch {
+		case err != nil && !failing:
+			// Logged once per run of failures; the page keeps the last State.
+			logger.Error(err, "Building dashboard state failed")
+			failing = true
+		case err == nil:
+			if failing {
+				logger.Info("Building dashboard state works again")
+			}
+			failing = false
+			f.dash.Update(st)
+		}
+		// Rate limit: no rebuild before MinInterval has passed, then one
+		// for all the changes that came meanwhile.
+		limit.Reset(f.cfg.MinInterval)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-limit.C:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-f.dirty:
+		case <-resync.C:
+		}
+	}
+}
+
+// build returns the State of every Service the controller serves.
+func (f *DashboardFeed) build() (dashboard.State, error) {
+	c := f.c
+	now := f.now()
+	st := dashboard.State{Role: "controller", Instance: f.cfg.Instance, GeneratedAt: now}
+
+	nodes, err := c.nodes.List(everything)
+	if err != nil {
+		return st, fmt.Errorf("listing nodes: %w", err)
+	}
+	nodeAddr := make(map[string]string, len(nodes))
+	unhealthy := map[string]bool{}
+	for _, n := range nodes {
+		nodeAddr[n.Name] = nodeAddress(n)
+		if _, ok := n.Labels[placement.LabelUnhealthy]; ok {
+			unhealthy[n.Name] = true
+		}
+	}
+	var reports []*v1alpha1.ProbeReport
+	if c.reports != nil {
+		for _, o := range c.reports.List() {
+			if r, ok := o.(*v1alpha1.ProbeReport); ok && r.Namespace == c.cfg.Placement.Namespace {
+				reports = append(reports, r)
+			}
+		}
+	}
+	idx := status.IndexReports(reports, now)
+	views := indexViews(reports, now)
+	targets, err := c.healthTargets()
+	if err != nil {
+		return st, err
+	}
+
+	// Beacons first: a target's shown state depends on its node's.
+	slices.SortStableFunc(targets, func(a, b healthTarget) int {
+		if a.Beacon != b.Beacon {
+			if a.Beacon {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	next := make(map[string]judged, len(targets))
+	vantages := map[string]bool{}
+	byService := map[cache.ObjectName][]dashboard.Target{}
+	var trans []dashboard.Transition
+	for _, t := range targets {
+		for _, v := range t.Vantages {
+			vantages[v] = true
+		}
+		prev, seen := f.judged[t.Key]
+		j := status.Judge(idx, t.Target, prev.verdict)
+		reason := j.Summary()
+		if c.reports == nil {
+			j = status.Judgement{}
+			reason = "health checks are off"
+		}
+		state := j.Verdict.String()
+		switch {
+		case unhealthy[t.Node]:
+			state, reason = status.VerdictDown.String(), "node is labelled "+placement.LabelUnhealthy
+		case !t.Beacon && next[prober.BeaconKey(t.Node)].state == status.VerdictDown.String():
+			state, reason = status.VerdictDown.String(), "node beacon is down"
+		}
+		results := vantageResults(views, t)
+		cur := judged{verdict: j.Verdict, state: state, since: prev.since}
+		switch {
+		case !seen:
+			cur.since = firstSince(results, state, now)
+		case prev.state != state:
+			cur.since = now
+			tr := dashboard.Transition{Time: now, Node: t.Node, Address: nodeAddr[t.Node], From: prev.state, To: state, Reason: reason}
+			if !t.Beacon {
+				tr.Service, tr.Port = t.service.String(), int(t.port.Port)
+			}
+			trans = append(trans, tr)
+		}
+		next[t.Key] = cur
+		if t.Beacon {
+			continue
+		}
+		byService[t.service] = append(byService[t.service], dashboard.Target{
+			Node:     t.Node,
+			Address:  targetAddress(results, views, t, nodeAddr[t.Node]),
+			Port:     int(t.port.Port),
+			Protocol: string(t.port.Protocol),
+			State:    state,
+			Since:    cur.since,
+			Vantages: results,
+		})
+	}
+	f.judged = next
+	slices.Reverse(trans)
+	f.transitions = append(trans, f.transitions...)
+	if len(f.transitions) > dashboard.MaxTransitions {
+		f.transitions = f.transitions[:dashboard.MaxTransitions]
+	}
+	st.Transitions = slices.Clone(f.transitions)
+	for v := range vantages {
+		st.Vantages = append(st.Vantages, v)
+	}
+	slices.Sort(st.Vantages)
+
+	svcs, err := c.services.List(everything)
+	if err != nil {
+		return st, fmt.Errorf("listing services: %w", err)
+	}
+	for _, svc := range svcs {
+		if !c.wants(svc) || svc.DeletionTimestamp != nil {
+			continue
+		}
+		st.Services = append(st.Services, f.service(svc, byService[cache.MetaObjectToName(svc)]))
+	}
+	slices.SortFunc(st.Services, func(a, b dashboard.Service) int { return strings.Compare(a.Name, b.Name) })
+	return st, nil
+}
+
+// service returns svc's part of the State, with its targets.
+func (f *DashboardFeed) service(svc *corev1.Service, targets []dashboard.Target) dashboard.Service {
+	settings, _ := placement.Parse(svc) // sync reports the problems
+	out := dashboard.Service{Name: cache.MetaObjectToName(svc).String(), Published: []string{}, Targets: targets}
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if a := cmp.Or(in.IP, in.Hostname); a != "" {
+			out.Published = append(out.Published, a)
+		}
+	}
+	if cond := meta.FindStatusCondition(svc.Status.Conditions, status.ConditionHealthy); cond != nil {
+		out.Healthy = cond.Status == metav1.ConditionTrue
+	} else {
+		out.Healthy = len(out.Published) > 0
+	}
+	if !out.Healthy {
+		out.AllDown = cmp.Or(settings.AllDown, status.AllDownPublishAll)
+	}
+	if f.cfg.Zone != "" {
+		out.DNSNames = dnsNames(svc, f.cfg.Zone)
+	}
+	probes := map[status.PortKey]string{}
+	for _, sp := range svc.Spec.Ports {
+		proto := cmp.Or(sp.Protocol, corev1.ProtocolTCP)
+		text := placement.ProbeSpec(settings, sp)
+		if spec, err := prober.Parse(text); err == nil {
+			// The canonical form: it names Secrets, never holds their values.
+			text = spec.String()
+		}
+		probes[status.PortKey{Protocol: proto, Port: sp.Port}] = text
+	}
+	if out.Targets == nil {
+		out.Targets = []dashboard.Target{}
+	}
+	for i := range out.Targets {
+		t := &out.Targets[i]
+		t.Probe = probes[status.PortKey{Protocol: corev1.Protocol(t.Protocol), Port: int32(t.Port)}]
+	}
+	slices.SortFunc(out.Targets, func(a, b dashboard.Target) int {
+		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port),
+			strings.Compare(a.Protocol, b.Protocol))
+	})
+	return out
+}
+
+// dnsNames returns the names dnsexport serves svc under in zone:
+// <name>.<namespace>.<zone> and its hostnames inside the zone.
+func dnsNames(svc *corev1.Service, zone string) []string {
+	zone = strings.ToLower(strings.Trim(strings.TrimSpace(zone), "."))
+	if zone == "" {
+		return nil
+	}
+	out := []string{strings.ToLower(svc.Name + "." + svc.Namespace + "." + zone + ".")}
+	d, _ := dnsexport.FromService(svc)
+	for _, h := range d.Hostnames {
+		h = strings.TrimSuffix(h, ".")
+		if (h == zone || strings.HasSuffix(h, "."+zone)) && !slices.Contains(out, h+".") {
+			out = append(out, h+".")
+		}
+	}
+	return out
+}
+
+// reportView is one prober's report as the dashboard reads it.
+type reportView struct {
+	fresh   bool
+	results map[string]*v1alpha1.Observation
+	beacons map[string]*v1alpha1.Observation
+}
+
+// indexViews indexes reports by prober node like status.IndexReports, for
+// the per-vantage detail the quorum does not keep.
+func indexViews(reports []*v1alpha1.ProbeReport, now time.Time) map[string]reportView {
+	out := make(map[string]reportView, len(reports))
+	for _, r := range reports {
+		hb := status.DefaultHeartbeat
+		if r.Status.HeartbeatSeconds > 0 {
+			hb = time.Duration(r.Status.HeartbeatSeconds) * time.Second
+		}
+		v := reportView{
+			fresh:   !r.Status.HeartbeatTime.IsZero() && now.Sub(r.Status.HeartbeatTime.Time) <= status.StaleHeartbeats*hb,
+			results: make(map[string]*v1alpha1.Observation, len(r.Status.Results)),
+			beacons: make(map[string]*v1alpha1.Observation, len(r.Status.Beacons)),
+		}
+		for i := range r.Status.Results {
+			res := &r.Status.Results[i]
+			v.results[prober.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
+		}
+		for i := range r.Status.Beacons {
+			v.beacons[r.Status.Beacons[i].Node] = &r.Status.Beacons[i].Observation
+		}
+		out[r.Name] = v
+	}
+	return out
+}
+
+// vantageResults returns what each of t's vantages reported about it,
+// sorted by vantage.
+func vantageResults(views map[string]reportView, t healthTarget) []dashboard.VantageResult {
+	out := make([]dashboard.VantageResult, 0, len(t.Vantages))
+	for _, v := range t.Vantages {
+		vr := dashboard.VantageResult{Vantage: v, State: status.VerdictUnknown.String()}
+		r, ok := views[v]
+		if !ok {
+			vr.Stale, vr.Message = true, "no report from this prober"
+			out = append(out, vr)
+			continue
+		}
+		vr.Stale = !r.fresh
+		obs := r.results[t.Key]
+		if t.Beacon {
+			obs = r.beacons[t.Node]
+		}
+		if obs != nil {
+			vr.State, vr.Outcome, vr.Message = string(obs.State), obs.Outcome, obs.Message
+			if obs.Latency != nil {
+				vr.LatencySeconds = obs.Latency.Seconds()
+			}
+			if obs.LastChange != nil {
+				vr.LastChange = obs.LastChange.Time
+			}
+		}
+		out = append(out, vr)
+	}
+	slices.SortFunc(out, func(a, b dashboard.VantageResult) int { return strings.Compare(a.Vantage, b.Vantage) })
+	return out
+}
+
+// targetAddress is the address the probers probe for t, from a report,
+// else the node's address.
+func targetAddress(results []dashboard.VantageResult, views map[string]reportView, t healthTarget, fallback string) string {
+	for _, vr := range results {
+		r, ok := views[vr.Vantage]
+		if !ok {
+			continue
+		}
+		if obs := r.results[t.Key]; obs != nil && obs.Address != "" {
+			if host, _, err := net.SplitHostPort(obs.Address); err == nil {
+				return host
+			}
+		}
+	}
+	return fallback
+}
+
+// firstSince is when a target first seen in state got there: the latest
+// change among the vantages that agree, else now.
+func firstSince(results []dashboard.VantageResult, state string, now time.Time) time.Time {
+	var since time.Time
+	for _, vr := range results {
+		if vr.State == state && vr.LastChange.After(since) {
+			since = vr.LastChange
+		}
+	}
+	if since.IsZero() {
+		return now
+	}
+	return since
+}
+
+// nodeAddress is the node's first InternalIP, else its first address.
+func nodeAddress(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	if len(n.Status.Addresses) > 0 {
+		return n.Status.Addresses[0].Address
+	}
+	return ""
+}

@@ -1,0 +1,282 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/dashboard"
+	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/status"
+)
+
+// dashboardTarget returns the target of svc on node from st.
+func dashboardTarget(t *testing.T, st dashboard.State, svc, node string) dashboard.Target {
+	t.Helper()
+	for _, s := range st.Services {
+		if s.Name != svc {
+			continue
+		}
+		for _, tg := range s.Targets {
+			if tg.Node == node {
+				return tg
+			}
+		}
+	}
+	t.Fatalf("no target of %s on %s in %+v", svc, node, st.Services)
+	return dashboard.Target{}
+}
+
+func withLatency(r *v1alpha1.ProbeReport, d time.Duration) *v1alpha1.ProbeReport {
+	for i := range r.Status.Results {
+		r.Status.Results[i].Latency = &metav1.Duration{Duration: d}
+	}
+	return r
+}
+
+func TestDashboardState(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web", func(s *corev1.Service) {
+		s.Annotations = map[string]string{
+			placement.Prefix + "probe":    "mysql user=monitor secret=db-cred",
+			placement.Prefix + "hostname": "www.lb.example.test,www.elsewhere.test",
+		}
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}}
+		s.Status.Conditions = []metav1.Condition{{Type: status.ConditionHealthy, Status: metav1.ConditionTrue}}
+	}), "n1")
+	other := newService("other", func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptrTo("example.com/other") })
+	f := newFixture(t, cluster(svc, other)...)
+	// n1's target: up from every vantage. n2's target: down from n1 and n3
+	// (a quorum), up from n4, whose report is stale.
+	reports := []*v1alpha1.ProbeReport{
+		withResult(report("n1", time.Second), svc, 80, "n2", v1alpha1.StateDown),
+		withLatency(withResult(withResult(report("n2", time.Second), svc, 80, "n1", v1alpha1.StateUp), svc, 80, "n2", v1alpha1.StateUp), 1500*time.Microsecond),
+		withResult(withResult(report("n3", time.Second), svc, 80, "n1", v1alpha1.StateUp), svc, 80, "n2", v1alpha1.StateDown),
+		withResult(withResult(report("n4", time.Minute), svc, 80, "n1", v1alpha1.StateUp), svc, 80, "n2", v1alpha1.StateUp),
+	}
+	c := f.healthController(ctx, reports...)
+	now := testNow
+	feed, err := NewDashboardFeed(c, informers.NewSharedInformerFactory(f.client, 0), informers.NewSharedInformerFactory(f.client, 0),
+		dashboard.New(dashboard.Options{}), DashboardConfig{Instance: "pulselb-controller-abc", Zone: "lb.example.test."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed.now = func() time.Time { return now }
+
+	st, err := feed.build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Role != "controller" || st.Instance != "pulselb-controller-abc" || !st.GeneratedAt.Equal(now) {
+		t.Errorf("header %q %q %v", st.Role, st.Instance, st.GeneratedAt)
+	}
+	if want := []string{"n1", "n2", "n3", "n4"}; !slices.Equal(st.Vantages, want) {
+		t.Errorf("vantages %v, want %v", st.Vantages, want)
+	}
+	if len(st.Services) != 1 {
+		t.Fatalf("services %+v, want only shop/web (other has another class)", st.Services)
+	}
+	s := st.Services[0]
+	if s.Name != "shop/web" || !s.Healthy || !slices.Equal(s.Published, []string{"10.0.0.1"}) {
+		t.Errorf("service %+v", s)
+	}
+	if want := []string{"web.shop.lb.example.test.", "www.lb.example.test."}; !slices.Equal(s.DNSNames, want) {
+		t.Errorf("DNS names %v, want %v", s.DNSNames, want)
+	}
+	up := dashboardTarget(t, st, "shop/web", "n1")
+	if up.State != "Up" || up.Address != "10.0.0.1" || up.Port != 80 || up.Protocol != "TCP" {
+		t.Errorf("n1 target %+v, want Up on 10.0.0.1:80/TCP", up)
+	}
+	if !strings.Contains(up.Probe, "secret=db-cred") || !strings.HasPrefix(up.Probe, "mysql") {
+		t.Errorf("probe %q, want the canonical mysql spec naming secret=db-cred", up.Probe)
+	}
+	var n2 *dashboard.VantageResult
+	for i, v := range up.Vantages {
+		if v.Vantage == "n2" {
+			n2 = &up.Vantages[i]
+		}
+	}
+	if len(up.Vantages) != 3 || n2 == nil || n2.State != "Up" || n2.Outcome != "L4OK" || n2.LatencySeconds != 0.0015 {
+		t.Errorf("n1 target's vantages %+v, want n2 Up L4OK 1.5ms among 3", up.Vantages)
+	}
+	down := dashboardTarget(t, st, "shop/web", "n2")
+	if down.State != "Down" {
+		t.Errorf("n2 target %s, want Down by n1 and n3", down.State)
+	}
+	for _, v := range down.Vantages {
+		if v.Stale != (v.Vantage == "n4") {
+			t.Errorf("vantage %s stale=%v; only n4's report is stale", v.Vantage, v.Stale)
+		}
+		if v.Vantage == "n1" && (v.Outcome != "L4TOUT" || v.Message != "connect timeout") {
+			t.Errorf("vantage n1 %+v, want L4TOUT connect timeout", v)
+		}
+	}
+	if len(st.Transitions) != 0 {
+		t.Errorf("transitions %+v on the first build, want none: nothing changed yet", st.Transitions)
+	}
+
+	// n2 recovers, then node n1's beacon fails by quorum.
+	now = now.Add(time.Second)
+	for _, r := range []*v1alpha1.ProbeReport{
+		withBeacon(withResult(report("n1", 0), svc, 80, "n2", v1alpha1.StateUp), "n2", v1alpha1.StateUp),
+		withResult(withResult(withBeacon(report("n2", 0), "n1", v1alpha1.StateDown), svc, 80, "n1", v1alpha1.StateUp), svc, 80, "n2", v1alpha1.StateUp),
+		withResult(withResult(withBeacon(report("n3", 0), "n1", v1alpha1.StateDown), svc, 80, "n1", v1alpha1.StateUp), svc, 80, "n2", v1alpha1.StateUp),
+		withResult(withResult(withBeacon(report("n4", 0), "n1", v1alpha1.StateUp), svc, 80, "n1", v1alpha1.StateUp), svc, 80, "n2", v1alpha1.StateUp),
+	} {
+		r.Status.HeartbeatTime = metav1.NewTime(now)
+		if err := c.reports.Update(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err = feed.build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dashboardTarget(t, st, "shop/web", "n2"); got.State != "Up" || !got.Since.Equal(now) {
+		t.Errorf("n2 target %s since %v, want Up since %v", got.State, got.Since, now)
+	}
+	if got := dashboardTarget(t, st, "shop/web", "n1"); got.State != "Down" {
+		t.Errorf("n1 target %s, want Down: its node's beacon is down", got.State)
+	}
+	type change struct{ service, node, from, to string }
+	var got []change
+	for _, tr := range st.Transitions {
+		got = append(got, change{tr.Service, tr.Node, tr.From, tr.To})
+		if !tr.Time.Equal(now) || tr.Reason == "" {
+			t.Errorf("transition %+v: want time %v and a reason", tr, now)
+		}
+	}
+	want := []change{{"shop/web", "n2", "Down", "Up"}, {"shop/web", "n1", "Up", "Down"}, {"", "n1", "Unknown", "Down"}}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("transitions %+v lack %+v", got, w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("transitions %+v, want %d", got, len(want))
+	}
+
+	// Nothing changes: no new transitions, and the list is kept.
+	st, err = feed.build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Transitions) != len(want) {
+		t.Errorf("%d transitions after an unchanged build, want %d", len(st.Transitions), len(want))
+	}
+}
+
+func TestDashboardStateWithoutHealthChecks(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web", func(s *corev1.Service) {
+		s.Status.Conditions = []metav1.Condition{{Type: status.ConditionHealthy, Status: metav1.ConditionFalse}}
+		s.Annotations = map[string]string{placement.Prefix + "all-down": "publish-none"}
+	}), "n1,n2")
+	objs := cluster(svc)
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok && n.Name == "n2" {
+			n.Labels[placement.LabelUnhealthy] = "true"
+		}
+	}
+	f := newFixture(t, objs...)
+	c := f.controller(ctx)
+	feed, err := NewDashboardFeed(c, informers.NewSharedInformerFactory(f.client, 0), informers.NewSharedInformerFactory(f.client, 0),
+		dashboard.New(dashboard.Options{}), DashboardConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := feed.build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := st.Services[0]
+	if s.Healthy || s.AllDown != "publish-none" || s.DNSNames != nil {
+		t.Errorf("service %+v, want not healthy, publish-none, no DNS names without a zone", s)
+	}
+	if got := dashboardTarget(t, st, "shop/web", "n1"); got.State != "Unknown" || len(got.Vantages) != 0 || got.Probe != "tcp" {
+		t.Errorf("n1 target %+v, want Unknown without vantages, probe tcp", got)
+	}
+	if got := dashboardTarget(t, st, "shop/web", "n2"); got.State != "Down" {
+		t.Errorf("n2 target %s, want Down: the node is labelled unhealthy", got.State)
+	}
+}
+
+// TestDashboardFeedRun runs the feed on started informers: a new Service
+// appears on the dashboard, and a burst of changes is rebuilt at most once
+// per MinInterval.
+func TestDashboardFeedRun(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset(newNode("n1", "10.0.0.1"))
+	cluster := informers.NewSharedInformerFactory(client, 0)
+	system := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(systemNS))
+	c, err := New(ctx, client, cluster, system, nil, Config{Placement: placement.Config{Namespace: systemNS, Image: "pulselb:test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dashboard.New(dashboard.Options{})
+	const minInterval = 100 * time.Millisecond
+	feed, err := NewDashboardFeed(c, cluster, system, d, DashboardConfig{MinInterval: minInterval, Resync: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cluster.Start(ctx.Done())
+	system.Start(ctx.Done())
+	done := make(chan error, 1)
+	go func() { done <- feed.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		cluster.Shutdown()
+		system.Shutdown()
+	}()
+
+	start := time.Now()
+	for i := range 30 {
+		s := newService("web" + string(rune('a'+i)))
+		if _, err := client.CoreV1().Services("shop").Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp := httptestGetState(t, d)
+		if len(resp.Services) == 30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dashboard shows %d services, want 30", len(resp.Services))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Each version is one build that changed something; builds are at
+	// least MinInterval apart.
+	if max := uint64(time.Since(start)/minInterval) + 2; d.Version() > max {
+		t.Errorf("%d versions in %v, want at most %d with a %v rate limit", d.Version(), time.Since(start), max, minInterval)
+	}
+}
+
+func httptestGetState(t *testing.T, d *dashboard.Dashboard) dashboard.State {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, dashboard.PathState, nil))
+	var st dashboard.State
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+		t.Fatalf("decoding %s: %v", dashboard.PathState, err)
+	}
+	return st
+}

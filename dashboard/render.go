@@ -1,0 +1,190 @@
+package dashboard
+
+import (
+	"embed"
+	"fmt"
+	"html/template"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CertWarnDays is how many days before expiry a certificate is shown as a
+// warning.
+const CertWarnDays = 14
+
+//go:embed assets/page.html
+var pageFS embed.FS
+
+var templates = template.Must(template.New("").Funcs(template.FuncMap{
+	"stateClass": stateClass,
+	"ms":         millis,
+	"ts":         timestamp,
+	"rfc3339":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"join":       strings.Join,
+}).ParseFS(pageFS, "assets/page.html"))
+
+// view is what the templates render: the State plus what is derived from
+// it for display.
+type view struct {
+	Title   string
+	Version uint64
+	Now     time.Time
+	State
+	Services []serviceView
+	Targets  []targetView
+	// Columns are the vantages of the matrix: State.Vantages plus any a
+	// target names that the producer left out.
+	Columns []string
+	Certs   []certView
+}
+
+type serviceView struct {
+	Service
+	Up, Down, Unknown int
+}
+
+type targetView struct {
+	Service string
+	Target
+	// Cells line up with view.Columns.
+	Cells []cellView
+}
+
+type cellView struct {
+	Assigned bool
+	VantageResult
+}
+
+type certView struct {
+	Service  string
+	Node     string
+	Endpoint string
+	NotAfter time.Time
+	DaysLeft int
+	// Class is "cert-expired", "cert-warn" (under CertWarnDays) or "cert-ok".
+	Class string
+}
+
+func newView(title string, s State, version uint64, now time.Time) view {
+	v := view{Title: title, Version: version, Now: now, State: s}
+	v.Columns = append(v.Columns, s.Vantages...)
+	for _, svc := range s.Services {
+		for _, t := range svc.Targets {
+			for _, vr := range t.Vantages {
+				if !slices.Contains(v.Columns, vr.Vantage) {
+					v.Columns = append(v.Columns, vr.Vantage)
+				}
+			}
+		}
+	}
+	if len(v.Columns) > len(s.Vantages) {
+		slices.Sort(v.Columns)
+	}
+	for _, svc := range s.Services {
+		sv := serviceView{Service: svc}
+		for _, t := range svc.Targets {
+			switch t.State {
+			case "Up":
+				sv.Up++
+			case "Down":
+				sv.Down++
+			default:
+				sv.Unknown++
+			}
+			tv := targetView{Service: svc.Name, Target: t, Cells: make([]cellView, len(v.Columns))}
+			for _, vr := range t.Vantages {
+				tv.Cells[slices.Index(v.Columns, vr.Vantage)] = cellView{Assigned: true, VantageResult: vr}
+			}
+			v.Targets = append(v.Targets, tv)
+			if !t.CertNotAfter.IsZero() {
+				left := t.CertNotAfter.Sub(now)
+				c := certView{Service: svc.Name, Node: t.Node, Endpoint: endpoint(t), NotAfter: t.CertNotAfter,
+					DaysLeft: int(math.Floor(left.Hours() / 24)), Class: "cert-ok"}
+				switch {
+				case left <= 0:
+					c.Class = "cert-expired"
+				case left < CertWarnDays*24*time.Hour:
+					c.Class = "cert-warn"
+				}
+				v.Certs = append(v.Certs, c)
+			}
+		}
+		v.Services = append(v.Services, sv)
+	}
+	slices.SortStableFunc(v.Certs, func(a, b certView) int { return a.NotAfter.Compare(b.NotAfter) })
+	return v
+}
+
+// Ago is how long before the page was rendered t was, such as "3m12s";
+// empty for the zero time.
+func (v view) Ago(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return age(v.Now.Sub(t))
+}
+
+// age formats a duration with its two largest units: "42s", "3m12s",
+// "2h5m", "4d3h". A negative duration (clock skew) reads as "0s".
+func age(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	s := int64(d / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%ds", s/60, s%60)
+	case s < 86400:
+		return fmt.Sprintf("%dh%dm", s/3600, s%3600/60)
+	}
+	return fmt.Sprintf("%dd%dh", s/86400, s%86400/3600)
+}
+
+func endpoint(t Target) string {
+	if t.Address == "" {
+		return strconv.Itoa(t.Port) + "/" + t.Protocol
+	}
+	host := t.Address
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return host + ":" + strconv.Itoa(t.Port) + "/" + t.Protocol
+}
+
+// stateClass maps a state to its colour class.
+func stateClass(state string) string {
+	switch state {
+	case "Up":
+		return "state-up"
+	case "Down":
+		return "state-down"
+	}
+	return "state-unknown"
+}
+
+// millis formats seconds as milliseconds with precision that suits the
+// size: "0.42 ms", "12.3 ms", "1504 ms".
+func millis(seconds float64) string {
+	ms := seconds * 1000
+	switch {
+	case ms <= 0 || math.IsNaN(ms) || math.IsInf(ms, 0):
+		return ""
+	case ms < 10:
+		return strconv.FormatFloat(ms, 'f', 2, 64) + " ms"
+	case ms < 100:
+		return strconv.FormatFloat(ms, 'f', 1, 64) + " ms"
+	}
+	return strconv.FormatFloat(ms, 'f', 0, 64) + " ms"
+}
+
+func timestamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}

@@ -1,0 +1,377 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/pulselb/pulselb/dashboard"
+	"github.com/pulselb/pulselb/prober"
+)
+
+// chromiumPath is where Debian's chromium package installs the browser.
+const chromiumPath = "/usr/bin/chromium"
+
+// producer feeds a dashboard from a prober.Scheduler, the way standalone
+// mode does: one Service whose targets are the scheduler's, probed from
+// one vantage, with the scheduler's transitions.
+type producer struct {
+	sched   *prober.Scheduler
+	dash    *dashboard.Dashboard
+	service string
+	// meta describes each target key.
+	meta map[string]targetMeta
+
+	mu          sync.Mutex
+	transitions []dashboard.Transition
+	changed     chan struct{}
+}
+
+type targetMeta struct {
+	node  string
+	addr  netip.AddrPort
+	probe string
+}
+
+const vantage = "test-runner"
+
+func newProducer(service string, meta map[string]targetMeta) *producer {
+	return &producer{service: service, meta: meta, changed: make(chan struct{}, 1)}
+}
+
+// onChange is the scheduler's OnChange: it records the transition and
+// asks for a rebuild.
+func (p *producer) onChange(tr prober.Transition) {
+	m := p.meta[tr.Key]
+	p.mu.Lock()
+	p.transitions = append([]dashboard.Transition{{Time: tr.At, Service: p.service, Node: m.node,
+		Address: m.addr.Addr().String(), Port: int(m.addr.Port()), From: tr.From.String(), To: tr.To.String(), Reason: tr.Result.Outcome.String() + " " + tr.Result.Message()}}, p.transitions...)
+	p.mu.Unlock()
+	p.poke()
+}
+
+func (p *producer) poke() {
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+// state builds the dashboard State from the scheduler's snapshot.
+func (p *producer) state() dashboard.State {
+	st := dashboard.State{Role: "standalone", Instance: "browser-test", GeneratedAt: time.Now(), Vantages: []string{vantage}}
+	svc := dashboard.Service{Name: p.service, DNSNames: []string{p.service + ".lb.example.test."}, Published: []string{}}
+	for _, ts := range p.sched.Snapshot() {
+		m := p.meta[ts.Key]
+		t := dashboard.Target{Node: m.node, Address: ts.Addr.Addr().String(), Port: int(ts.Addr.Port()), Protocol: "TCP",
+			Probe: m.probe, State: ts.State.String(), Since: ts.Since}
+		if !ts.LastChange.IsZero() {
+			t.Since = ts.LastChange
+		}
+		vr := dashboard.VantageResult{Vantage: vantage, State: ts.State.String(), LastChange: ts.LastChange}
+		if !ts.LastAt.IsZero() {
+			vr.Outcome, vr.Message, vr.LatencySeconds = ts.Last.Outcome.String(), ts.Last.Message(), ts.Last.Timings.Total.Seconds()
+		}
+		if ts.Last.TLS != nil {
+			t.CertNotAfter = ts.Last.TLS.NotAfter
+		}
+		t.Vantages = []dashboard.VantageResult{vr}
+		if ts.State == prober.StateUp {
+			svc.Published = append(svc.Published, t.Address)
+		}
+		svc.Targets = append(svc.Targets, t)
+	}
+	svc.Healthy = len(svc.Published) > 0
+	if !svc.Healthy {
+		svc.AllDown = "publish-all"
+	}
+	st.Services = []dashboard.Service{svc}
+	p.mu.Lock()
+	st.Transitions = slices.Clone(p.transitions)
+	p.mu.Unlock()
+	return st
+}
+
+// run rebuilds the State on every transition and every interval, for the
+// latencies, until ctx is done.
+func (p *producer) run(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		p.dash.Update(p.state())
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// requireChromium returns the browser's path, or skips the test without
+// one; under CI=true a missing browser fails it.
+func requireChromium(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is missing (%v); install the Debian package chromium", chromiumPath, err)
+		}
+		t.Skipf("%s is missing (%v); install the Debian package chromium to run the browser tests", chromiumPath, err)
+	}
+	return chromiumPath
+}
+
+// artifactsDir is where screenshots are kept after the test.
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("PULSELB_ARTIFACTS")
+	if dir == "" {
+		dir = "artifacts"
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("creating artifacts directory: %v", err)
+	}
+	return dir
+}
+
+// serve runs h on a fresh loopback port and returns its base URL and a
+// function that stops it, closing its connections.
+func serve(t *testing.T, h http.Handler) (string, func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { _ = srv.Close() }) }
+	t.Cleanup(stop)
+	return "http://" + ln.Addr().String(), stop
+}
+
+// TestDashboardShowsTargetGoingDown loads the dashboard in Chromium while
+// a real scheduler probes two loopback targets, stops one, and reads from
+// the page, without reloading it, that the target is Down and that it went
+// from Up to Down.
+func TestDashboardShowsTargetGoingDown(t *testing.T) {
+	browserPath := requireChromium(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	// Backends: plain HTTP (the one that fails) and HTTPS, whose
+	// certificate shows in the certificates table.
+	health := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	webURL, stopWeb := serve(t, health)
+	tlsSrv := httptest.NewTLSServer(health)
+	defer tlsSrv.Close()
+
+	httpSpec, tlsSpec := prober.MustParse("http path=/healthz"), prober.MustParse("https path=/healthz verify=false")
+	httpProber, err := prober.New(httpSpec, prober.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsProber, err := prober.New(tlsSpec, prober.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	webAddr, tlsAddr := addrPort(t, webURL), addrPort(t, tlsSrv.URL)
+	prod := newProducer("web", map[string]targetMeta{
+		"web@host-a": {node: "host-a", addr: webAddr, probe: httpSpec.String()},
+		"web@host-b": {node: "host-b", addr: tlsAddr, probe: tlsSpec.String()},
+	})
+	sched := prober.NewScheduler(prober.Config{Interval: 200 * time.Millisecond, FastInterval: 100 * time.Millisecond,
+		Rise: 2, Fall: 2, OnChange: prod.onChange})
+	sched.Set([]prober.Target{
+		{Key: "web@host-a", Addr: webAddr, Protocol: httpSpec.Protocol, Prober: httpProber},
+		{Key: "web@host-b", Addr: tlsAddr, Protocol: tlsSpec.Protocol, Prober: tlsProber},
+	})
+	prod.sched = sched
+	prod.dash = dashboard.New(dashboard.Options{Title: "pulselb browser test", KeepAlive: time.Second})
+	defer prod.dash.Close()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	wg.Go(func() {
+		if err := sched.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("scheduler: %v", err)
+		}
+	})
+	wg.Go(func() { prod.run(runCtx, 500*time.Millisecond) })
+	dashURL, _ := serve(t, prod.dash)
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(browserPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1024),
+	)
+	defer cancelAlloc()
+	tab, cancelTab := chromedp.NewContext(allocCtx)
+	defer cancelTab()
+
+	// Every console error or uncaught exception fails the test: a script
+	// the Content-Security-Policy blocks would show here.
+	var consoleMu sync.Mutex
+	var consoleErrors []string
+	messages := chromedp.Console(tab)
+	wg.Go(func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				consoleMu.Lock()
+				consoleErrors = append(consoleErrors, fmt.Sprintf("%s: %s (%s)", m.Type, m.Text, m.URL))
+				consoleMu.Unlock()
+			}
+		}
+	})
+	defer cancelTab() // ends the console loop before wg.Wait
+
+	upCell := `document.querySelector('tr.target[data-node="host-a"] td.state')`
+	if err := chromedp.Do(tab,
+		chromedp.Navigate(dashURL+"/"),
+		chromedp.Poll[chromedp.Void](upCell+`?.textContent === "Up"`, chromedp.WithPollingTimeout(30*time.Second)),
+		chromedp.Poll[chromedp.Void](`document.querySelector('#live')?.textContent === "live"`, chromedp.WithPollingTimeout(15*time.Second)),
+	); err != nil {
+		t.Fatalf("waiting for the page to show host-a Up and go live: %v", err)
+	}
+	// A mark that a reload would wipe.
+	if err := chromedp.Do(tab, evaluate(`window.pulselbNotReloaded = true`)); err != nil {
+		t.Fatal(err)
+	}
+	versionBefore := prod.dash.Version()
+
+	stopWeb()
+	t.Logf("stopped the backend of host-a at %s", webURL)
+	downSince := time.Now()
+	if err := chromedp.Do(tab,
+		chromedp.Poll[chromedp.Void](upCell+`?.textContent === "Down"`, chromedp.WithPollingTimeout(30*time.Second)),
+		chromedp.Poll[chromedp.Void](`document.querySelector('tr.transition[data-node="host-a"][data-from="Up"][data-to="Down"]') !== null`,
+			chromedp.WithPollingTimeout(10*time.Second)),
+	); err != nil {
+		t.Fatalf("waiting for the page to show host-a Down: %v", err)
+	}
+	t.Logf("the page showed host-a Down %v after its backend stopped", time.Since(downSince).Round(time.Millisecond))
+
+	// Read what a user sees.
+	type seen struct {
+		State      string `json:"state"`
+		StateClass string `json:"stateClass"`
+		Change     string `json:"change"`
+		Cell       string `json:"cell"`
+		Other      string `json:"other"`
+		Health     string `json:"health"`
+		Cert       string `json:"cert"`
+		Reloaded   bool   `json:"reloaded"`
+	}
+	got, err := chromedp.Run(tab, chromedp.Evaluate[seen](`(() => {
+		const q = (s) => document.querySelector(s);
+		return {
+			state: q('tr.target[data-node="host-a"] td.state').textContent,
+			stateClass: q('tr.target[data-node="host-a"] td.state').className,
+			change: q('tr.transition[data-node="host-a"][data-from="Up"][data-to="Down"] td.change').textContent,
+			cell: q('tr.matrix-row[data-node="host-a"] td.cell').textContent,
+			other: q('tr.target[data-node="host-b"] td.state').textContent,
+			health: q('tr.service[data-service="web"] td.health').textContent,
+			cert: q('tr.cert td.days')?.textContent ?? "",
+			reloaded: window.pulselbNotReloaded !== true,
+		};
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("page: %+v", got)
+	if got.State != "Down" || got.StateClass != "state state-down" {
+		t.Errorf("host-a shows %q (class %q), want Down in the down colour", got.State, got.StateClass)
+	}
+	if got.Change != "Up→Down" {
+		t.Errorf("host-a's transition reads %q, want Up→Down", got.Change)
+	}
+	if !strings.HasPrefix(got.Cell, "L4CON") {
+		t.Errorf("host-a's matrix cell reads %q, want the outcome L4CON first", got.Cell)
+	}
+	if got.Other != "Up" || got.Health != "Healthy" {
+		t.Errorf("host-b shows %q and the service %q, want Up and Healthy", got.Other, got.Health)
+	}
+	if got.Cert == "" {
+		t.Error("the certificates table shows no days left for host-b's HTTPS probe")
+	}
+	if got.Reloaded {
+		t.Error("the page was reloaded; it must update from the event stream")
+	}
+	if v := prod.dash.Version(); v <= versionBefore {
+		t.Errorf("dashboard version %d, want more than %d", v, versionBefore)
+	}
+
+	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("taking a screenshot: %v", err)
+	}
+	shot := filepath.Join(artifactsDir(t), "dashboard-target-down.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatalf("saving the screenshot: %v", err)
+	}
+	t.Logf("screenshot: %s", shot)
+
+	consoleMu.Lock()
+	defer consoleMu.Unlock()
+	for _, e := range consoleErrors {
+		t.Errorf("browser console: %s", e)
+	}
+}
+
+func evaluate(js string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.Evaluate[bool](js)(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
+func addrPort(t *testing.T, rawURL string) netip.AddrPort {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := netip.ParseAddrPort(u.Host)
+	if err != nil {
+		t.Fatalf("address of %s: %v", rawURL, err)
+	}
+	return ap
+}
