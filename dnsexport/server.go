@@ -271,6 +271,10 @@ func (s *Server) Run(ctx context.Context) error {
 	shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer done()
 	_ = tcpSrv.ShutdownContext(shutdownCtx)
+	// ShutdownContext does nothing when ActivateAndServe has not marked
+	// the server started yet (ctx done right after Run began); closing the
+	// listener ends ActivateAndServe either way.
+	s.tcp.Close()
 	for _, c := range s.udp {
 		c.Close()
 	}

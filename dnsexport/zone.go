@@ -20,6 +20,8 @@ const DefaultTTL uint32 = 5
 // FromService reads it from a Kubernetes Service, standalone mode from its
 // configuration file.
 type Service struct {
+	// Namespace is empty for a Service without one (standalone mode): its
+	// canonical name is then <name>.<origin>.
 	Namespace, Name string
 	// Hostnames are extra names for the Service (from its hostname
 	// annotations). Names outside the zone are ignored by Build.
@@ -78,6 +80,9 @@ type ServiceError struct {
 
 // Error implements error.
 func (e *ServiceError) Error() string {
+	if e.Namespace == "" {
+		return fmt.Sprintf("service %s: %v", e.Name, e.Err)
+	}
 	return fmt.Sprintf("service %s/%s: %v", e.Namespace, e.Name, e.Err)
 }
 
@@ -166,7 +171,8 @@ func orDefault(v, def uint32) uint32 {
 // input gives the same zone, whatever the order of services. The SOA
 // serial is 0; the server stamps it with WithSerial.
 //
-// A Service's canonical name is <name>.<namespace>.<origin>, with A/AAAA
+// A Service's canonical name is <name>.<namespace>.<origin>, or
+// <name>.<origin> when Namespace is empty (standalone mode), with A/AAAA
 // records for its IPs and, when it has IPs, SRV records
 // _<port>._<protocol>.<name>.<namespace>.<origin> pointing at the
 // canonical name. Hostnames inside the zone get the same A/AAAA records;
@@ -236,9 +242,13 @@ func Build(cfg ZoneConfig, services []Service) (*Zone, []error, error) {
 	// Canonical names first, so that no hostname can take one.
 	canon := make([]string, len(sorted))
 	for i, svc := range sorted {
-		name, err := canonicalName(svc.Name + "." + svc.Namespace + "." + origin)
-		if err != nil || strings.Count(name, ".")-strings.Count(origin, ".") != 2 {
-			problems = append(problems, &ServiceError{svc.Namespace, svc.Name, fmt.Errorf("name %q: not a valid DNS label pair", svc.Name+"."+svc.Namespace)})
+		rel, labels, what := svc.Name+"."+svc.Namespace, 2, "DNS label pair"
+		if svc.Namespace == "" {
+			rel, labels, what = svc.Name, 1, "DNS label"
+		}
+		name, err := canonicalName(rel + "." + origin)
+		if err != nil || strings.Count(name, ".")-strings.Count(origin, ".") != labels {
+			problems = append(problems, &ServiceError{svc.Namespace, svc.Name, fmt.Errorf("name %q: not a valid %s", rel, what)})
 			continue
 		}
 		if owner, ok := b.owners[name]; ok {

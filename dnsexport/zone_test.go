@@ -96,6 +96,16 @@ func TestBuild(t *testing.T) {
 			services: []Service{{Namespace: "a", Name: "bad..name", IPs: addrs("192.0.2.1")}, {Namespace: "a", Name: "ok", IPs: addrs("192.0.2.2")}},
 			qname:    "ok.a.lb.example.test.", qtype: dns.TypeA, want: []string{"ok.a.lb.example.test.\t5\tIN\tA\t192.0.2.2"},
 			problems: []string{`service a/bad..name: name "bad..name.a": not a valid DNS label pair`}},
+		{name: "no namespace: name directly under the origin",
+			services: []Service{{Name: "web", IPs: addrs("192.0.2.1")}},
+			qname:    "web.lb.example.test.", qtype: dns.TypeA, want: []string{"web.lb.example.test.\t5\tIN\tA\t192.0.2.1"}},
+		{name: "no namespace: SRV under the name",
+			services: []Service{{Name: "web", IPs: addrs("192.0.2.1"), Ports: []Port{{Port: 8080, Protocol: "TCP"}}}},
+			qname:    "_8080._tcp.web.lb.example.test.", qtype: dns.TypeSRV, want: []string{"_8080._tcp.web.lb.example.test.\t5\tIN\tSRV\t0 100 8080 web.lb.example.test."}},
+		{name: "no namespace: a dotted name is refused",
+			services: []Service{{Name: "a.b", IPs: addrs("192.0.2.1")}},
+			qname:    "a.b.lb.example.test.", qtype: dns.TypeA, rcode: dns.RcodeNameError,
+			problems: []string{`service a.b: name "a.b": not a valid DNS label`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -141,15 +141,25 @@ type Target struct {
 	Beacon bool
 	// Vantages are the prober nodes assigned to it (prober.Vantages).
 	Vantages []string
+	// MinDown is the fewest Down votes that can make the verdict Down; 0
+	// means MinDownVotes. Only a standalone instance without peers, its
+	// own only vantage, sets 1: with a single vantage there is no second
+	// opinion to wait for.
+	MinDown int
 }
 
 // Judge returns the verdict on t: Down when a majority of its fresh
-// assigned vantages, and at least MinDownVotes of them, say Down; Up when
+// assigned vantages, and at least t.MinDown (default MinDownVotes) of
+// them, say Down; Up when
 // a majority say Up; otherwise prev, unchanged. A vantage with a fresh
 // report that has not concluded about t counts toward the majority needed
 // but votes neither way.
 func Judge(reports Reports, t Target, prev Verdict) Judgement {
 	j := Judgement{Verdict: prev, Assigned: len(t.Vantages)}
+	minDown := t.MinDown
+	if minDown <= 0 {
+		minDown = MinDownVotes
+	}
 	var downMsgs []string
 	for _, v := range t.Vantages {
 		r, ok := reports.byNode[v]
@@ -184,7 +194,7 @@ func Judge(reports Reports, t Target, prev Verdict) Judgement {
 		j.Reason = ReasonNoVantage
 	case j.Fresh == 0:
 		j.Reason = ReasonNoFreshVantage
-	case 2*j.Down > j.Fresh && j.Down >= MinDownVotes:
+	case 2*j.Down > j.Fresh && j.Down >= minDown:
 		j.Verdict, j.Reason = VerdictDown, ReasonMajorityDown
 		j.Message = downMsgs[0]
 	case 2*j.Up > j.Fresh:

@@ -47,22 +47,25 @@ func TestJudge(t *testing.T) {
 		name     string
 		votes    []vote
 		vantages []string
+		minDown  int
 		prev     Verdict
 		want     Verdict
 		reason   string
 	}{
-		{"all up", []vote{{"a", up, 0}, {"b", up, 0}, {"c", up, 0}}, three, VerdictUnknown, VerdictUp, ReasonMajorityUp},
-		{"two of three down", []vote{{"a", down, 0}, {"b", down, 0}, {"c", up, 0}}, three, VerdictUp, VerdictDown, ReasonMajorityDown},
-		{"one of three down stays up", []vote{{"a", down, 0}, {"b", up, 0}, {"c", up, 0}}, three, VerdictUp, VerdictUp, ReasonMajorityUp},
-		{"single prober cannot fail it", []vote{{"a", down, 0}, {"b", up, stale}, {"c", up, stale}}, three, VerdictUp, VerdictUp, ReasonSingleProber},
-		{"single vantage cannot fail it", []vote{{"a", down, 0}}, []string{"a"}, VerdictUp, VerdictUp, ReasonSingleProber},
-		{"stale reports do not count", []vote{{"a", down, stale}, {"b", down, stale}, {"c", up, 0}}, three, VerdictDown, VerdictUp, ReasonMajorityUp},
-		{"two fresh both down", []vote{{"a", down, 0}, {"b", down, 0}, {"c", up, stale}}, three, VerdictUp, VerdictDown, ReasonMajorityDown},
-		{"no fresh vantage keeps previous", []vote{{"a", up, stale}, {"b", up, stale}}, three, VerdictDown, VerdictDown, ReasonNoFreshVantage},
-		{"undecided vantages block a majority", []vote{{"a", down, 0}, {"b", "", 0}, {"c", "", 0}, {"d", down, 0}}, []string{"a", "b", "c", "d"}, VerdictUp, VerdictUp, ReasonNoMajority},
-		{"reports of unassigned probers are ignored", []vote{{"x", down, 0}, {"y", down, 0}, {"a", up, 0}}, three, VerdictUnknown, VerdictUp, ReasonMajorityUp},
-		{"no vantage", nil, nil, VerdictUnknown, VerdictUnknown, ReasonNoVantage},
-		{"tie keeps previous", []vote{{"a", down, 0}, {"b", up, 0}}, []string{"a", "b"}, VerdictDown, VerdictDown, ReasonNoMajority},
+		{"all up", []vote{{"a", up, 0}, {"b", up, 0}, {"c", up, 0}}, three, 0, VerdictUnknown, VerdictUp, ReasonMajorityUp},
+		{"two of three down", []vote{{"a", down, 0}, {"b", down, 0}, {"c", up, 0}}, three, 0, VerdictUp, VerdictDown, ReasonMajorityDown},
+		{"one of three down stays up", []vote{{"a", down, 0}, {"b", up, 0}, {"c", up, 0}}, three, 0, VerdictUp, VerdictUp, ReasonMajorityUp},
+		{"single prober cannot fail it", []vote{{"a", down, 0}, {"b", up, stale}, {"c", up, stale}}, three, 0, VerdictUp, VerdictUp, ReasonSingleProber},
+		{"single vantage cannot fail it", []vote{{"a", down, 0}}, []string{"a"}, 0, VerdictUp, VerdictUp, ReasonSingleProber},
+		{"stale reports do not count", []vote{{"a", down, stale}, {"b", down, stale}, {"c", up, 0}}, three, 0, VerdictDown, VerdictUp, ReasonMajorityUp},
+		{"two fresh both down", []vote{{"a", down, 0}, {"b", down, 0}, {"c", up, stale}}, three, 0, VerdictUp, VerdictDown, ReasonMajorityDown},
+		{"no fresh vantage keeps previous", []vote{{"a", up, stale}, {"b", up, stale}}, three, 0, VerdictDown, VerdictDown, ReasonNoFreshVantage},
+		{"undecided vantages block a majority", []vote{{"a", down, 0}, {"b", "", 0}, {"c", "", 0}, {"d", down, 0}}, []string{"a", "b", "c", "d"}, 0, VerdictUp, VerdictUp, ReasonNoMajority},
+		{"reports of unassigned probers are ignored", []vote{{"x", down, 0}, {"y", down, 0}, {"a", up, 0}}, three, 0, VerdictUnknown, VerdictUp, ReasonMajorityUp},
+		{"no vantage", nil, nil, 0, VerdictUnknown, VerdictUnknown, ReasonNoVantage},
+		{"one lone vantage with MinDown 1 fails it", []vote{{"a", down, 0}}, []string{"a"}, 1, VerdictUp, VerdictDown, ReasonMajorityDown},
+		{"MinDown 1 still needs a majority", []vote{{"a", down, 0}, {"b", up, 0}}, []string{"a", "b"}, 1, VerdictUp, VerdictUp, ReasonNoMajority},
+		{"tie keeps previous", []vote{{"a", down, 0}, {"b", up, 0}}, []string{"a", "b"}, 0, VerdictDown, VerdictDown, ReasonNoMajority},
 	}
 	for _, tt := range tests {
 		for _, beacon := range []bool{false, true} {
@@ -72,7 +75,7 @@ func TestJudge(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				idx := IndexReports(reportsOf(tt.votes...), quorumNow)
-				target := Target{Key: prober.TargetKey("shop/web", "TCP", 80, "n1"), Node: "n1", Beacon: beacon, Vantages: tt.vantages}
+				target := Target{Key: prober.TargetKey("shop/web", "TCP", 80, "n1"), Node: "n1", Beacon: beacon, Vantages: tt.vantages, MinDown: tt.minDown}
 				j := Judge(idx, target, tt.prev)
 				if j.Verdict != tt.want || j.Reason != tt.reason {
 					t.Fatalf("Judge = %v (%s: %s), want %v (%s)", j.Verdict, j.Reason, j.Summary(), tt.want, tt.reason)

@@ -21,6 +21,8 @@ var commands = map[string]command{
 	"prober":     {"probe assigned targets and node beacons, write this node's ProbeReport", runProber},
 	"proxy":      {"forward a Service's ports in a proxy pod to its ClusterIP", runProxy},
 	"proxy-init": {"turn on IP forwarding in a proxy pod (init container)", runProxyInit},
+	"standalone": {"probe hosts from a YAML file and serve the healthy ones in DNS, without a cluster", runStandalone},
+	"demo":       {"run standalone against three loopback hosts, fail one and show DNS follow", runDemo},
 }
 
 func main() {

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/pulselb/pulselb/standalone"
+)
+
+const standaloneTestConfig = `instance: solo
+zone: lb.example.test.
+dns: {listen: "127.0.0.1:0"}
+http: {listen: "127.0.0.1:0"}
+interval: 200ms
+services:
+  - name: web
+    hosts:
+      - {name: a, address: 127.0.0.1}
+    ports:
+      - {port: PORT, protocol: TCP, probe: "tcp"}
+`
+
+func writeConfig(t *testing.T, dir, text string) string {
+	t.Helper()
+	file := filepath.Join(dir, "pulselb.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func TestStandaloneCheck(t *testing.T) {
+	dir := t.TempDir()
+	good := writeConfig(t, dir, strings.Replace(standaloneTestConfig, "PORT", "8080", 1))
+	var out, errOut bytes.Buffer
+	if code := run([]string{"standalone", "--config", good, "--check"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "ok (1 services, 0 peers)") {
+		t.Fatalf("good file: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+	bad := writeConfig(t, dir, strings.Replace(standaloneTestConfig, `"tcp"`, `"http stauts=200"`, 1))
+	out.Reset()
+	errOut.Reset()
+	code := run([]string{"standalone", "--config", bad, "--check"}, &out, &errOut)
+	want := bad + `:11: services[0].ports[0].probe: unknown option "stauts" for http (did you mean "status"?)`
+	if code != 2 || !strings.Contains(errOut.String(), want) {
+		t.Fatalf("bad file: exit %d, stderr %q; want 2 and %q", code, errOut.String(), want)
+	}
+	errOut.Reset()
+	if code := run([]string{"standalone"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--config is required") {
+		t.Fatalf("no config: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// TestReloadOnSignal sends reload signals to a running instance: a file
+// with an error is refused and the running configuration stays; a good
+// one is applied.
+func TestReloadOnSignal(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := strings.TrimPrefix(ln.Addr().String(), "127.0.0.1:")
+	dir := t.TempDir()
+	file := writeConfig(t, dir, strings.Replace(standaloneTestConfig, "PORT", port, 1))
+	cfg, err := standalone.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	r, err := standalone.New(ctx, cfg, standalone.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	hup := make(chan os.Signal)
+	go reloadOnSignal(ctx, file, r, hup)
+
+	services := func() []string {
+		var out []string
+		for _, s := range r.State().Services {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitUntil("web served", func() bool { return strings.Join(services(), ",") == "web" })
+
+	writeConfig(t, dir, "zone: [\n")
+	// Any signal value does; the channel stands for SIGHUP. The channel is
+	// unbuffered, so the second send returns only once the first reload
+	// (of the bad file) is over.
+	hup <- os.Interrupt
+	hup <- os.Interrupt
+	if got := strings.Join(services(), ","); got != "web" {
+		t.Fatalf("after a bad reload the services are %q, want the running web", got)
+	}
+	second := strings.Replace(standaloneTestConfig, "PORT", port, 1) + strings.ReplaceAll(`  - name: api
+    hosts:
+      - {name: a, address: 127.0.0.1}
+    ports:
+      - {port: PORT, protocol: TCP}
+`, "PORT", port)
+	writeConfig(t, dir, second)
+	hup <- os.Interrupt
+	waitUntil("api served after the good reload", func() bool { return strings.Join(services(), ",") == "api,web" })
+}

@@ -1,0 +1,844 @@
+// Package standalone is pulselb without a cluster (`pulselb standalone`):
+// it reads services on a fixed list of hosts from a YAML file, probes them
+// with the prober engine, judges them with the cluster's quorum code
+// (status.Judge) over its own report and those of its peers, serves the
+// healthy hosts' addresses as an authoritative DNS zone (dnsexport), and
+// feeds the dashboard and metrics. Verdicts survive reloads (SIGHUP) and
+// restarts (the state file).
+package standalone
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/pulselb/pulselb/dnsexport"
+	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/status"
+)
+
+// Defaults of the configuration file.
+const (
+	DefaultDNSListen  = ":53"
+	DefaultHTTPListen = ":9471"
+	DefaultInterval   = time.Second
+	PublishAllPorts   = "all-ports"
+	PublishAnyPort    = "any-port"
+	// MinInterval bounds interval: below it probes and peer polls cost more
+	// than they tell.
+	MinInterval = 100 * time.Millisecond
+)
+
+// Config is a parsed, checked configuration file.
+type Config struct {
+	// File is the path the configuration was read from; errors name it.
+	File string
+	// Instance names this instance: its column in the vantage matrix and
+	// the name its peers know it by. Default: the host name.
+	Instance string
+	// Zone is the DNS zone served, as an FQDN.
+	Zone string
+	DNS  DNSConfig
+	HTTP HTTPConfig
+	// Metrics serves /metrics on HTTP.Listen (default true).
+	Metrics bool
+	// Timing holds the defaults of every service.
+	Timing
+	// PublishWhen and AllDown are the defaults of every service.
+	PublishWhen string
+	AllDown     string
+	// SecretsDir holds the mysql probes' passwords as DIR/NAME/password.
+	SecretsDir string
+	Peers      []Peer
+	// TokenFile holds the shared secret peers authenticate with; Token is
+	// its content. The token is never logged.
+	TokenFile string
+	Token     Secret
+	// StateFile keeps verdicts across restarts; empty means none.
+	StateFile string
+	Services  []Service
+}
+
+// Secret is a value that must never be logged or printed: fmt shows it as
+// "<redacted>".
+type Secret string
+
+// String returns "<redacted>".
+func (Secret) String() string { return "<redacted>" }
+
+// GoString returns "<redacted>".
+func (Secret) GoString() string { return "<redacted>" }
+
+// DNSConfig configures the DNS server.
+type DNSConfig struct {
+	Listen string
+	// TTL is the default TTL of a service's records, in seconds.
+	TTL         uint32
+	NameServers []dnsexport.NameServer
+	Hostmaster  string
+	SerialFile  string
+}
+
+// HTTPConfig configures the dashboard, report and metrics server.
+type HTTPConfig struct {
+	Listen string
+}
+
+// Timing is how often and how patiently targets are probed.
+type Timing struct {
+	// Interval is the time between probes of a target, and between polls
+	// of the peers.
+	Interval time.Duration
+	// Timeout bounds one probe; 0 means adaptive from the observed RTT.
+	Timeout time.Duration
+	// Rise and Fall are the successes or failures in a row that change a
+	// target's state.
+	Rise, Fall int
+}
+
+// Peer is another standalone instance whose report counts as a vantage.
+type Peer struct {
+	Name string
+	// URL is the base URL of its HTTP server; its report is URL/api/v1/report.
+	URL string
+}
+
+// Service is one name answered in the zone.
+type Service struct {
+	// Name is a DNS label; the service answers as Name.Zone.
+	Name string
+	// Hostnames are extra names inside the zone with the same addresses.
+	Hostnames   []string
+	TTL         uint32
+	PublishWhen string
+	AllDown     string
+	Timing
+	Hosts []Host
+	Ports []Port
+}
+
+// Host is one machine a service runs on.
+type Host struct {
+	Name string
+	// Addresses are published while the host is healthy.
+	Addresses []netip.Addr
+	// ProbeAddress is the address this instance probes; default the first
+	// of Addresses. It lets an instance reach a host over another network
+	// than the one clients use.
+	ProbeAddress netip.Addr
+}
+
+// Port is one probed port of a service.
+type Port struct {
+	// Name labels the SRV record; default the port number.
+	Name     string
+	Port     uint16
+	Protocol string // TCP or UDP
+	// Probe is the probe spec in canonical form.
+	Probe string
+	Spec  prober.Spec
+}
+
+// Key returns the target key of port p of service svc on host, the key
+// every instance's report uses.
+func Key(svc string, p Port, host string) string {
+	return prober.TargetKey(svc, p.Protocol, int32(p.Port), host)
+}
+
+// PortKey is p as the status package names ports.
+func (p Port) PortKey() status.PortKey {
+	return status.PortKey{Protocol: statusProtocol(p.Protocol), Port: int32(p.Port)}
+}
+
+// ConfigError is one problem in a configuration file: the file, the line
+// and the field path where it is, and what is wrong.
+type ConfigError struct {
+	File string
+	Line int
+	// Path is the field, such as services[0].ports[0].probe.
+	Path string
+	Msg  string
+}
+
+// Error reads as "pulselb.yaml:14: services[0].ports[0].probe: ...".
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		b.WriteString(":" + strconv.Itoa(e.Line))
+	}
+	b.WriteString(": ")
+	if e.Path != "" {
+		b.WriteString(e.Path + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Load reads and checks the configuration file at path. The error, when
+// not nil, joins a *ConfigError for every problem found.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading configuration: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse checks the configuration in data, read from file. Relative paths
+// in it (token-file, state-file, secrets.dir, dns.serial-file) are taken
+// relative to the file's directory.
+func Parse(file string, data []byte) (*Config, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		ce := &ConfigError{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+		if m := yamlLine.FindStringSubmatch(ce.Msg); m != nil {
+			ce.Line, _ = strconv.Atoi(m[1])
+			ce.Msg = m[2]
+		}
+		return nil, ce
+	}
+	d := &decoder{file: file, dir: filepath.Dir(file)}
+	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL},
+		HTTP: HTTPConfig{Listen: DefaultHTTPListen}, Timing: Timing{Interval: DefaultInterval, Rise: prober.DefaultRise, Fall: prober.DefaultFall},
+		PublishWhen: PublishAllPorts, AllDown: status.AllDownPublishAll}
+	if len(doc.Content) == 0 {
+		d.errorf(&doc, "", "the file is empty")
+		return nil, d.err()
+	}
+	d.config(doc.Content[0], cfg)
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// decoder walks the YAML tree and collects errors with their positions.
+type decoder struct {
+	file, dir string
+	errs      []error
+}
+
+func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	d.errs = append(d.errs, &ConfigError{File: d.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (d *decoder) err() error { return errors.Join(d.errs...) }
+
+// mapping returns the keys of mapping node n, each with its key node for
+// positions. Unknown keys and repeated keys are errors.
+func (d *decoder) mapping(n *yaml.Node, path string, known ...string) (map[string]*yaml.Node, map[string]*yaml.Node, bool) {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "want a mapping of %s, got %s", strings.Join(known, ", "), kindName(n))
+		return nil, nil, false
+	}
+	vals, keys := map[string]*yaml.Node{}, map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		kp := join(path, k.Value)
+		if !slices.Contains(known, k.Value) {
+			d.errorf(k, kp, "unknown key%s", suggest(k.Value, known))
+			continue
+		}
+		if _, dup := vals[k.Value]; dup {
+			d.errorf(k, kp, "given twice (first on line %d)", keys[k.Value].Line)
+			continue
+		}
+		vals[k.Value], keys[k.Value] = resolve(v), k
+	}
+	return vals, keys, true
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		return resolve(n.Content[0])
+	}
+	return n
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "nothing"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "nothing"
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!int" && n.Tag != "!!float" && n.Tag != "!!bool") {
+		d.errorf(n, path, "want a string, got %s", kindName(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (d *decoder) list(n *yaml.Node, path string) []*yaml.Node {
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n, path, "want a list, got %s", kindName(n))
+		return nil
+	}
+	return n.Content
+}
+
+func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil || n.Tag != "!!bool" {
+		d.errorf(n, path, "want true or false, got %s", kindName(n))
+		return false, false
+	}
+	return b, true
+}
+
+func (d *decoder) integer(n *yaml.Node, path string, lo, hi int) (int, bool) {
+	v, err := strconv.Atoi(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		d.errorf(n, path, "want a whole number, got %s", kindName(n))
+		return 0, false
+	}
+	if v < lo || v > hi {
+		d.errorf(n, path, "%d is out of range: want %d to %d", v, lo, hi)
+		return 0, false
+	}
+	return v, true
+}
+
+func (d *decoder) duration(n *yaml.Node, path string, lo, hi time.Duration) (time.Duration, bool) {
+	s, ok := d.str(n, path)
+	if !ok {
+		return 0, false
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		d.errorf(n, path, "%q is not a duration such as 500ms or 2s", s)
+		return 0, false
+	}
+	if v < lo || v > hi {
+		d.errorf(n, path, "%s is out of range: want %s to %s", v, lo, hi)
+		return 0, false
+	}
+	return v, true
+}
+
+func (d *decoder) oneOf(n *yaml.Node, path string, choices ...string) (string, bool) {
+	s, ok := d.str(n, path)
+	if !ok {
+		return "", false
+	}
+	if !slices.Contains(choices, s) {
+		d.errorf(n, path, "%q is not one of %s%s", s, strings.Join(choices, ", "), suggest(s, choices))
+		return "", false
+	}
+	return s, true
+}
+
+func (d *decoder) path(n *yaml.Node, path string) string {
+	s, ok := d.str(n, path)
+	if !ok {
+		return ""
+	}
+	if s == "" {
+		d.errorf(n, path, "empty path")
+		return ""
+	}
+	if !filepath.IsAbs(s) {
+		s = filepath.Join(d.dir, s)
+	}
+	return s
+}
+
+func (d *decoder) listenAddr(n *yaml.Node, path string) string {
+	s, ok := d.str(n, path)
+	if !ok {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err == nil {
+		if _, perr := strconv.ParseUint(port, 10, 16); perr != nil {
+			err = fmt.Errorf("bad port %q", port)
+		} else if host != "" {
+			if _, aerr := netip.ParseAddr(host); aerr != nil {
+				err = fmt.Errorf("%q is not an IP address", host)
+			}
+		}
+	}
+	if err != nil {
+		d.errorf(n, path, "%q is not a listen address such as 127.0.0.1:8080 or :53 (%v)", s, err)
+		return ""
+	}
+	return s
+}
+
+var topKeys = []string{"instance", "zone", "dns", "http", "metrics", "interval", "timeout", "rise", "fall",
+	"publish-when", "all-down", "secrets", "peers", "token-file", "state-file", "services"}
+
+func (d *decoder) config(root *yaml.Node, cfg *Config) {
+	m, keys, ok := d.mapping(root, "", topKeys...)
+	if !ok {
+		return
+	}
+	if n := m["instance"]; n != nil {
+		if s, ok := d.str(n, "instance"); ok {
+			if !isLabel(s) {
+				d.errorf(n, "instance", "%q is not a name of lower-case letters, digits and '-'", s)
+			}
+			cfg.Instance = s
+		}
+	} else {
+		host, _ := os.Hostname()
+		cfg.Instance = strings.ToLower(strings.SplitN(host, ".", 2)[0])
+		if !isLabel(cfg.Instance) {
+			d.errorf(root, "instance", "not set, and the host name %q is not a name of lower-case letters, digits and '-'", host)
+		}
+	}
+	if n := m["zone"]; n != nil {
+		if s, ok := d.str(n, "zone"); ok {
+			if _, ok := dns.IsDomainName(s); !ok || s == "" || s == "." || strings.Contains(strings.TrimSuffix(s, "."), "..") {
+				d.errorf(n, "zone", "%q is not a domain name", s)
+			} else {
+				cfg.Zone = strings.ToLower(dns.Fqdn(s))
+			}
+		}
+	} else {
+		d.errorf(root, "zone", "required: the DNS zone to serve, such as lb.example.test.")
+	}
+	if n := m["dns"]; n != nil {
+		d.dns(n, cfg)
+	}
+	if n := m["http"]; n != nil {
+		if hm, _, ok := d.mapping(n, "http", "listen"); ok && hm["listen"] != nil {
+			cfg.HTTP.Listen = d.listenAddr(hm["listen"], "http.listen")
+		}
+	}
+	if n := m["metrics"]; n != nil {
+		cfg.Metrics, _ = d.boolean(n, "metrics")
+	}
+	d.timing(m, "", &cfg.Timing)
+	if n := m["publish-when"]; n != nil {
+		cfg.PublishWhen, _ = d.oneOf(n, "publish-when", PublishAllPorts, PublishAnyPort)
+	}
+	if n := m["all-down"]; n != nil {
+		cfg.AllDown, _ = d.oneOf(n, "all-down", status.AllDownPublishAll, status.AllDownPublishNone)
+	}
+	if n := m["secrets"]; n != nil {
+		if sm, _, ok := d.mapping(n, "secrets", "dir"); ok && sm["dir"] != nil {
+			cfg.SecretsDir = d.path(sm["dir"], "secrets.dir")
+		}
+	}
+	if n := m["token-file"]; n != nil {
+		if cfg.TokenFile = d.path(n, "token-file"); cfg.TokenFile != "" {
+			b, err := os.ReadFile(cfg.TokenFile)
+			switch {
+			case err != nil:
+				d.errorf(n, "token-file", "reading the token: %v", err)
+			case len(strings.TrimSpace(string(b))) < 16:
+				d.errorf(n, "token-file", "the token in %s is shorter than 16 characters", cfg.TokenFile)
+			default:
+				cfg.Token = Secret(strings.TrimSpace(string(b)))
+			}
+		}
+	}
+	if n := m["peers"]; n != nil {
+		d.peers(n, cfg)
+		if len(cfg.Peers) > 0 && m["token-file"] == nil {
+			d.errorf(keys["peers"], "peers", "peers need token-file: the shared token they authenticate with")
+		}
+	}
+	if n := m["state-file"]; n != nil {
+		cfg.StateFile = d.path(n, "state-file")
+	}
+	if n := m["services"]; n != nil {
+		d.services(n, cfg)
+	} else {
+		d.errorf(root, "services", "required: at least one service")
+	}
+	if len(d.errs) == 0 {
+		d.zone(root, cfg)
+	}
+}
+
+func (d *decoder) dns(n *yaml.Node, cfg *Config) {
+	m, _, ok := d.mapping(n, "dns", "listen", "ttl", "nameservers", "hostmaster", "serial-file")
+	if !ok {
+		return
+	}
+	if v := m["listen"]; v != nil {
+		cfg.DNS.Listen = d.listenAddr(v, "dns.listen")
+	}
+	if v := m["ttl"]; v != nil {
+		ttl, _ := d.integer(v, "dns.ttl", 1, dnsexport.MaxTTL)
+		cfg.DNS.TTL = uint32(ttl)
+	}
+	if v := m["nameservers"]; v != nil {
+		for i, e := range d.list(v, "dns.nameservers") {
+			p := fmt.Sprintf("dns.nameservers[%d]", i)
+			if s, ok := d.str(e, p); ok {
+				ns, err := dnsexport.ParseNameServer(s)
+				if err != nil {
+					d.errorf(e, p, "%v (want name or name=ip[,ip])", err)
+					continue
+				}
+				cfg.DNS.NameServers = append(cfg.DNS.NameServers, ns)
+			}
+		}
+	}
+	if v := m["hostmaster"]; v != nil {
+		cfg.DNS.Hostmaster, _ = d.str(v, "dns.hostmaster")
+	}
+	if v := m["serial-file"]; v != nil {
+		cfg.DNS.SerialFile = d.path(v, "dns.serial-file")
+	}
+}
+
+// zone checks that the zone builds with the configured name servers, or
+// the default one: ns.<zone> at the DNS listen address.
+func (d *decoder) zone(root *yaml.Node, cfg *Config) {
+	if len(cfg.DNS.NameServers) == 0 {
+		host, _, _ := net.SplitHostPort(cfg.DNS.Listen)
+		ip, err := netip.ParseAddr(host)
+		if err != nil || ip.IsUnspecified() {
+			d.errorf(root, "dns.nameservers", "required when dns.listen (%q) names no single address: the zone's NS records, such as ns1.%s=192.0.2.53", cfg.DNS.Listen, cfg.Zone)
+			return
+		}
+		cfg.DNS.NameServers = []dnsexport.NameServer{{Name: "ns." + cfg.Zone, Addrs: []netip.Addr{ip}}}
+	}
+	if _, _, err := dnsexport.Build(cfg.zoneConfig(), nil); err != nil {
+		d.errorf(root, "dns", "%v", err)
+	}
+}
+
+func (cfg *Config) zoneConfig() dnsexport.ZoneConfig {
+	return dnsexport.ZoneConfig{Origin: cfg.Zone, NameServers: cfg.DNS.NameServers, Hostmaster: cfg.DNS.Hostmaster, DefaultTTL: cfg.DNS.TTL}
+}
+
+func (d *decoder) timing(m map[string]*yaml.Node, path string, t *Timing) {
+	if n := m["interval"]; n != nil {
+		t.Interval, _ = d.duration(n, join(path, "interval"), MinInterval, time.Hour)
+	}
+	if n := m["timeout"]; n != nil {
+		t.Timeout, _ = d.duration(n, join(path, "timeout"), 10*time.Millisecond, time.Minute)
+	}
+	if n := m["rise"]; n != nil {
+		t.Rise, _ = d.integer(n, join(path, "rise"), 1, 100)
+	}
+	if n := m["fall"]; n != nil {
+		t.Fall, _ = d.integer(n, join(path, "fall"), 1, 100)
+	}
+}
+
+func (d *decoder) peers(n *yaml.Node, cfg *Config) {
+	seen := map[string]bool{cfg.Instance: true}
+	for i, e := range d.list(n, "peers") {
+		p := fmt.Sprintf("peers[%d]", i)
+		m, _, ok := d.mapping(e, p, "name", "url")
+		if !ok {
+			continue
+		}
+		var peer Peer
+		if v := m["name"]; v == nil {
+			d.errorf(e, p+".name", "required")
+		} else if s, ok := d.str(v, p+".name"); ok {
+			switch {
+			case !isLabel(s):
+				d.errorf(v, p+".name", "%q is not a name of lower-case letters, digits and '-'", s)
+			case s == cfg.Instance:
+				d.errorf(v, p+".name", "%q is this instance's own name", s)
+			case seen[s]:
+				d.errorf(v, p+".name", "%q is listed twice", s)
+			}
+			seen[s], peer.Name = true, s
+		}
+		if v := m["url"]; v == nil {
+			d.errorf(e, p+".url", "required: the peer's http address, such as http://192.0.2.2:9471")
+		} else if s, ok := d.str(v, p+".url"); ok {
+			u, err := url.Parse(s)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				d.errorf(v, p+".url", "%q is not an http or https URL", s)
+			}
+			peer.URL = strings.TrimSuffix(s, "/")
+		}
+		cfg.Peers = append(cfg.Peers, peer)
+	}
+}
+
+var serviceKeys = []string{"name", "hostnames", "ttl", "publish-when", "all-down", "interval", "timeout", "rise", "fall", "hosts", "ports"}
+
+func (d *decoder) services(n *yaml.Node, cfg *Config) {
+	items := d.list(n, "services")
+	if n.Kind == yaml.SequenceNode && len(items) == 0 {
+		d.errorf(n, "services", "required: at least one service")
+	}
+	seen := map[string]int{}
+	for i, e := range items {
+		p := fmt.Sprintf("services[%d]", i)
+		m, _, ok := d.mapping(e, p, serviceKeys...)
+		if !ok {
+			continue
+		}
+		svc := Service{PublishWhen: cfg.PublishWhen, AllDown: cfg.AllDown, Timing: cfg.Timing}
+		if v := m["name"]; v == nil {
+			d.errorf(e, p+".name", "required")
+		} else if s, ok := d.str(v, p+".name"); ok {
+			if !isLabel(s) {
+				d.errorf(v, p+".name", "%q is not a DNS label (lower-case letters, digits and '-')", s)
+			} else if first, dup := seen[s]; dup {
+				d.errorf(v, p+".name", "%q is also services[%d]", s, first)
+			}
+			seen[s], svc.Name = i, s
+		}
+		if v := m["hostnames"]; v != nil {
+			for j, h := range d.list(v, p+".hostnames") {
+				hp := fmt.Sprintf("%s.hostnames[%d]", p, j)
+				if s, ok := d.str(h, hp); ok {
+					fq := strings.ToLower(dns.Fqdn(s))
+					if _, ok := dns.IsDomainName(fq); !ok || (cfg.Zone != "" && !dns.IsSubDomain(cfg.Zone, fq)) {
+						d.errorf(h, hp, "%q is not a name inside zone %s", s, cfg.Zone)
+						continue
+					}
+					svc.Hostnames = append(svc.Hostnames, fq)
+				}
+			}
+		}
+		if v := m["ttl"]; v != nil {
+			ttl, _ := d.integer(v, p+".ttl", 1, dnsexport.MaxTTL)
+			svc.TTL = uint32(ttl)
+		}
+		if v := m["publish-when"]; v != nil {
+			svc.PublishWhen, _ = d.oneOf(v, p+".publish-when", PublishAllPorts, PublishAnyPort)
+		}
+		if v := m["all-down"]; v != nil {
+			svc.AllDown, _ = d.oneOf(v, p+".all-down", status.AllDownPublishAll, status.AllDownPublishNone)
+		}
+		d.timing(m, p, &svc.Timing)
+		if v := m["hosts"]; v != nil {
+			d.hosts(v, p, &svc)
+		} else {
+			d.errorf(e, p+".hosts", "required: at least one host")
+		}
+		if v := m["ports"]; v != nil {
+			d.ports(v, p, cfg, &svc)
+		} else {
+			d.errorf(e, p+".ports", "required: at least one port")
+		}
+		cfg.Services = append(cfg.Services, svc)
+	}
+}
+
+func (d *decoder) hosts(n *yaml.Node, path string, svc *Service) {
+	items := d.list(n, path+".hosts")
+	if n.Kind == yaml.SequenceNode && len(items) == 0 {
+		d.errorf(n, path+".hosts", "required: at least one host")
+	}
+	names, addrs := map[string]bool{}, map[netip.Addr]string{}
+	for i, e := range items {
+		p := fmt.Sprintf("%s.hosts[%d]", path, i)
+		m, _, ok := d.mapping(e, p, "name", "address", "addresses", "probe-address")
+		if !ok {
+			continue
+		}
+		var h Host
+		if v := m["name"]; v == nil {
+			d.errorf(e, p+".name", "required")
+		} else if s, ok := d.str(v, p+".name"); ok {
+			if !isLabel(s) {
+				d.errorf(v, p+".name", "%q is not a name of lower-case letters, digits and '-'", s)
+			} else if names[s] {
+				d.errorf(v, p+".name", "%q is listed twice", s)
+			}
+			names[s], h.Name = true, s
+		}
+		addr := func(v *yaml.Node, ap string) netip.Addr {
+			s, ok := d.str(v, ap)
+			if !ok {
+				return netip.Addr{}
+			}
+			ip, err := netip.ParseAddr(s)
+			if err != nil || ip.Zone() != "" || ip.IsUnspecified() {
+				d.errorf(v, ap, "%q is not an IP address", s)
+				return netip.Addr{}
+			}
+			return ip.Unmap()
+		}
+		switch {
+		case m["address"] != nil && m["addresses"] != nil:
+			d.errorf(m["addresses"], p+".addresses", "give address or addresses, not both")
+		case m["address"] != nil:
+			if ip := addr(m["address"], p+".address"); ip.IsValid() {
+				h.Addresses = append(h.Addresses, ip)
+			}
+		case m["addresses"] != nil:
+			for j, v := range d.list(m["addresses"], p+".addresses") {
+				if ip := addr(v, fmt.Sprintf("%s.addresses[%d]", p, j)); ip.IsValid() {
+					h.Addresses = append(h.Addresses, ip)
+				}
+			}
+		default:
+			d.errorf(e, p+".address", "required: the host's IP address")
+		}
+		for _, ip := range h.Addresses {
+			if other, dup := addrs[ip]; dup && other != h.Name {
+				d.errorf(e, p, "address %s is also host %q's", ip, other)
+			}
+			addrs[ip] = h.Name
+		}
+		if v := m["probe-address"]; v != nil {
+			h.ProbeAddress = addr(v, p+".probe-address")
+		} else if len(h.Addresses) > 0 {
+			h.ProbeAddress = h.Addresses[0]
+		}
+		svc.Hosts = append(svc.Hosts, h)
+	}
+}
+
+func (d *decoder) ports(n *yaml.Node, path string, cfg *Config, svc *Service) {
+	items := d.list(n, path+".ports")
+	if n.Kind == yaml.SequenceNode && len(items) == 0 {
+		d.errorf(n, path+".ports", "required: at least one port")
+	}
+	seen := map[string]bool{}
+	for i, e := range items {
+		p := fmt.Sprintf("%s.ports[%d]", path, i)
+		m, _, ok := d.mapping(e, p, "name", "port", "protocol", "probe")
+		if !ok {
+			continue
+		}
+		port := Port{Protocol: "TCP"}
+		if v := m["name"]; v != nil {
+			if s, ok := d.str(v, p+".name"); ok {
+				if !isLabel(s) {
+					d.errorf(v, p+".name", "%q is not a DNS label", s)
+				}
+				port.Name = s
+			}
+		}
+		if v := m["port"]; v == nil {
+			d.errorf(e, p+".port", "required")
+		} else if n, ok := d.integer(v, p+".port", 1, 65535); ok {
+			port.Port = uint16(n)
+		}
+		if v := m["protocol"]; v != nil {
+			if s, ok := d.str(v, p+".protocol"); ok {
+				switch strings.ToUpper(s) {
+				case "TCP", "UDP":
+					port.Protocol = strings.ToUpper(s)
+				default:
+					d.errorf(v, p+".protocol", "%q is not TCP or UDP", s)
+				}
+			}
+		}
+		text := strings.ToLower(port.Protocol)
+		if v := m["probe"]; v != nil {
+			if s, ok := d.str(v, p+".probe"); ok {
+				text = s
+			}
+		}
+		spec, err := prober.Parse(text)
+		if err != nil {
+			node := e
+			if m["probe"] != nil {
+				node = m["probe"]
+			}
+			d.errorf(node, p+".probe", "%v", err)
+		} else {
+			if spec.Secret != "" && cfg.SecretsDir == "" {
+				d.errorf(m["probe"], p+".probe", "secret=%s needs secrets.dir, the directory holding %s/password", spec.Secret, spec.Secret)
+			}
+			port.Spec, port.Probe = spec, spec.String()
+		}
+		key := port.Protocol + "/" + strconv.Itoa(int(port.Port))
+		if port.Port != 0 && seen[key] {
+			d.errorf(e, p, "port %s is listed twice", key)
+		}
+		seen[key] = true
+		svc.Ports = append(svc.Ports, port)
+	}
+}
+
+// isLabel reports whether s is a DNS label of lower-case letters, digits
+// and '-', which every name in the file must be.
+func isLabel(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// suggest returns ` (did you mean "x"?)` for the closest candidate, or "".
+func suggest(word string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if d := editDistance(word, c); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// editDistance is the optimal string alignment distance: a swapped pair
+// of letters is one edit.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}

@@ -1,0 +1,763 @@
+package standalone
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/dashboard"
+	"github.com/pulselb/pulselb/dnsexport"
+	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/status"
+)
+
+// maxMessage bounds an observation's message, as in the cluster's reports.
+const maxMessage = 256
+
+// Options are what a Runner needs besides its Config.
+type Options struct {
+	// Registry receives the metrics served at /metrics; nil means a new
+	// registry.
+	Registry *prometheus.Registry
+	// OnTransition, when set, is called for every verdict change, in
+	// order, from the goroutine that judges. It must not block for long.
+	OnTransition func(dashboard.Transition)
+	// Title heads the dashboard.
+	Title string
+}
+
+// Runner is one standalone instance: probes, verdicts, DNS, dashboard,
+// peer reports and metrics.
+type Runner struct {
+	opts          Options
+	reg           *prometheus.Registry
+	metrics       *metrics
+	proberMetrics *prober.Metrics
+	sched         *prober.Scheduler
+	dns           *dnsexport.Server
+	dash          *dashboard.Dashboard
+	httpLn        net.Listener
+	client        *http.Client
+
+	// wake asks the judging loop to look again.
+	wake chan struct{}
+
+	mu       sync.Mutex
+	cfg      *Config
+	targets  map[string]targetInfo
+	order    []string
+	probers  map[string]builtProber
+	failing  map[string]time.Time
+	peers    map[string]*peerState
+	verdicts map[string]*verdictState
+	// publishedHosts are, per service, the hosts in its DNS answer now.
+	publishedHosts map[string]map[string]bool
+	transitions    []dashboard.Transition
+	state          dashboard.State
+	// saved is false while the state file lags behind the verdicts.
+	saved bool
+
+	// lastProblems are the zone problems last logged; only the judging
+	// loop uses them.
+	lastProblems []string
+}
+
+type targetInfo struct {
+	service string
+	host    string
+	port    Port
+	addr    netip.AddrPort
+}
+
+type builtProber struct {
+	spec   string
+	prober prober.Prober
+}
+
+type verdictState struct {
+	verdict status.Verdict
+	since   time.Time
+}
+
+// New checks cfg, opens the DNS and HTTP sockets, loads the state file and
+// returns a Runner ready to Run. A state file that cannot be read is
+// logged and ignored: the instance then starts from Unknown.
+func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
+	logger := klog.FromContext(ctx)
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	r := &Runner{
+		opts:           opts,
+		reg:            reg,
+		metrics:        newMetrics(),
+		proberMetrics:  prober.NewMetrics(),
+		dash:           dashboard.New(dashboard.Options{Title: opts.Title}),
+		client:         &http.Client{},
+		wake:           make(chan struct{}, 1),
+		cfg:            cfg,
+		probers:        map[string]builtProber{},
+		failing:        map[string]time.Time{},
+		peers:          map[string]*peerState{},
+		verdicts:       map[string]*verdictState{},
+		publishedHosts: map[string]map[string]bool{},
+		saved:          true,
+	}
+	dnsMetrics := dnsexport.NewMetrics()
+	if err := errors.Join(r.metrics.register(reg), r.proberMetrics.RegisterMetrics(reg), dnsMetrics.RegisterMetrics(reg), dashboard.RegisterMetrics(reg)); err != nil {
+		return nil, err
+	}
+	saved, err := loadState(cfg.StateFile)
+	if err != nil {
+		logger.Error(err, "Ignoring the state file; starting from Unknown", "stateFile", cfg.StateFile)
+	}
+	for k, v := range saved {
+		r.verdicts[k] = &verdictState{verdict: v.verdict, since: v.since}
+	}
+	if len(saved) > 0 {
+		logger.Info("Loaded verdicts from the state file", "stateFile", cfg.StateFile, "targets", len(saved))
+	}
+	r.sched = prober.NewScheduler(prober.Config{
+		Interval: cfg.Interval,
+		Rise:     cfg.Rise,
+		Fall:     cfg.Fall,
+		Metrics:  r.proberMetrics,
+		OnChange: func(prober.Transition) { poke(r.wake) },
+		OnResult: r.onResult,
+	})
+	targets, infos, probers, err := r.buildTargets(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.setTargetsLocked(infos, probers)
+	r.mu.Unlock()
+	r.sched.Set(targets)
+
+	r.dns, err = dnsexport.NewServer(dnsexport.Config{Zone: cfg.zoneConfig(), Listen: cfg.DNS.Listen,
+		SerialFile: cfg.DNS.SerialFile, Metrics: dnsMetrics})
+	if err != nil {
+		return nil, fmt.Errorf("creating dns server: %w", err)
+	}
+	if err := r.dns.Listen(); err != nil {
+		return nil, err
+	}
+	r.httpLn, err = net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listening on http %s: %w", cfg.HTTP.Listen, err)
+	}
+	return r, nil
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Runner) config() *Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cfg
+}
+
+// DNSAddr is the address the DNS server listens on.
+func (r *Runner) DNSAddr() netip.AddrPort { return r.dns.Addr() }
+
+// HTTPAddr is the address of the dashboard, report and metrics server.
+func (r *Runner) HTTPAddr() string { return r.httpLn.Addr().String() }
+
+// Registry is the registry /metrics serves.
+func (r *Runner) Registry() *prometheus.Registry { return r.reg }
+
+// State returns what the dashboard shows now.
+func (r *Runner) State() dashboard.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+// Handler serves the dashboard at / and /api/v1/*, this instance's report
+// to peers at /api/v1/report, /metrics and /healthz.
+func (r *Runner) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+ReportPath, r.serveReport)
+	metrics := promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, req *http.Request) {
+		if !r.config().Metrics {
+			http.NotFound(w, req)
+			return
+		}
+		metrics.ServeHTTP(w, req)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.Handle("/", r.dash)
+	return mux
+}
+
+// Run probes, judges, serves DNS and HTTP and polls the peers until ctx is
+// done, then closes the sockets.
+func (r *Runner) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() { _ = r.sched.Run(ctx) })
+	wg.Go(func() {
+		if err := r.dns.Run(ctx); err != nil {
+			errs <- fmt.Errorf("dns server: %w", err)
+		}
+	})
+	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	wg.Go(func() {
+		if err := srv.Serve(r.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("http server: %w", err)
+		}
+	})
+	wg.Go(func() { r.pollPeers(ctx) })
+	logger.Info("Serving", "instance", r.config().Instance, "dns", r.DNSAddr(), "http", r.HTTPAddr(), "zone", r.config().Zone)
+
+	var err error
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err = <-errs:
+			break loop
+		case <-r.wake:
+		case <-timer.C:
+		}
+		r.evaluate(ctx)
+		timer.Reset(r.config().Interval)
+	}
+	cancel()
+	// Dashboard event streams stay open until their clients leave: end
+	// them, give other requests a moment, then close what is left.
+	r.dash.Close()
+	shutdown, done := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer done()
+	if srv.Shutdown(shutdown) != nil {
+		_ = srv.Close()
+	}
+	wg.Wait()
+	r.flushState(ctx)
+	return err
+}
+
+// Reload applies cfg: targets that remain keep their state, streaks and
+// verdicts; new ones start Unknown; removed ones are forgotten. Settings
+// bound at start (instance, zone, DNS and HTTP sockets, state file) keep
+// their old values until a restart, and are logged. On error nothing
+// changes.
+func (r *Runner) Reload(ctx context.Context, cfg *Config) error {
+	logger := klog.FromContext(ctx)
+	old := r.config()
+	cfg = withFixed(old, cfg, func(field string) {
+		logger.Info("Setting changes only at restart; keeping the running value", "field", field)
+	})
+	targets, infos, probers, err := r.buildTargets(cfg)
+	if err != nil {
+		r.metrics.reloads.WithLabelValues("error").Inc()
+		return err
+	}
+	r.mu.Lock()
+	// The configuration and its targets change together, so the judging
+	// loop never sees one without the other.
+	r.cfg = cfg
+	for name := range r.peers {
+		if !slices.ContainsFunc(cfg.Peers, func(p Peer) bool { return p.Name == name }) {
+			delete(r.peers, name)
+		}
+	}
+	r.setTargetsLocked(infos, probers)
+	r.mu.Unlock()
+	r.sched.Set(targets)
+	r.metrics.reloads.WithLabelValues("success").Inc()
+	logger.Info("Reloaded configuration", "file", cfg.File, "services", len(cfg.Services), "targets", len(targets), "peers", len(cfg.Peers))
+	poke(r.wake)
+	return nil
+}
+
+// ReloadFile loads the configuration file at path and applies it with
+// Reload. On error, which names the file, line and field of every problem,
+// the running configuration stays.
+func (r *Runner) ReloadFile(ctx context.Context, path string) error {
+	cfg, err := Load(path)
+	if err != nil {
+		r.metrics.reloads.WithLabelValues("error").Inc()
+		return err
+	}
+	return r.Reload(ctx, cfg)
+}
+
+// withFixed returns next with the settings bound at start taken from cur,
+// calling changed for each that differs.
+func withFixed(cur, next *Config, changed func(field string)) *Config {
+	c := *next
+	check := func(field string, differs bool) {
+		if differs {
+			changed(field)
+		}
+	}
+	check("instance", c.Instance != cur.Instance)
+	check("zone", c.Zone != cur.Zone)
+	check("dns.listen", c.DNS.Listen != cur.DNS.Listen)
+	check("dns.nameservers", fmt.Sprint(c.DNS.NameServers) != fmt.Sprint(cur.DNS.NameServers))
+	check("dns.hostmaster", c.DNS.Hostmaster != cur.DNS.Hostmaster)
+	check("dns.serial-file", c.DNS.SerialFile != cur.DNS.SerialFile)
+	check("http.listen", c.HTTP.Listen != cur.HTTP.Listen)
+	check("state-file", c.StateFile != cur.StateFile)
+	c.Instance, c.Zone, c.HTTP, c.StateFile = cur.Instance, cur.Zone, cur.HTTP, cur.StateFile
+	c.DNS.Listen, c.DNS.NameServers, c.DNS.Hostmaster, c.DNS.SerialFile = cur.DNS.Listen, cur.DNS.NameServers, cur.DNS.Hostmaster, cur.DNS.SerialFile
+	return &c
+}
+
+// buildTargets returns the scheduler targets of cfg with their details and
+// probers, reusing built probers whose spec did not change.
+func (r *Runner) buildTargets(cfg *Config) ([]prober.Target, map[string]targetInfo, map[string]builtProber, error) {
+	r.mu.Lock()
+	cache := r.probers
+	r.mu.Unlock()
+	var opts prober.Options
+	if cfg.SecretsDir != "" {
+		opts.Secrets = prober.DirSecrets(cfg.SecretsDir)
+	}
+	var out []prober.Target
+	infos := map[string]targetInfo{}
+	probers := map[string]builtProber{}
+	for _, svc := range cfg.Services {
+		for _, h := range svc.Hosts {
+			for _, p := range svc.Ports {
+				key := Key(svc.Name, p, h.Name)
+				b, ok := cache[key]
+				if !ok || b.spec != p.Probe {
+					pr, err := prober.New(p.Spec, opts)
+					if err != nil {
+						return nil, nil, nil, fmt.Errorf("service %s, host %s, port %d: %w", svc.Name, h.Name, p.Port, err)
+					}
+					b = builtProber{spec: p.Probe, prober: pr}
+				}
+				probers[key] = b
+				addr := netip.AddrPortFrom(h.ProbeAddress, p.Port)
+				infos[key] = targetInfo{service: svc.Name, host: h.Name, port: p, addr: addr}
+				out = append(out, prober.Target{Key: key, Addr: addr, Protocol: p.Spec.Protocol, Prober: b.prober,
+					Interval: cmp.Or(p.Spec.Interval, svc.Interval), Timeout: cmp.Or(p.Spec.Timeout, svc.Timeout),
+					Rise: cmp.Or(p.Spec.Rise, svc.Rise), Fall: cmp.Or(p.Spec.Fall, svc.Fall)})
+			}
+		}
+	}
+	return out, infos, probers, nil
+}
+
+// setTargetsLocked installs the target details, forgetting what is known
+// about targets that are gone. r.mu is held.
+func (r *Runner) setTargetsLocked(infos map[string]targetInfo, probers map[string]builtProber) {
+	r.targets, r.probers = infos, probers
+	r.order = make([]string, 0, len(infos))
+	for k := range infos {
+		r.order = append(r.order, k)
+	}
+	slices.Sort(r.order)
+	for k := range r.failing {
+		if _, ok := infos[k]; !ok {
+			delete(r.failing, k)
+		}
+	}
+	for k := range r.verdicts {
+		if _, ok := infos[k]; !ok {
+			delete(r.verdicts, k)
+			r.saved = false
+		}
+	}
+}
+
+// onResult tracks when each target's current run of failures began.
+func (r *Runner) onResult(key string, res prober.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if res.Up() {
+		delete(r.failing, key)
+	} else if _, ok := r.failing[key]; !ok {
+		r.failing[key] = time.Now().Add(-res.Timings.Total)
+	}
+}
+
+// Report returns this instance's ProbeReport: what its own probes
+// concluded, in the form the cluster's probers write, so that the same
+// quorum code judges both.
+func (r *Runner) Report() *v1alpha1.ProbeReport {
+	now := time.Now()
+	snap := r.sched.Snapshot()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Name: r.cfg.Instance}}
+	rep.Status = v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(now), HeartbeatSeconds: heartbeatSeconds(r.cfg.Interval)}
+	for _, s := range snap {
+		ti, ok := r.targets[s.Key]
+		if !ok || (s.State != prober.StateUp && s.State != prober.StateDown) {
+			continue
+		}
+		obs := v1alpha1.Observation{Node: ti.host, Address: s.Addr.String(), State: v1alpha1.StateUp,
+			Outcome: s.Last.Outcome.String(), Since: metav1.NewTime(s.Since), Message: truncate(s.Last.Message(), maxMessage)}
+		if s.State == prober.StateDown {
+			obs.State = v1alpha1.StateDown
+			rep.Status.Down++
+		}
+		if !s.LastChange.IsZero() {
+			obs.LastChange = ptrTo(metav1.NewTime(s.LastChange))
+		}
+		if f, ok := r.failing[s.Key]; ok {
+			obs.FailingSince = ptrTo(metav1.NewTime(f))
+		}
+		if s.RTT > 0 {
+			obs.Latency = &metav1.Duration{Duration: s.RTT}
+		}
+		rep.Status.Results = append(rep.Status.Results, v1alpha1.ProbeResult{Service: ti.service, Port: int32(ti.port.Port),
+			PortProtocol: ti.port.Protocol, Protocol: string(ti.port.Spec.Protocol), Observation: obs})
+		rep.Status.Targets++
+	}
+	return rep
+}
+
+// pollPeers fetches every peer's report each interval until ctx is done.
+func (r *Runner) pollPeers(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		cfg := r.config()
+		timer.Reset(cfg.Interval)
+		if len(cfg.Peers) == 0 {
+			continue
+		}
+		// A poll may take up to one interval (at least a second), so that
+		// a slow peer is late rather than absent.
+		pctx, cancel := context.WithTimeout(ctx, max(cfg.Interval, time.Second))
+		var wg sync.WaitGroup
+		for _, p := range cfg.Peers {
+			wg.Go(func() {
+				rep, err := fetchReport(pctx, r.client, p, string(cfg.Token), cfg.Interval, time.Now)
+				if ctx.Err() != nil {
+					return
+				}
+				r.recordPoll(logger, p, rep, err)
+			})
+		}
+		wg.Wait()
+		cancel()
+		poke(r.wake)
+	}
+}
+
+// recordPoll keeps a peer's new report, or its error. A failed poll keeps
+// the last report, which turns stale after StaleHeartbeats intervals.
+func (r *Runner) recordPoll(logger klog.Logger, p Peer, rep *v1alpha1.ProbeReport, err error) {
+	result := "ok"
+	switch {
+	case errors.Is(err, ErrUnauthorized):
+		result = "unauthorized"
+	case err != nil:
+		result = "error"
+	}
+	r.metrics.peerPolls.WithLabelValues(result).Inc()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !slices.ContainsFunc(r.cfg.Peers, func(q Peer) bool { return q.Name == p.Name }) {
+		return // removed by a reload meanwhile
+	}
+	ps := r.peers[p.Name]
+	if ps == nil {
+		ps = &peerState{}
+		r.peers[p.Name] = ps
+	}
+	switch {
+	case err != nil && ps.err == nil:
+		logger.Info("Polling peer failed; its last report turns stale after missed polls", "peer", p.Name, "err", err)
+	case err == nil && ps.err != nil:
+		logger.Info("Polling peer works again", "peer", p.Name)
+	}
+	ps.err = err
+	if err == nil {
+		ps.report = rep
+	}
+}
+
+// evaluate judges every target over this instance's and the peers'
+// reports, publishes the healthy hosts in DNS, saves the verdicts and
+// updates the dashboard.
+func (r *Runner) evaluate(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	own := r.Report()
+	snap := r.sched.Snapshot()
+	now := time.Now()
+
+	r.mu.Lock()
+	cfg := r.cfg
+	reports := []*v1alpha1.ProbeReport{own}
+	vantages := []string{cfg.Instance}
+	for _, p := range cfg.Peers {
+		vantages = append(vantages, p.Name)
+		if ps := r.peers[p.Name]; ps != nil && ps.report != nil {
+			reports = append(reports, ps.report)
+		}
+	}
+	slices.Sort(vantages)
+	idx := status.IndexReports(reports, now)
+	// Alone, this instance is the only vantage and must be able to fail a
+	// host by itself; with peers a single vantage never can.
+	minDown := 0
+	if len(cfg.Peers) == 0 {
+		minDown = 1
+	}
+	var changes []dashboard.Transition
+	judgements := make(map[string]status.Judgement, len(r.order))
+	for _, key := range r.order {
+		ti := r.targets[key]
+		vs := r.verdicts[key]
+		if vs == nil {
+			vs = &verdictState{}
+			r.verdicts[key] = vs
+		}
+		j := status.Judge(idx, status.Target{Key: key, Node: ti.host, Vantages: vantages, MinDown: minDown}, vs.verdict)
+		judgements[key] = j
+		if j.Verdict != vs.verdict {
+			changes = append(changes, dashboard.Transition{Time: now, Service: ti.service, Node: ti.host, Address: ti.addr.Addr().String(),
+				Port: int(ti.port.Port), From: vs.verdict.String(), To: j.Verdict.String(), Reason: j.Summary()})
+			vs.verdict, vs.since = j.Verdict, now
+			r.saved = false
+			r.metrics.verdicts.WithLabelValues(j.Verdict.String()).Inc()
+		}
+	}
+
+	views := viewReports(reports, now)
+	var zone []dnsexport.Service
+	var services []dashboard.Service
+	certs := map[string]time.Time{}
+	for _, s := range snap {
+		if s.Last.TLS != nil {
+			certs[s.Key] = s.Last.TLS.NotAfter
+		}
+	}
+	for _, svc := range cfg.Services {
+		prev := r.publishedHosts[svc.Name]
+		var healthy []string
+		for _, h := range svc.Hosts {
+			nv := status.NodeVerdicts{Ports: map[status.PortKey]status.Judgement{}, Published: prev[h.Name]}
+			for _, p := range svc.Ports {
+				nv.Ports[p.PortKey()] = judgements[Key(svc.Name, p, h.Name)]
+			}
+			if !status.NodeHealth(nv, svc.PublishWhen).Down {
+				healthy = append(healthy, h.Name)
+			}
+		}
+		pub := healthy
+		allDown := ""
+		if len(healthy) == 0 {
+			allDown = svc.AllDown
+			pub = nil
+			if svc.AllDown != status.AllDownPublishNone {
+				for _, h := range svc.Hosts {
+					pub = append(pub, h.Name)
+				}
+			}
+		}
+		hosts := map[string]bool{}
+		var ips []netip.Addr
+		for _, h := range svc.Hosts {
+			if slices.Contains(pub, h.Name) {
+				hosts[h.Name] = true
+				ips = append(ips, h.Addresses...)
+			}
+		}
+		r.publishedHosts[svc.Name] = hosts
+		slices.SortFunc(ips, netip.Addr.Compare)
+		ips = slices.Compact(ips)
+		r.metrics.published.WithLabelValues(svc.Name).Set(float64(len(ips)))
+		ttl := cmp.Or(svc.TTL, cfg.DNS.TTL)
+		ds := dnsexport.Service{Name: svc.Name, Hostnames: svc.Hostnames, IPs: ips, TTL: ttl}
+		for _, p := range svc.Ports {
+			ds.Ports = append(ds.Ports, dnsexport.Port{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
+		}
+		zone = append(zone, ds)
+		services = append(services, r.dashboardService(cfg, svc, ips, len(healthy) > 0, allDown, views, vantages, certs))
+	}
+	for name := range r.publishedHosts {
+		if !slices.ContainsFunc(cfg.Services, func(s Service) bool { return s.Name == name }) {
+			delete(r.publishedHosts, name)
+			r.metrics.published.DeleteLabelValues(name)
+		}
+	}
+	slices.SortFunc(services, func(a, b dashboard.Service) int { return strings.Compare(a.Name, b.Name) })
+	// Newest first; the changes of one round share a time, in key order.
+	r.transitions = append(slices.Clone(changes), r.transitions...)
+	if len(r.transitions) > dashboard.MaxTransitions {
+		r.transitions = r.transitions[:dashboard.MaxTransitions]
+	}
+	r.state = dashboard.State{Role: "standalone", Instance: cfg.Instance, GeneratedAt: now, Vantages: vantages,
+		Services: services, Transitions: slices.Clone(r.transitions)}
+	state := r.state
+	r.mu.Unlock()
+
+	for _, c := range changes {
+		logger.Info("Target verdict changed", "service", c.Service, "host", c.Node, "address", c.Address, "port", c.Port,
+			"from", c.From, "to", c.To, "reason", c.Reason)
+		if r.opts.OnTransition != nil {
+			r.opts.OnTransition(c)
+		}
+	}
+	problems, err := r.dns.Update(zone)
+	if err != nil {
+		logger.Error(err, "Updating DNS zone failed")
+	}
+	msgs := make([]string, len(problems))
+	for i, p := range problems {
+		msgs[i] = p.Error()
+	}
+	if !slices.Equal(msgs, r.lastProblems) && len(msgs) > 0 {
+		logger.Info("Services have DNS problems; serving the rest", "problems", msgs)
+	}
+	r.lastProblems = msgs
+	r.dash.Update(state)
+	r.flushState(ctx)
+}
+
+// flushState writes the verdicts to the state file when they changed.
+func (r *Runner) flushState(ctx context.Context) {
+	r.mu.Lock()
+	if r.saved || r.cfg.StateFile == "" {
+		r.mu.Unlock()
+		return
+	}
+	verdicts := make(map[string]savedVerdict, len(r.verdicts))
+	for k, v := range r.verdicts {
+		verdicts[k] = savedVerdict{v.verdict, v.since}
+	}
+	path, instance := r.cfg.StateFile, r.cfg.Instance
+	r.saved = true
+	r.mu.Unlock()
+	if err := saveState(path, instance, time.Now(), verdicts); err != nil {
+		klog.FromContext(ctx).Error(err, "Saving verdicts failed")
+		r.mu.Lock()
+		r.saved = false
+		r.mu.Unlock()
+	}
+}
+
+// dashboardService describes svc for the dashboard. r.mu is held.
+func (r *Runner) dashboardService(cfg *Config, svc Service, ips []netip.Addr, healthy bool, allDown string,
+	views map[string]*reportView, vantages []string, certs map[string]time.Time) dashboard.Service {
+	ds := dashboard.Service{Name: svc.Name, DNSNames: append([]string{svc.Name + "." + cfg.Zone}, svc.Hostnames...),
+		Published: []string{}, Healthy: healthy, AllDown: allDown}
+	for _, ip := range ips {
+		ds.Published = append(ds.Published, ip.String())
+	}
+	for _, h := range svc.Hosts {
+		for _, p := range svc.Ports {
+			key := Key(svc.Name, p, h.Name)
+			vs := r.verdicts[key]
+			if vs == nil {
+				vs = &verdictState{}
+			}
+			t := dashboard.Target{Node: h.Name, Address: h.ProbeAddress.String(), Port: int(p.Port), Protocol: p.Protocol,
+				Probe: p.Probe, State: vs.verdict.String(), Since: vs.since, CertNotAfter: certs[key]}
+			for _, v := range vantages {
+				vr := dashboard.VantageResult{Vantage: v, State: status.VerdictUnknown.String()}
+				rep := views[v]
+				vr.Stale = rep == nil || !rep.fresh
+				if obs := rep.observation(key); obs != nil {
+					vr.State, vr.Outcome, vr.Message = string(obs.State), obs.Outcome, obs.Message
+					if obs.Latency != nil {
+						vr.LatencySeconds = obs.Latency.Seconds()
+					}
+					if obs.LastChange != nil {
+						vr.LastChange = obs.LastChange.Time
+					}
+				}
+				t.Vantages = append(t.Vantages, vr)
+			}
+			ds.Targets = append(ds.Targets, t)
+		}
+	}
+	slices.SortFunc(ds.Targets, func(a, b dashboard.Target) int {
+		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port),
+			strings.Compare(a.Protocol, b.Protocol))
+	})
+	return ds
+}
+
+// reportView is one vantage's report as the dashboard shows it.
+type reportView struct {
+	fresh   bool
+	results map[string]*v1alpha1.Observation
+}
+
+// viewReports indexes reports by vantage and target key, applying the
+// quorum's staleness rule.
+func viewReports(reports []*v1alpha1.ProbeReport, now time.Time) map[string]*reportView {
+	out := make(map[string]*reportView, len(reports))
+	for _, rep := range reports {
+		hb := status.DefaultHeartbeat
+		if rep.Status.HeartbeatSeconds > 0 {
+			hb = time.Duration(rep.Status.HeartbeatSeconds) * time.Second
+		}
+		v := &reportView{
+			fresh:   !rep.Status.HeartbeatTime.IsZero() && now.Sub(rep.Status.HeartbeatTime.Time) <= status.StaleHeartbeats*hb,
+			results: make(map[string]*v1alpha1.Observation, len(rep.Status.Results)),
+		}
+		for i := range rep.Status.Results {
+			res := &rep.Status.Results[i]
+			v.results[prober.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
+		}
+		out[rep.Name] = v
+	}
+	return out
+}
+
+func (v *reportView) observation(key string) *v1alpha1.Observation {
+	if v == nil {
+		return nil
+	}
+	return v.results[key]
+}
+
+func statusProtocol(p string) corev1.Protocol { return corev1.Protocol(p) }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+func ptrTo[T any](v T) *T { return &v }

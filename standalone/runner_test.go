@@ -1,0 +1,485 @@
+package standalone
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/dashboard"
+	"github.com/pulselb/pulselb/prober"
+)
+
+var threeHosts = []string{"a=127.0.0.31", "b=127.0.0.32", "c=127.0.0.33"}
+
+// TestHostDownLeavesDNS stops host b and measures how long its address
+// stays in the DNS answer. The bound is the configured detection time:
+// up to one interval until the next probe, fall-1 fast re-probes, and
+// slack for a busy test machine.
+func TestHostDownLeavesDNS(t *testing.T) {
+	h := startHosts(t, "127.0.0.31", "127.0.0.32", "127.0.0.33")
+	in := instance{name: "solo", hosts: threeHosts, interval: 300 * time.Millisecond}
+	cfg := in.load(t, t.TempDir(), h.port)
+	r := start(t, cfg)
+
+	all := []string{"127.0.0.31", "127.0.0.32", "127.0.0.33"}
+	waitFor(t, 10*time.Second, "all hosts up and in DNS", func() bool { return allUp(r.Runner, "a", "b", "c")() && slices.Equal(answer(t, r.Runner), all) })
+
+	srv := query(t, r.Runner, "_"+strconv.Itoa(int(h.port))+"._tcp.web.lb.example.test.", dns.TypeSRV)
+	if len(srv) != 1 || srv[0].(*dns.SRV).Target != "web.lb.example.test." || srv[0].(*dns.SRV).Port != h.port {
+		t.Errorf("SRV answer %v", srv)
+	}
+	serial := query(t, r.Runner, "lb.example.test.", dns.TypeSOA)[0].(*dns.SOA).Serial
+
+	h.stop("127.0.0.32")
+	took := waitFor(t, 10*time.Second, "b gone from DNS", func() bool {
+		return slices.Equal(answer(t, r.Runner), []string{"127.0.0.31", "127.0.0.33"})
+	})
+	jitter := 1 + prober.DefaultJitter
+	limit := time.Duration(float64(cfg.Interval)*jitter) + time.Duration(float64(cfg.Fall-1)*float64(min(prober.DefaultFastInterval, cfg.Interval))*jitter) + 750*time.Millisecond
+	t.Logf("host down left DNS after %s (interval %s, fall %d, limit %s)", took.Round(time.Millisecond), cfg.Interval, cfg.Fall, limit)
+	if took > limit {
+		t.Errorf("host down left DNS after %s, more than the detection time %s", took, limit)
+	}
+	if now := query(t, r.Runner, "lb.example.test.", dns.TypeSOA)[0].(*dns.SOA).Serial; now <= serial {
+		t.Errorf("SOA serial %d after the change, was %d", now, serial)
+	}
+	if tg := target(r.Runner, "b"); tg.State != "Down" || tg.Vantages[0].Outcome != "L4CON" {
+		t.Errorf("dashboard shows b as %+v", tg)
+	}
+	st := r.State()
+	if st.Role != "standalone" || st.Instance != "solo" || !slices.Equal(st.Vantages, []string{"solo"}) {
+		t.Errorf("state = %+v", st)
+	}
+	if len(st.Transitions) == 0 || st.Transitions[0].Node != "b" || st.Transitions[0].To != "Down" {
+		t.Errorf("newest transition = %+v", st.Transitions)
+	}
+
+	if err := h.start("127.0.0.32"); err != nil {
+		t.Fatal(err)
+	}
+	took = waitFor(t, 10*time.Second, "b back in DNS", func() bool { return slices.Equal(answer(t, r.Runner), all) })
+	t.Logf("host back in DNS after %s", took.Round(time.Millisecond))
+}
+
+// TestAllDown checks both all-down policies: publish-all keeps every
+// address (fail-open), publish-none empties the answer.
+func TestAllDown(t *testing.T) {
+	for _, policy := range []string{"publish-all", "publish-none"} {
+		t.Run(policy, func(t *testing.T) {
+			h := startHosts(t, "127.0.0.34", "127.0.0.35")
+			in := instance{name: "solo", hosts: []string{"a=127.0.0.34", "b=127.0.0.35"}, extra: "all-down: " + policy + "\n"}
+			r := start(t, in.load(t, t.TempDir(), h.port))
+			waitFor(t, 10*time.Second, "both up", allUp(r.Runner, "a", "b"))
+			h.stop("127.0.0.34")
+			h.stop("127.0.0.35")
+			waitFor(t, 10*time.Second, "both down", func() bool { return verdict(r.Runner, "a") == "Down" && verdict(r.Runner, "b") == "Down" })
+			want := []string{"127.0.0.34", "127.0.0.35"}
+			if policy == "publish-none" {
+				want = []string{}
+			}
+			waitFor(t, 5*time.Second, "answer "+strings.Join(want, " "), func() bool { return slices.Equal(answer(t, r.Runner), want) })
+			svc := r.State().Services[0]
+			if svc.Healthy || svc.AllDown != policy {
+				t.Errorf("service = %+v", svc)
+			}
+		})
+	}
+}
+
+// TestReloadKeepsState reloads a configuration that adds a host: the
+// verdicts and since-times of the targets that remain do not change.
+func TestReloadKeepsState(t *testing.T) {
+	h := startHosts(t, "127.0.0.36", "127.0.0.37", "127.0.0.38")
+	dir := t.TempDir()
+	in := instance{name: "solo", hosts: []string{"a=127.0.0.36", "b=127.0.0.37"}}
+	r := start(t, in.load(t, dir, h.port))
+	waitFor(t, 10*time.Second, "a and b up", allUp(r.Runner, "a", "b"))
+	h.stop("127.0.0.37")
+	waitFor(t, 10*time.Second, "b down", func() bool { return verdict(r.Runner, "b") == "Down" })
+	before := map[string]time.Time{"a": target(r.Runner, "a").Since, "b": target(r.Runner, "b").Since}
+
+	in.hosts = append(in.hosts, "c=127.0.0.38")
+	if err := r.Reload(t.Context(), in.load(t, dir, h.port)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "c up after the reload", allUp(r.Runner, "c"))
+	for host, want := range map[string]string{"a": "Up", "b": "Down"} {
+		tg := target(r.Runner, host)
+		if tg.State != want || !tg.Since.Equal(before[host]) {
+			t.Errorf("after reload %s is %s since %v, want %s since %v", host, tg.State, tg.Since, want, before[host])
+		}
+	}
+	for _, tr := range r.State().Transitions {
+		if tr.Node != "c" && tr.Time.After(before["b"]) {
+			t.Errorf("transition after the reload: %+v", tr)
+		}
+	}
+	if got := answer(t, r.Runner); !slices.Equal(got, []string{"127.0.0.36", "127.0.0.38"}) {
+		t.Errorf("answer %v", got)
+	}
+
+	// Removing a host forgets it.
+	in.hosts = in.hosts[:1]
+	if err := r.Reload(t.Context(), in.load(t, dir, h.port)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "b and c gone", func() bool { return slices.Equal(answer(t, r.Runner), []string{"127.0.0.36"}) })
+	if tg := target(r.Runner, "b"); tg.Node != "" {
+		t.Errorf("b still shown: %+v", tg)
+	}
+}
+
+// TestRestartKeepsState stops an instance with a state file and starts a
+// new one with a probe interval too long to conclude soon: its first DNS
+// answer already leaves out the host that was down, and keeps the
+// since-times.
+func TestRestartKeepsState(t *testing.T) {
+	h := startHosts(t, "127.0.0.39", "127.0.0.40")
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.json")
+	in := instance{name: "solo", hosts: []string{"a=127.0.0.39", "b=127.0.0.40"}, extra: "state-file: state.json\n"}
+	r := start(t, in.load(t, dir, h.port))
+	waitFor(t, 10*time.Second, "a and b up", allUp(r.Runner, "a", "b"))
+	h.stop("127.0.0.40")
+	waitFor(t, 10*time.Second, "b down", func() bool { return verdict(r.Runner, "b") == "Down" })
+	since := target(r.Runner, "b").Since
+	r.stop()
+
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"web:TCP/`+strconv.Itoa(int(h.port))+`@b"`) || strings.Contains(string(b), testToken) {
+		t.Errorf("state file:\n%s", b)
+	}
+
+	in.interval = time.Hour
+	r2 := start(t, in.load(t, dir, h.port))
+	var first []string
+	waitFor(t, 5*time.Second, "a first answer", func() bool { first = answer(t, r2.Runner); return first != nil })
+	if !slices.Equal(first, []string{"127.0.0.39"}) {
+		t.Errorf("first answer after restart = %v, want only a", first)
+	}
+	if tg := target(r2.Runner, "b"); tg.State != "Down" || !tg.Since.Equal(since) {
+		t.Errorf("after restart b = %s since %v, want Down since %v", tg.State, tg.Since, since)
+	}
+
+	// A corrupt state file is reported and ignored, not fatal.
+	r2.stop()
+	if err := os.WriteFile(state, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r3 := start(t, in.load(t, dir, h.port))
+	if v := verdict(r3.Runner, "b"); v != "" && v != "Unknown" {
+		t.Errorf("with a corrupt state file b = %q", v)
+	}
+}
+
+func TestReportAuth(t *testing.T) {
+	h := startHosts(t, "127.0.0.41")
+	in := instance{name: "solo", hosts: []string{"a=127.0.0.41"}}
+	r := start(t, in.load(t, t.TempDir(), h.port))
+	waitFor(t, 10*time.Second, "a up", allUp(r.Runner, "a"))
+	url := "http://" + r.HTTPAddr() + ReportPath
+	tests := []struct {
+		name   string
+		header string
+		code   int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		{"wrong token", "Bearer " + strings.ToUpper(testToken), http.StatusUnauthorized},
+		{"token prefix", "Bearer " + testToken[:10], http.StatusUnauthorized},
+		{"not bearer", "Basic " + testToken, http.StatusUnauthorized},
+		{"right token", "Bearer " + testToken, http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			if tt.header != "" {
+				req.Header.Set("Authorization", tt.header)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.code {
+				t.Fatalf("HTTP %d, want %d: %s", resp.StatusCode, tt.code, body)
+			}
+			if strings.Contains(string(body), testToken) {
+				t.Error("the response shows the token")
+			}
+			if tt.code != http.StatusOK {
+				return
+			}
+			var rep v1alpha1.ProbeReport
+			if err := json.Unmarshal(body, &rep); err != nil {
+				t.Fatal(err)
+			}
+			if rep.Name != "solo" || len(rep.Status.Results) != 1 || rep.Status.Results[0].State != v1alpha1.StateUp || rep.Status.Results[0].Node != "a" {
+				t.Errorf("report = %s", body)
+			}
+		})
+	}
+	for path, want := range map[string]string{"/metrics": "pulselb_prober_probes_total", "/healthz": "ok", "/api/v1/state": `"role":"standalone"`} {
+		resp, err := http.Get("http://" + r.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s: HTTP %d, body lacks %q", path, resp.StatusCode, want)
+		}
+	}
+}
+
+// startPeers starts one instance per entry of ins, then reloads each with
+// the others as peers (their HTTP ports are known only once they listen).
+func startPeers(t *testing.T, dir string, port uint16, ins []instance) []*running {
+	t.Helper()
+	var rs []*running
+	for i := range ins {
+		d := filepath.Join(dir, ins[i].name)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, start(t, ins[i].load(t, d, port)))
+	}
+	for i := range ins {
+		ins[i].peers = nil
+		for j := range ins {
+			if j != i {
+				ins[i].peers = append(ins[i].peers, Peer{Name: ins[j].name, URL: "http://" + rs[j].HTTPAddr()})
+			}
+		}
+		if err := rs[i].Reload(t.Context(), ins[i].load(t, filepath.Join(dir, ins[i].name), port)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rs
+}
+
+// TestPeersQuorum runs three instances. Instance p3 is partitioned from
+// host a: it probes a at a probe-address where nothing listens, which from
+// its side looks exactly like a network partition (the probe fails with
+// the host itself healthy). Its lone Down vote must not fail a, while a
+// real failure of b, seen by all three, must.
+func TestPeersQuorum(t *testing.T) {
+	h := startHosts(t, "127.0.0.42", "127.0.0.43")
+	hostList := []string{"a=127.0.0.42", "b=127.0.0.43"}
+	ins := []instance{
+		{name: "p1", hosts: hostList},
+		{name: "p2", hosts: hostList},
+		{name: "p3", hosts: hostList, override: map[string]string{"a": "127.0.0.49"}},
+	}
+	rs := startPeers(t, t.TempDir(), h.port, ins)
+	both := []string{"127.0.0.42", "127.0.0.43"}
+	for _, r := range rs {
+		waitFor(t, 10*time.Second, r.config().Instance+": a and b up and in DNS", func() bool {
+			return allUp(r.Runner, "a", "b")() && slices.Equal(answer(t, r.Runner), both)
+		})
+	}
+	// p3 itself sees a down; the quorum does not.
+	waitFor(t, 10*time.Second, "p3's own vote on a is Down", func() bool {
+		vs := target(rs[2].Runner, "a").Vantages
+		return len(vs) == 3 && vs[2].Vantage == "p3" && vs[2].State == "Down" && vs[0].State == "Up" && vs[1].State == "Up"
+	})
+	for _, r := range rs {
+		if v := verdict(r.Runner, "a"); v != "Up" {
+			t.Errorf("%s: a is %s; a partitioned peer failed it", r.config().Instance, v)
+		}
+		if st := r.State(); !slices.Equal(st.Vantages, []string{"p1", "p2", "p3"}) {
+			t.Errorf("%s: vantages %v", r.config().Instance, st.Vantages)
+		}
+	}
+
+	h.stop("127.0.0.43")
+	stopped := time.Now()
+	for _, r := range rs {
+		waitFor(t, 10*time.Second, r.config().Instance+": b down by quorum", func() bool {
+			return verdict(r.Runner, "b") == "Down" && slices.Equal(answer(t, r.Runner), []string{"127.0.0.42"})
+		})
+		t.Logf("%s: b left DNS by quorum of 3 within %s of stopping", r.config().Instance, time.Since(stopped).Round(time.Millisecond))
+	}
+
+	// A peer that stops counts as stale after three missed polls: p1 and
+	// p2 keep judging, and b returning is seen by both (a majority of the
+	// fresh ones).
+	rs[2].stop()
+	if err := h.start("127.0.0.43"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs[:2] {
+		waitFor(t, 10*time.Second, r.config().Instance+": b up again without p3", func() bool { return verdict(r.Runner, "b") == "Up" })
+	}
+	waitFor(t, 10*time.Second, "p3 stale on p1's dashboard", func() bool {
+		vs := target(rs[0].Runner, "b").Vantages
+		return len(vs) == 3 && vs[2].Stale
+	})
+}
+
+// TestTwoPeers runs two instances: both must see a failure (with peers a
+// single vantage never fails a host), and when one of them is partitioned
+// from a host later (a reload gives it an unreachable probe-address), the
+// tie keeps the verdict Up.
+func TestTwoPeers(t *testing.T) {
+	h := startHosts(t, "127.0.0.44", "127.0.0.45")
+	hostList := []string{"a=127.0.0.44", "b=127.0.0.45"}
+	dir := t.TempDir()
+	ins := []instance{{name: "p1", hosts: hostList}, {name: "p2", hosts: hostList}}
+	rs := startPeers(t, dir, h.port, ins)
+	for _, r := range rs {
+		waitFor(t, 10*time.Second, "a and b up", allUp(r.Runner, "a", "b"))
+	}
+	ins[1].override = map[string]string{"a": "127.0.0.49"}
+	if err := rs[1].Reload(t.Context(), ins[1].load(t, filepath.Join(dir, "p2"), h.port)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "p2's own vote on a is Down", func() bool {
+		vs := target(rs[0].Runner, "a").Vantages
+		return len(vs) == 2 && vs[1].State == "Down" && !vs[1].Stale
+	})
+	for _, r := range rs {
+		if v := verdict(r.Runner, "a"); v != "Up" {
+			t.Errorf("%s: a is %s after one of two peers lost it", r.config().Instance, v)
+		}
+		if got := answer(t, r.Runner); !slices.Equal(got, []string{"127.0.0.44", "127.0.0.45"}) {
+			t.Errorf("%s: answer %v", r.config().Instance, got)
+		}
+	}
+	h.stop("127.0.0.45")
+	for _, r := range rs {
+		waitFor(t, 10*time.Second, "b down by both", func() bool {
+			return verdict(r.Runner, "b") == "Down" && slices.Equal(answer(t, r.Runner), []string{"127.0.0.44"})
+		})
+	}
+}
+
+// TestWrongPeerToken: a peer with another token is refused, so its report
+// never counts and the instance cannot reach a quorum to fail a host.
+func TestWrongPeerToken(t *testing.T) {
+	h := startHosts(t, "127.0.0.46")
+	dir := t.TempDir()
+	ins := []instance{{name: "p1", hosts: []string{"a=127.0.0.46"}}, {name: "p2", hosts: []string{"a=127.0.0.46"}}}
+	rs := startPeers(t, dir, h.port, ins)
+	// p2 now holds another token: p1 refuses it and p2 refuses p1.
+	d2 := filepath.Join(dir, "p2")
+	if err := os.WriteFile(filepath.Join(d2, "token"), []byte("another-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(filepath.Join(d2, "p2.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs[1].Reload(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "p1 counts refused polls", func() bool {
+		return counter(t, rs[0].Runner, "pulselb_standalone_peer_polls_total", "unauthorized") > 0 &&
+			counter(t, rs[0].Runner, "pulselb_standalone_report_requests_total", "unauthorized") > 0
+	})
+	waitFor(t, 10*time.Second, "p2 stale for p1", func() bool {
+		vs := target(rs[0].Runner, "a").Vantages
+		return len(vs) == 2 && vs[1].Stale
+	})
+	waitFor(t, 10*time.Second, "a up on p1's own vote", allUp(rs[0].Runner, "a"))
+	h.stop("127.0.0.46")
+	waitFor(t, 10*time.Second, "p1's own vote Down", func() bool { return target(rs[0].Runner, "a").Vantages[0].State == "Down" })
+	if v := verdict(rs[0].Runner, "a"); v != "Up" {
+		t.Errorf("a is %s: p1 failed it alone although it has a peer", v)
+	}
+}
+
+func counter(t *testing.T, r *Runner, name, result string) float64 {
+	t.Helper()
+	mfs, err := r.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestPublishWhen stops one of host b's two ports: with all-ports b leaves
+// the answer, with any-port it stays.
+func TestPublishWhen(t *testing.T) {
+	for _, tt := range []struct {
+		policy string
+		want   []string
+	}{
+		{PublishAllPorts, []string{"127.0.0.47"}},
+		{PublishAnyPort, []string{"127.0.0.47", "127.0.0.48"}},
+	} {
+		t.Run(tt.policy, func(t *testing.T) {
+			p1 := startHosts(t, "127.0.0.47", "127.0.0.48")
+			p2 := startHosts(t, "127.0.0.47", "127.0.0.48")
+			in := instance{name: "solo", hosts: []string{"a=127.0.0.47", "b=127.0.0.48"}, extra: "publish-when: " + tt.policy + "\n"}
+			dir := t.TempDir()
+			in.load(t, dir, p1.port)
+			file := filepath.Join(dir, "solo.yaml")
+			text, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text = append(text, []byte("      - {port: "+strconv.Itoa(int(p2.port))+", protocol: TCP, probe: tcp}\n")...)
+			if err := os.WriteFile(file, text, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := Load(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := start(t, cfg)
+			waitFor(t, 10*time.Second, "all four targets up", func() bool {
+				n := 0
+				for _, tg := range allTargets(r.Runner) {
+					if tg.State == "Up" {
+						n++
+					}
+				}
+				return n == 4
+			})
+			p2.stop("127.0.0.48")
+			waitFor(t, 10*time.Second, "b's second port down", func() bool {
+				for _, tg := range allTargets(r.Runner) {
+					if tg.Node == "b" && int(tg.Port) == int(p2.port) {
+						return tg.State == "Down"
+					}
+				}
+				return false
+			})
+			waitFor(t, 5*time.Second, "answer "+strings.Join(tt.want, " "), func() bool { return slices.Equal(answer(t, r.Runner), tt.want) })
+		})
+	}
+}
+
+func allTargets(r *Runner) []dashboard.Target {
+	var out []dashboard.Target
+	for _, svc := range r.State().Services {
+		out = append(out, svc.Targets...)
+	}
+	return out
+}

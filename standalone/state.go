@@ -1,0 +1,102 @@
+package standalone
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pulselb/pulselb/status"
+)
+
+// stateVersion is the format of the state file.
+const stateVersion = 1
+
+// stateFile is what the state file holds: the verdict on every target and
+// since when, so that a restarted instance answers DNS with what it knew
+// instead of starting from Unknown.
+type stateFile struct {
+	Version  int                    `json:"version"`
+	Instance string                 `json:"instance"`
+	SavedAt  time.Time              `json:"savedAt"`
+	Targets  map[string]savedTarget `json:"targets"`
+}
+
+type savedTarget struct {
+	Verdict string    `json:"verdict"`
+	Since   time.Time `json:"since,omitzero"`
+}
+
+// loadState reads the verdicts saved at path. A missing file is no error:
+// every target starts Unknown.
+func loadState(path string) (map[string]savedVerdict, error) {
+	out := map[string]savedVerdict{}
+	if path == "" {
+		return out, nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("reading state file: %w", err)
+	}
+	var sf stateFile
+	if err := json.Unmarshal(b, &sf); err != nil {
+		return out, fmt.Errorf("parsing state file %s: %w", path, err)
+	}
+	if sf.Version != stateVersion {
+		return out, fmt.Errorf("state file %s has version %d, want %d", path, sf.Version, stateVersion)
+	}
+	for k, t := range sf.Targets {
+		switch t.Verdict {
+		case "Up":
+			out[k] = savedVerdict{status.VerdictUp, t.Since}
+		case "Down":
+			out[k] = savedVerdict{status.VerdictDown, t.Since}
+		}
+	}
+	return out, nil
+}
+
+type savedVerdict struct {
+	verdict status.Verdict
+	since   time.Time
+}
+
+// saveState writes the verdicts to path atomically: a crash leaves the old
+// file or the new one, never half of one.
+func saveState(path, instance string, now time.Time, verdicts map[string]savedVerdict) error {
+	sf := stateFile{Version: stateVersion, Instance: instance, SavedAt: now.UTC(), Targets: map[string]savedTarget{}}
+	for k, v := range verdicts {
+		if v.verdict == status.VerdictUnknown {
+			continue
+		}
+		sf.Targets[k] = savedTarget{Verdict: v.verdict.String(), Since: v.since.UTC()}
+	}
+	b, err := json.MarshalIndent(sf, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding state: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing state file: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
+	_, err = tmp.Write(append(b, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("writing state file %s: %w", path, err)
+	}
+	return nil
+}
