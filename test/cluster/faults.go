@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -235,4 +237,30 @@ func (c *Cluster) ContainerLog(namespace, pod, container string) ([]byte, error)
 		return nil, fmt.Errorf("reading log of %s/%s/%s: %w", namespace, pod, container, err)
 	}
 	return b, nil
+}
+
+// ContainerExec runs argv inside a running container: in its network and
+// mount namespaces (so its volumes are at their mount paths), with its
+// environment, like `kubectl exec`. It returns the combined output.
+func (c *Cluster) ContainerExec(ctx context.Context, namespace, pod, container string, argv ...string) ([]byte, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("exec in %s/%s/%s: no command", namespace, pod, container)
+	}
+	pid, err := c.ContainerPID(namespace, pod, container)
+	if err != nil {
+		return nil, err
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return nil, fmt.Errorf("reading environment of %s/%s/%s: %w", namespace, pod, container, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", "-m", "--"}, argv...)...)
+	cmd.Env = strings.Split(strings.TrimRight(string(env), "\x00"), "\x00")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("running %v in %s/%s/%s: %w", argv, namespace, pod, container, err)
+	}
+	return out, nil
 }

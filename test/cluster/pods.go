@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,6 +50,14 @@ type containerState struct {
 	startedAt metav1.Time
 	lastExit  *corev1.ContainerStateTerminated
 	proc      *process
+	// started and ready are the startup and readiness probes' results for
+	// the running instance (true without such a probe).
+	started, ready bool
+	// killedBy says which probe stopped the running instance, if one did.
+	killedBy string
+	// waiting explains why a container is not started yet
+	// (CreateContainerConfigError and its message).
+	waitingReason, waitingMessage string
 }
 
 func (k *kubelet) processNext(ctx context.Context) bool {
@@ -264,6 +273,9 @@ func (rt *podRuntime) stop(ctx context.Context) {
 		}
 		rt.node.releaseIP(rt.ip)
 	}
+	if err := os.RemoveAll(filepath.Join(rt.k.c.Dir, "pods", string(rt.uid))); err != nil {
+		klog.FromContext(ctx).Error(err, "Removing pod volumes", "pod", rt.key)
+	}
 }
 
 // run runs init containers one after another, then the containers, each
@@ -278,7 +290,7 @@ func (rt *podRuntime) run(ctx context.Context, pod *corev1.Pod) {
 		}
 		for _, c := range pod.Spec.Containers {
 			st := rt.containers[c.Name]
-			st.running, st.startedAt = true, metav1.Now()
+			st.running, st.startedAt, st.started, st.ready = true, metav1.Now(), true, true
 		}
 		rt.mu.Unlock()
 		notify()
@@ -349,20 +361,42 @@ func backoff(ctx context.Context, restarts int32) bool {
 }
 
 // runOnce runs a container until it exits or ctx ends. ok is false when
-// ctx ended (the pod is going away).
+// ctx ended (the pod is going away). A container whose configuration cannot
+// be built (a missing ConfigMap, Secret or volume) waits, like the kubelet's
+// CreateContainerConfigError, and is retried without counting a restart.
 func (rt *podRuntime) runOnce(ctx context.Context, pod *corev1.Pod, c corev1.Container, init bool, notify func()) (code int32, ok bool) {
 	logger := klog.FromContext(ctx).WithValues("pod", rt.key, "container", c.Name)
 	st := rt.containers[c.Name]
-	argv, env, err := rt.command(ctx, pod, c)
-	var p *process
-	if err == nil {
-		name := fmt.Sprintf("pod-%s-%s-%s", pod.Namespace, pod.Name, c.Name)
-		p, err = startCommand(ctx, rt.k.c.rec, filepath.Join(rt.k.c.Dir, "logs"), name, env, argv...)
+	var argv, env []string
+	for {
+		var err error
+		if argv, env, err = rt.command(ctx, pod, c); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		logger.V(2).Info("Container configuration not ready", "err", err)
+		rt.mu.Lock()
+		changed := st.waitingMessage != err.Error()
+		st.waitingReason, st.waitingMessage = "CreateContainerConfigError", err.Error()
+		rt.mu.Unlock()
+		if changed {
+			notify()
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-time.After(time.Second):
+		}
 	}
+	name := fmt.Sprintf("pod-%s-%s-%s", pod.Namespace, pod.Name, c.Name)
+	p, err := startCommand(ctx, rt.k.c.rec, filepath.Join(rt.k.c.Dir, "logs"), name, env, argv...)
 	if err != nil {
 		logger.Error(err, "Starting container")
 		rt.mu.Lock()
 		st.running, st.finished, st.exitCode = false, true, 128
+		st.waitingReason, st.waitingMessage = "", ""
 		st.restarts++
 		rt.mu.Unlock()
 		notify()
@@ -370,28 +404,52 @@ func (rt *podRuntime) runOnce(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	}
 	rt.mu.Lock()
 	st.proc, st.running, st.finished, st.startedAt = p, true, false, metav1.Now()
+	st.started, st.ready, st.killedBy = c.StartupProbe == nil, c.ReadinessProbe == nil, ""
+	st.waitingReason, st.waitingMessage = "", ""
 	rt.mu.Unlock()
 	notify()
+	probeCtx, stopProbes := context.WithCancel(ctx)
+	probesDone := make(chan struct{})
+	go func() {
+		defer close(probesDone)
+		if !init {
+			rt.runProbes(probeCtx, pod, c, st, p, env, notify)
+		}
+	}()
+	defer func() {
+		stopProbes()
+		<-probesDone
+	}()
 	select {
 	case <-p.done:
 	case <-ctx.Done():
 		_ = p.stop(time.Duration(ptrOr(pod.Spec.TerminationGracePeriodSeconds, 30)) * time.Second / 10)
 		return 0, false
 	}
-	code = 0
-	if p.cmd.ProcessState != nil {
-		code = int32(p.cmd.ProcessState.ExitCode())
-	}
+	code = exitCode(p)
 	logger.V(2).Info("Container exited", "exitCode", code)
 	rt.mu.Lock()
-	st.running, st.finished, st.exitCode = false, true, code
-	st.lastExit = &corev1.ContainerStateTerminated{ExitCode: code, StartedAt: st.startedAt, FinishedAt: metav1.Now(), Reason: reason(code)}
+	st.running, st.finished, st.exitCode, st.ready = false, true, code, false
+	st.lastExit = &corev1.ContainerStateTerminated{ExitCode: code, StartedAt: st.startedAt, FinishedAt: metav1.Now(), Reason: reason(code), Message: st.killedBy}
 	if !init || code != 0 {
 		st.restarts++
 	}
 	rt.mu.Unlock()
 	notify()
 	return code, ctx.Err() == nil
+}
+
+// exitCode is a finished process' exit code, 128+signal when a signal
+// ended it, as container runtimes report it.
+func exitCode(p *process) int32 {
+	ps := p.cmd.ProcessState
+	if ps == nil {
+		return 0
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int32(ws.Signal())
+	}
+	return int32(ps.ExitCode())
 }
 
 func reason(code int32) string {
@@ -454,15 +512,47 @@ func (rt *podRuntime) command(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	if rt.netns != "" {
 		argv = append([]string{"ip", "netns", "exec", rt.netns}, argv...)
 	}
-	if sa, ok, err := rt.serviceAccountDir(ctx, pod, c); err != nil {
+	w := &volumeWriter{client: rt.k.client, pod: pod, podIP: rt.ip, hostIP: rt.node.internalIP,
+		dir: filepath.Join(rt.k.c.Dir, "pods", string(pod.UID), "volumes")}
+	mounts, err := w.mounts(ctx, c)
+	if err != nil {
 		return nil, nil, err
-	} else if ok {
-		// A private mount namespace per container shows the pod's token at
-		// the path in-cluster clients read.
-		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-			`mount --bind "$0" ` + saMountPath + ` && exec "$@"`, sa}, argv...)
+	}
+	if !mountsServiceAccount(mounts) {
+		// Without the API server's projected token volume (an admission
+		// plugin adds it), pulselb containers still get a token.
+		if sa, ok, err := rt.serviceAccountDir(ctx, pod, c); err != nil {
+			return nil, nil, err
+		} else if ok {
+			mounts = append(mounts, bindMount{src: sa, dst: saMountPath, readOnly: true})
+		}
+	}
+	// A private mount namespace per container shows its volumes at their
+	// mount paths. The shell that mounts them drops variables whose names
+	// are not shell identifiers (the API allows them): env restores them.
+	if len(mounts) > 0 {
+		if odd := nonShellEnv(env); len(odd) > 0 {
+			argv = append(append([]string{"env"}, odd...), argv...)
+		}
+	}
+	if argv, err = withMounts(rt.k.c.rec, mounts, argv); err != nil {
+		return nil, nil, err
 	}
 	return argv, env, nil
+}
+
+var shellName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// nonShellEnv returns the NAME=value entries whose names a shell would not
+// pass on.
+func nonShellEnv(env []string) []string {
+	var out []string
+	for _, e := range env {
+		if name, _, _ := strings.Cut(e, "="); !shellName.MatchString(name) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func echoArgs(pod *corev1.Pod, c corev1.Container) []string {
@@ -552,7 +642,14 @@ func (rt *podRuntime) env(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 				}
 				v = string(s.Data[f.SecretKeyRef.Key])
 			case f.ResourceFieldRef != nil:
-				v = "0"
+				container := f.ResourceFieldRef.ContainerName
+				if container == "" {
+					container = c.Name
+				}
+				var err error
+				if v, err = resourceValue(pod, container, f.ResourceFieldRef); err != nil {
+					return nil, fmt.Errorf("env %s: %w", e.Name, err)
+				}
 			}
 		}
 		out = append(out, e.Name+"="+v)
@@ -562,33 +659,9 @@ func (rt *podRuntime) env(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 
 func ptrOrBool(p *bool) bool { return p != nil && *p }
 
-// field resolves a downward-API field path.
+// field resolves a downward-API field path for the environment.
 func (rt *podRuntime) field(pod *corev1.Pod, path string) string {
-	switch path {
-	case "metadata.name":
-		return pod.Name
-	case "metadata.namespace":
-		return pod.Namespace
-	case "metadata.uid":
-		return string(pod.UID)
-	case "spec.nodeName":
-		return pod.Spec.NodeName
-	case "spec.serviceAccountName":
-		return pod.Spec.ServiceAccountName
-	case "status.podIP", "status.podIPs":
-		return rt.ip
-	case "status.hostIP", "status.hostIPs":
-		return rt.node.internalIP
-	}
-	for _, m := range []struct {
-		prefix string
-		from   map[string]string
-	}{{"metadata.labels['", pod.Labels}, {"metadata.annotations['", pod.Annotations}} {
-		if strings.HasPrefix(path, m.prefix) && strings.HasSuffix(path, "']") {
-			return m.from[path[len(m.prefix):len(path)-2]]
-		}
-	}
-	return ""
+	return downwardField(pod, rt.ip, rt.node.internalIP, path, false)
 }
 
 // updateStatus writes the pod status the runtime reports when it differs.
@@ -634,10 +707,12 @@ func (rt *podRuntime) status(pod *corev1.Pod) *corev1.PodStatus {
 			Name: c.Name, Image: c.Image, ImageID: c.Image,
 			ContainerID:  fmt.Sprintf("pulselb-test://%s/%s", rt.uid, c.Name),
 			RestartCount: s.restarts,
-			Ready:        s.running && !s.init,
-			Started:      ptrBool(s.running),
+			Ready:        s.running && !s.init && s.started && s.ready,
+			Started:      ptrBool(s.running && s.started),
 		}
 		switch {
+		case s.waitingReason != "":
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: s.waitingReason, Message: s.waitingMessage}
 		case s.running:
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: s.startedAt}
 		case s.finished && s.init && s.exitCode == 0:
@@ -661,10 +736,10 @@ func (rt *podRuntime) status(pod *corev1.Pod) *corev1.PodStatus {
 		st.InitContainerStatuses = append(st.InitContainerStatuses, cstatus(c))
 	}
 	st.ContainerStatuses = nil
-	allRunning := len(pod.Spec.Containers) > 0
+	allReady := len(pod.Spec.Containers) > 0
 	for _, c := range pod.Spec.Containers {
 		cs := cstatus(c)
-		allRunning = allRunning && cs.State.Running != nil
+		allReady = allReady && cs.Ready
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
 	st.Phase = corev1.PodPending
@@ -688,8 +763,18 @@ func (rt *podRuntime) status(pod *corev1.Pod) *corev1.PodStatus {
 	}
 	setCond(corev1.PodReadyToStartContainers, true)
 	setCond(corev1.PodInitialized, rt.initDone)
-	setCond(corev1.ContainersReady, rt.initDone && allRunning)
-	setCond(corev1.PodReady, rt.initDone && allRunning)
+	// Like the kubelet, Ready also waits for the pod's readiness gates,
+	// conditions other controllers set.
+	gatesOK := true
+	for _, g := range pod.Spec.ReadinessGates {
+		ok := false
+		for _, c := range st.Conditions {
+			ok = ok || (c.Type == g.ConditionType && c.Status == corev1.ConditionTrue)
+		}
+		gatesOK = gatesOK && ok
+	}
+	setCond(corev1.ContainersReady, rt.initDone && allReady)
+	setCond(corev1.PodReady, rt.initDone && allReady && gatesOK)
 	return st
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -43,21 +44,33 @@ func startCommand(ctx context.Context, rec *record, logDir, name string, env []s
 	// Own process group so the whole tree can be signalled; killed with the
 	// harness if it dies without cleaning up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
 	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
-	if err := rec.add(item{Kind: "process", Name: name, PID: cmd.Process.Pid, Start: processStart(cmd.Process.Pid)}); err != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		logf.Close()
-		return nil, err
-	}
+	started := make(chan error, 1)
 	go func() {
+		// Pdeathsig fires when the thread that forked the child exits,
+		// and Go ends the thread of a goroutine that exits locked (as
+		// code entering network namespaces does): a child forked from
+		// such a thread would be killed at random. This thread stays
+		// locked to this goroutine, so alive, until the child exits.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.err = cmd.Wait()
 		logf.Close()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	if err := rec.add(item{Kind: "process", Name: name, PID: cmd.Process.Pid, Start: processStart(cmd.Process.Pid)}); err != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return nil, err
+	}
 	klog.FromContext(ctx).V(2).Info("Started process", "name", name, "pid", cmd.Process.Pid)
 	return p, nil
 }

@@ -33,7 +33,7 @@ func (rt *podRuntime) serviceAccountDir(ctx context.Context, pod *corev1.Pod, c 
 	}
 	tr, err := rt.k.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: ptrInt64(3600),
+			ExpirationSeconds: ptrInt64(3607), // the API server extends this magic value for pod-bound tokens
 			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
 		},
 	}, metav1.CreateOptions{})
@@ -54,6 +54,17 @@ func (rt *podRuntime) serviceAccountDir(ctx context.Context, pod *corev1.Pod, c 
 		}
 	}
 	return dir, true, nil
+}
+
+// mountsServiceAccount reports whether mounts cover the service-account
+// token's path.
+func mountsServiceAccount(mounts []bindMount) bool {
+	for _, m := range mounts {
+		if m.dst == saMountPath || m.dst == "/var"+saMountPath {
+			return true
+		}
+	}
+	return false
 }
 
 // ensureMountPoint creates the empty directory the token is mounted on in

@@ -15,7 +15,7 @@ import (
 // of the cluster would see.
 func TestFaults(t *testing.T) {
 	const grace = 6 * time.Second
-	c := cluster.ForTest(t, cluster.Options{Nodes: 3, NodeGracePeriod: grace, ExternalIPs: true})
+	c := cluster.ForTest(t, cluster.Options{Nodes: 3, NodeGracePeriod: grace, ExternalIPs: true, WaitForMachine: 20 * time.Minute})
 	ctx := t.Context()
 	cs := c.Client
 	for i := 1; i <= 3; i++ {

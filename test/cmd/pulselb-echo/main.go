@@ -2,6 +2,10 @@
 // runs for container images that are not pulselb. On every TCP port it
 // answers HTTP requests with its name, terminates TLS (self-signed) and
 // echoes anything else; on every UDP port it echoes datagrams.
+//
+// GET /health answers 200 "ok", or 503 once /health/fail was requested and
+// until /health/pass is: tests point readiness and liveness probes at it
+// and flip it from inside the pod.
 package main
 
 import (
@@ -23,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -87,8 +92,9 @@ func split(s string) []string {
 }
 
 type server struct {
-	name string
-	tls  *tls.Config
+	name      string
+	tls       *tls.Config
+	unhealthy atomic.Bool
 }
 
 func (s *server) serveTCP(l net.Listener) error {
@@ -138,6 +144,19 @@ func isHTTP(head string) bool {
 
 func (s *server) answer(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
+	switch r.URL.Path {
+	case "/health":
+		if s.unhealthy.Load() {
+			http.Error(w, "unhealthy", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+		return
+	case "/health/fail", "/health/pass":
+		s.unhealthy.Store(r.URL.Path == "/health/fail")
+		fmt.Fprintf(w, "health: unhealthy=%v\n", s.unhealthy.Load())
+		return
+	}
 	host, _ := os.Hostname()
 	fmt.Fprintf(w, "name=%s host=%s client=%s path=%s\n", s.name, host, r.RemoteAddr, r.URL.Path)
 }
