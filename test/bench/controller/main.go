@@ -1,0 +1,723 @@
+// Command controller measures `pulselb controller` at scale on the harness
+// (run as root): a real control plane with light nodes (heartbeats only,
+// pods reported Running and Ready without processes), the controller as a
+// process, and N LoadBalancer Services created in parallel at a bounded
+// client rate. It reports the time from the first creation until every
+// Service has status.loadBalancer.ingress, the controller's CPU time
+// (/proc/PID/stat utime+stime) and peak RSS (/proc/PID/status VmHWM), and
+// the machine's load.
+//
+// Anchor, from the same run: the time from the first proxy Deployment's
+// creation until every proxy Deployment has all its replicas ready — the
+// kube-controller-manager's Deployment and ReplicaSet controllers, the
+// scheduler and the node simulator creating, placing and starting the
+// N×replicas proxy pods. The controller cannot publish a Service before its
+// pods are ready, so this is the floor under pulselb's own time; the ratio
+// says how much the controller adds.
+//
+// Each Service has its own port (10000+i): every proxy pod holds its
+// Service ports as host ports, so Services sharing a port could not all be
+// placed on the nodes. By default the Services allocate no NodePorts:
+// pulselb's proxies forward to the ClusterIP and do not need them, and the
+// apiserver's NodePort allocator, one bitmap in one etcd key, serializes
+// the creations (about 5 s per create at 16 in parallel on a loaded 2-core
+// machine), which would measure the apiserver rather than pulselb.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/pulselb/pulselb/test/cluster"
+)
+
+const (
+	systemNamespace = "pulselb-system"
+	benchNamespace  = "bench"
+	firstPort       = 10000
+)
+
+var (
+	services   = flag.Int("services", 2000, "LoadBalancer Services to create")
+	lightNodes = flag.Int("nodes", 200, "light nodes")
+	createQPS  = flag.Float64("create-qps", 200, "client rate limit of the Service creations")
+	creators   = flag.Int("creators", 16, "parallel creating goroutines")
+	timeout    = flag.Duration("timeout", 10*time.Minute, "give up waiting for the statuses after this long")
+	targetTime = flag.Duration("target-time", 60*time.Second, "target for every status set")
+	targetRSS  = flag.Int("target-rss-mib", 300, "target for the controller's peak RSS")
+	keepDir    = flag.String("dir", "", "cluster directory (kept, with the controller's log); default a new temporary one")
+	ctlArgs    = flag.String("controller-args", "", "extra flags for pulselb controller, space-separated")
+	nodePorts  = flag.Bool("node-ports", false, "allocate NodePorts for the Services (spec.allocateLoadBalancerNodePorts); the apiserver's NodePort allocator serializes creations on one etcd key")
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	if os.Geteuid() != 0 {
+		log.Fatal("bench/controller: needs root for the harness")
+	}
+	switch {
+	case *services < 1 || *services > 50000:
+		log.Fatalf("bench/controller: -services=%d: want 1..50000", *services)
+	case *lightNodes < 1:
+		log.Fatalf("bench/controller: -nodes=%d: want at least 1", *lightNodes)
+	case *createQPS <= 0 || *creators < 1:
+		log.Fatalf("bench/controller: -create-qps=%v -creators=%d: both must be positive", *createQPS, *creators)
+	}
+	if err := run(); err != nil {
+		log.Fatalf("bench/controller: %v", err)
+	}
+}
+
+func run() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	klog.SetOutput(os.Stderr)
+
+	began := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{Dir: *keepDir, LightNodes: *lightNodes, NoKubeProxy: true})
+	if err != nil {
+		return fmt.Errorf("starting the harness: %w", err)
+	}
+	defer func() {
+		if err := c.Stop(context.Background()); err != nil {
+			log.Printf("stopping the harness: %v", err)
+		}
+	}()
+	log.Printf("harness with %d light nodes up in %s (dir %s)", *lightNodes, time.Since(began).Round(time.Millisecond), c.Dir)
+
+	for _, ns := range []string{systemNamespace, benchNamespace} {
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+
+	// The watcher's own client, so that its lists do not queue behind the
+	// creations.
+	watchCfg := rest.CopyConfig(c.RESTConfig)
+	watchCfg.QPS, watchCfg.Burst = 50, 100
+	watchClient, err := kubernetes.NewForConfig(watchCfg)
+	if err != nil {
+		return fmt.Errorf("creating watch client: %w", err)
+	}
+	tr := newTracker()
+	stopInformers, err := tr.watch(ctx, watchClient)
+	if err != nil {
+		return err
+	}
+	defer stopInformers()
+
+	ctl, err := startController(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer ctl.stop()
+	sampler := newSampler(ctl.pid())
+	go sampler.run(ctx, 250*time.Millisecond)
+
+	createCfg := rest.CopyConfig(c.RESTConfig)
+	createCfg.QPS, createCfg.Burst = float32(*createQPS), int(*createQPS)
+	createClient, err := kubernetes.NewForConfig(createCfg)
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	cpuBefore := sampler.cpu()
+	machineBefore, err := readMachineCPU()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := createServices(ctx, createClient, tr); err != nil {
+		return err
+	}
+	created := time.Since(start)
+	log.Printf("created %d Services in %s", *services, created.Round(time.Millisecond))
+
+	deadline := time.Now().Add(*timeout)
+	for {
+		if err := ctl.alive(); err != nil {
+			return err
+		}
+		published, ready := tr.counts()
+		if published >= *services {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %d of %d Services have a status, %d proxy Deployments ready; controller log %s",
+				*timeout, published, *services, ready, ctl.logPath)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+			log.Printf("%6.1fs: %d Services with status, %d proxy Deployments ready, controller RSS %d MiB",
+				time.Since(start).Seconds(), published, ready, sampler.rssMiB())
+		}
+	}
+	sampler.sample()
+	total := tr.lastPublished().Sub(start)
+	machineAfter, err := readMachineCPU()
+	if err != nil {
+		return err
+	}
+	cpu := sampler.cpu() - cpuBefore
+	peak := sampler.peakMiB()
+	loadavg, _ := os.ReadFile("/proc/loadavg")
+
+	// The anchor: the proxy Deployments' pods all ready, from the first
+	// Deployment the controller created. A Service is published with its
+	// first ready pod, so the last Deployments may still be finishing.
+	for {
+		if _, ready := tr.counts(); ready >= *services || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	anchorStart, anchorEnd, anchorOK := tr.deploymentSpan(*services)
+
+	fmt.Println()
+	fmt.Printf("pulselb controller, %d LoadBalancer Services on %d light nodes (%d CPUs, %s)\n", *services, *lightNodes, runtime.NumCPU(), runtime.Version())
+	fmt.Printf("  Services created in        %8.1f s (client limit %.0f/s, %d in parallel, NodePorts %v)\n", created.Seconds(), *createQPS, *creators, *nodePorts)
+	fmt.Printf("  every status set after     %8.1f s (target %s) %s\n", total.Seconds(), *targetTime, verdict(total <= *targetTime))
+	lat := tr.latencies()
+	fmt.Printf("  per Service, creation to status: p50 %.1f s, p90 %.1f s, p99 %.1f s, max %.1f s\n",
+		quantile(lat, 0.5).Seconds(), quantile(lat, 0.9).Seconds(), quantile(lat, 0.99).Seconds(), quantile(lat, 1).Seconds())
+	fmt.Printf("  controller CPU             %8.1f s (%.2f cores on average)\n", cpu.Seconds(), cpu.Seconds()/total.Seconds())
+	fmt.Printf("  controller peak RSS        %8d MiB (target %d MiB) %s\n", peak, *targetRSS, verdict(peak <= int64(*targetRSS)))
+	fmt.Printf("  machine CPU busy           %8.0f %% of %d CPUs over the run; load average after: %s\n",
+		machineAfter.busyPercent(machineBefore), runtime.NumCPU(), strings.TrimSpace(string(loadavg)))
+	if anchorOK {
+		anchor := anchorEnd.Sub(anchorStart)
+		fmt.Printf("  anchor: proxy Deployments all ready %8.1f s after the first was created (kube-controller-manager + scheduler)\n", anchor.Seconds())
+		fmt.Printf("  ratio: every status / anchor = %.2f; first Deployment %.1f s after the first Service\n",
+			total.Seconds()/anchor.Seconds(), anchorStart.Sub(start).Seconds())
+	} else {
+		fmt.Println("  anchor: not every proxy Deployment reported ready replicas; no ratio")
+	}
+	if m, err := scrape("http://" + ctl.metrics + "/metrics"); err == nil {
+		var writes, syncs float64
+		var detail []string
+		for series, v := range m {
+			switch {
+			case strings.HasPrefix(series, "pulselb_controller_writes_total{"):
+				writes += v
+				detail = append(detail, fmt.Sprintf("%s=%.0f", strings.TrimPrefix(series, "pulselb_controller_writes_total"), v))
+			case strings.HasPrefix(series, `pulselb_controller_sync_duration_seconds_count{queue="services"`):
+				syncs += v
+			}
+		}
+		slices.Sort(detail)
+		fmt.Printf("  controller: %.0f syncs, %.0f writes (%.1f per Service, Events not counted): %s\n",
+			syncs, writes, writes/float64(*services), strings.Join(detail, " "))
+	} else {
+		fmt.Printf("  controller metrics: %v\n", err)
+	}
+	fmt.Printf("  controller log: %s\n", ctl.logPath)
+	return nil
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+// createServices creates *services Services with *creators goroutines
+// sharing a client limited to *createQPS.
+func createServices(ctx context.Context, cs kubernetes.Interface, tr *tracker) error {
+	var next atomic.Int64
+	errs := make(chan error, *creators)
+	var wg sync.WaitGroup
+	for range *creators {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= *services {
+					return
+				}
+				svc := &corev1.Service{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc-%05d", i), Namespace: benchNamespace},
+					Spec: corev1.ServiceSpec{
+						Type:                          corev1.ServiceTypeLoadBalancer,
+						AllocateLoadBalancerNodePorts: ptr.To(*nodePorts),
+						Selector:                      map[string]string{"app": "none"},
+						Ports: []corev1.ServicePort{{Name: "p", Port: int32(firstPort + i),
+							TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+					},
+				}
+				if _, err := cs.CoreV1().Services(benchNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("creating service %s: %w", svc.Name, err)
+					return
+				}
+				tr.created(svc.Name, time.Now())
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(func() []error {
+		var out []error
+		for err := range errs {
+			out = append(out, err)
+		}
+		return out
+	}()...)
+}
+
+// tracker records when each Service first had ingress and when each proxy
+// Deployment was first seen and first had all replicas ready.
+type tracker struct {
+	mu             sync.Mutex
+	createdAt      map[string]time.Time // when Create returned
+	published      map[string]time.Time
+	deployCreated  map[string]time.Time
+	deployReady    map[string]time.Time
+	lastPublishedT time.Time
+}
+
+func newTracker() *tracker {
+	return &tracker{createdAt: map[string]time.Time{}, published: map[string]time.Time{}, deployCreated: map[string]time.Time{}, deployReady: map[string]time.Time{}}
+}
+
+func (tr *tracker) watch(ctx context.Context, cs kubernetes.Interface) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	bench := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(benchNamespace))
+	system := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(systemNamespace))
+	onService := func(obj any) {
+		svc, ok := obj.(*corev1.Service)
+		if !ok || len(svc.Status.LoadBalancer.Ingress) == 0 {
+			return
+		}
+		now := time.Now()
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		if _, seen := tr.published[svc.Name]; !seen {
+			tr.published[svc.Name] = now
+			tr.lastPublishedT = now
+		}
+	}
+	onDeployment := func(obj any) {
+		d, ok := obj.(*appsv1.Deployment)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		if _, seen := tr.deployCreated[d.Name]; !seen {
+			// The informer sees a Deployment a moment after it is
+			// created; its creationTimestamp has only second precision.
+			tr.deployCreated[d.Name] = now
+		}
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		if _, seen := tr.deployReady[d.Name]; !seen && d.Status.ReadyReplicas >= want && d.Status.ObservedGeneration >= d.Generation {
+			tr.deployReady[d.Name] = now
+		}
+	}
+	if _, err := bench.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onService, UpdateFunc: func(_, obj any) { onService(obj) },
+	}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("watching services: %w", err)
+	}
+	if _, err := system.Apps().V1().Deployments().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onDeployment, UpdateFunc: func(_, obj any) { onDeployment(obj) },
+	}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("watching deployments: %w", err)
+	}
+	bench.Start(ctx.Done())
+	system.Start(ctx.Done())
+	for typ, ok := range bench.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			cancel()
+			return nil, fmt.Errorf("syncing %v informer", typ)
+		}
+	}
+	for typ, ok := range system.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			cancel()
+			return nil, fmt.Errorf("syncing %v informer", typ)
+		}
+	}
+	return func() {
+		cancel()
+		bench.Shutdown()
+		system.Shutdown()
+	}, nil
+}
+
+func (tr *tracker) created(name string, at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.createdAt[name] = at
+}
+
+// latencies returns, sorted, each Service's time from its creation to its
+// first status. A status seen before Create returned counts as zero.
+func (tr *tracker) latencies() []time.Duration {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var out []time.Duration
+	for name, p := range tr.published {
+		if c, ok := tr.createdAt[name]; ok {
+			out = append(out, max(0, p.Sub(c)))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+func (tr *tracker) counts() (published, ready int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.published), len(tr.deployReady)
+}
+
+func (tr *tracker) lastPublished() time.Time {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.lastPublishedT
+}
+
+// deploymentSpan returns the first Deployment's creation and the last
+// one's readiness, once n Deployments are ready.
+func (tr *tracker) deploymentSpan(n int) (first, last time.Time, ok bool) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.deployReady) < n {
+		return first, last, false
+	}
+	for _, t := range tr.deployCreated {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	for _, t := range tr.deployReady {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return first, last, true
+}
+
+// controllerProcess is the pulselb controller under test.
+type controllerProcess struct {
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+	logPath string
+	metrics string // host:port of /metrics
+}
+
+func startController(ctx context.Context, c *cluster.Cluster) (*controllerProcess, error) {
+	bin, err := cluster.Binaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	exe := filepath.Join(bin, "pulselb")
+	if _, err := os.Stat(exe); err != nil {
+		why, _ := os.ReadFile(filepath.Join(bin, "pulselb.build-error"))
+		return nil, fmt.Errorf("no pulselb binary: %w %s", err, why)
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(c.Dir, "logs", "pulselb-controller.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("creating controller log: %w", err)
+	}
+	args := []string{"controller",
+		"--kubeconfig=" + c.Kubeconfig,
+		"--namespace=" + systemNamespace,
+		"--proxy-image=pulselb",
+		"--leader-elect=false",
+		"--probe-reports=false",
+		"--metrics-address=" + metrics,
+	}
+	args = append(args, strings.Fields(*ctlArgs)...)
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logPath, metrics: metrics}
+	started := make(chan error, 1)
+	go func() {
+		// Pdeathsig fires when the forking thread exits, and Go ends the
+		// thread of a goroutine that exits locked (the harness does so
+		// after entering network namespaces): keep this one locked, so
+		// alive, until the controller exits.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting pulselb controller: %w", err)
+	}
+	log.Printf("pulselb controller %s (pid %d), log %s", strings.Join(args[1:], " "), cmd.Process.Pid, logPath)
+	// Ready once it serves metrics: flags parsed, clients made.
+	url := "http://" + metrics + "/metrics"
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if err := p.alive(); err != nil {
+			return nil, err
+		}
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("pulselb controller not serving %s after 30s: %w", url, err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+func (p *controllerProcess) pid() int { return p.cmd.Process.Pid }
+
+func (p *controllerProcess) alive() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("pulselb controller exited: %v; log %s", p.err, p.logPath)
+	default:
+		return nil
+	}
+}
+
+func (p *controllerProcess) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// sampler follows a process' CPU time and peak RSS.
+type sampler struct {
+	pid     int
+	mu      sync.Mutex
+	ticks   int64 // utime+stime, clock ticks
+	rss     int64 // KiB
+	peakHWM int64 // KiB
+}
+
+func newSampler(pid int) *sampler {
+	s := &sampler{pid: pid}
+	s.sample()
+	return s
+}
+
+func (s *sampler) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sample()
+		}
+	}
+}
+
+// sample reads /proc/PID/stat and /proc/PID/status; a process that exited
+// keeps its last values.
+func (s *sampler) sample() {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+	if err != nil {
+		return
+	}
+	// Fields after the command, which is in parentheses and may hold
+	// spaces: state is field 3, utime 14, stime 15.
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 13 {
+		return
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	var rss, hwm int64
+	if st, err := os.Open(fmt.Sprintf("/proc/%d/status", s.pid)); err == nil {
+		sc := bufio.NewScanner(st)
+		for sc.Scan() {
+			k, v, ok := strings.Cut(sc.Text(), ":")
+			if !ok {
+				continue
+			}
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			switch k {
+			case "VmRSS":
+				rss = n
+			case "VmHWM":
+				hwm = n
+			}
+		}
+		st.Close()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ticks = utime + stime
+	s.rss = rss
+	s.peakHWM = max(s.peakHWM, hwm)
+}
+
+// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+func (s *sampler) cpu() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Duration(s.ticks) * time.Second / clockTicks
+}
+
+func (s *sampler) rssMiB() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rss / 1024
+}
+
+func (s *sampler) peakMiB() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peakHWM / 1024
+}
+
+// machineCPU is the first line of /proc/stat: busy and total ticks.
+type machineCPU struct{ busy, total int64 }
+
+func readMachineCPU() (machineCPU, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}, fmt.Errorf("reading /proc/stat: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return machineCPU{}, fmt.Errorf("unexpected /proc/stat line %q", line)
+	}
+	var m machineCPU
+	// user nice system idle iowait irq softirq steal; guest time is
+	// already counted in user.
+	for i, v := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return machineCPU{}, fmt.Errorf("parsing /proc/stat %q: %w", line, err)
+		}
+		m.total += n
+		if i != 3 && i != 4 { // idle, iowait
+			m.busy += n
+		}
+	}
+	return m, nil
+}
+
+func (m machineCPU) busyPercent(before machineCPU) float64 {
+	if m.total == before.total {
+		return 0
+	}
+	return 100 * float64(m.busy-before.busy) / float64(m.total-before.total)
+}
+
+// scrape reads a Prometheus text exposition into series → value.
+func scrape(url string) (map[string]float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}

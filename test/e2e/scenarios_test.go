@@ -1,0 +1,641 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/pulselb/pulselb/test/cluster"
+)
+
+const (
+	scenarioNamespace = "scn"
+	// Labels and annotations of the API contract (placement's constants;
+	// the test module does not import the main module).
+	labelExclude       = "pulselb.io/exclude"
+	labelExcludeFromLB = "node.kubernetes.io/exclude-from-external-load-balancers"
+	annotationReplicas = "pulselb.io/replicas"
+	annotationMode     = "pulselb.io/proxy-mode"
+	conditionScheduled = "pulselb.io/ProxiesScheduled"
+	labelServiceName   = "pulselb.io/service-name"
+)
+
+// TestScenarios runs the controller's placement scenarios on one cluster of
+// three nodes: exclusion labels, host port conflicts between replicas-1
+// Services, a restart that must not write anything, cleanup on delete and
+// on a class change, and externalTrafficPolicy Local following its backend.
+func TestScenarios(t *testing.T) {
+	c := cluster.ForTest(t, cluster.Options{Nodes: 3})
+	ctx := t.Context()
+	cs := c.Client
+	for _, ns := range []string{systemNamespace, scenarioNamespace} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating namespace %s: %v", ns, err)
+		}
+	}
+	nodeIPs := map[string]string{} // IP → node
+	ipOf := map[string]string{}    // node → IP
+	for _, n := range c.Nodes() {
+		ip, err := c.NodeIP(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeIPs[ip], ipOf[n] = n, ip
+	}
+	metricsAddr := freeLoopbackPort(t)
+	outer := t // the controller outlives the subtest that restarts it
+	ctl := runController(t, c, metricsAddr)
+
+	// ingressNodes returns the nodes of svc's ingress IPs, sorted.
+	ingressNodes := func(svc *corev1.Service) []string {
+		var out []string
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			out = append(out, nodeIPs[in.IP])
+		}
+		slices.Sort(out)
+		return out
+	}
+	getService := func(name string) *corev1.Service {
+		svc, err := cs.CoreV1().Services(scenarioNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return svc
+	}
+	proxyPodsOf := func(name string) []corev1.Pod {
+		return listPods(ctx, t, cs, systemNamespace, labelServiceName+"="+name)
+	}
+	workloadsOf := func(name string) int {
+		sel := metav1.ListOptions{LabelSelector: labelServiceName + "=" + name}
+		d, err1 := cs.AppsV1().Deployments(systemNamespace).List(ctx, sel)
+		ds, err2 := cs.AppsV1().DaemonSets(systemNamespace).List(ctx, sel)
+		if err1 != nil || err2 != nil {
+			return -1
+		}
+		return len(d.Items) + len(ds.Items)
+	}
+	waitReleased := func(t *testing.T, name string) {
+		t.Helper()
+		poll(ctx, t, 60*time.Second, "the workload and proxy pods of "+name+" gone", func() bool {
+			ctl.alive(t)
+			return workloadsOf(name) == 0 && len(proxyPodsOf(name)) == 0
+		})
+	}
+	nodesOf := func(pods []corev1.Pod) []string {
+		var out []string
+		for _, p := range pods {
+			if p.Spec.NodeName != "" {
+				out = append(out, p.Spec.NodeName)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	t.Run("ExcludedNodesNeverHostOrPublish", func(t *testing.T) {
+		excluded := map[string]string{"node-1": labelExclude, "node-2": labelExcludeFromLB}
+		for node, label := range excluded {
+			labelNode(ctx, t, cs, node, label, ptr.To("true"))
+		}
+		// A DaemonSet proxy would run on every node the exclusion did
+		// not remove, so one node is left.
+		createLBService(ctx, t, cs, "excluded", 80, map[string]string{annotationMode: "daemonset"}, nil)
+		var svc *corev1.Service
+		poll(ctx, t, 60*time.Second, "excluded published on node-3 only", func() bool {
+			ctl.alive(t)
+			svc = getService("excluded")
+			return svc != nil && slices.Equal(ingressNodes(svc), []string{"node-3"}) && len(readyPods(ctx, t, cs, systemNamespace, labelServiceName+"=excluded")) == 1
+		})
+		if got := nodesOf(proxyPodsOf("excluded")); !slices.Equal(got, []string{"node-3"}) {
+			t.Errorf("proxy pods on %v, want node-3 only", got)
+		}
+		if got := svc.Annotations["pulselb.io/nodes"]; got != "node-3" {
+			t.Errorf("pulselb.io/nodes = %q, want node-3", got)
+		}
+		// A Deployment asking for 3 replicas is capped to the one node.
+		createLBService(ctx, t, cs, "excluded-deploy", 81, map[string]string{annotationReplicas: "3"}, nil)
+		poll(ctx, t, 60*time.Second, "excluded-deploy published on node-3 only", func() bool {
+			ctl.alive(t)
+			svc = getService("excluded-deploy")
+			return svc != nil && slices.Equal(ingressNodes(svc), []string{"node-3"})
+		})
+		d, err := cs.AppsV1().Deployments(systemNamespace).List(ctx, metav1.ListOptions{LabelSelector: labelServiceName + "=excluded-deploy"})
+		if err != nil || len(d.Items) != 1 || *d.Items[0].Spec.Replicas != 1 {
+			t.Errorf("excluded-deploy Deployments %v (%v), want one with 1 replica", d, err)
+		}
+		if got := nodesOf(proxyPodsOf("excluded-deploy")); !slices.Equal(got, []string{"node-3"}) {
+			t.Errorf("excluded-deploy proxy pods on %v, want node-3 only", got)
+		}
+
+		// Deleting a Service removes its workload and then the finalizer,
+		// which lets the Service go.
+		for _, name := range []string{"excluded", "excluded-deploy"} {
+			if err := cs.CoreV1().Services(scenarioNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, name := range []string{"excluded", "excluded-deploy"} {
+			waitReleased(t, name)
+			poll(ctx, t, 30*time.Second, name+" deleted (finalizer removed)", func() bool {
+				_, err := cs.CoreV1().Services(scenarioNamespace).Get(ctx, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			})
+		}
+		for node, label := range excluded {
+			labelNode(ctx, t, cs, node, label, nil)
+		}
+	})
+	if t.Failed() {
+		t.Fatalf("controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+	}
+
+	t.Run("PortConflict", func(t *testing.T) {
+		one := map[string]string{annotationReplicas: "1"}
+		for _, name := range []string{"p1", "p2", "p3"} {
+			createLBService(ctx, t, cs, name, 80, one, nil)
+		}
+		var holders []string
+		poll(ctx, t, 60*time.Second, "p1, p2 and p3 each published on one node", func() bool {
+			ctl.alive(t)
+			holders = nil
+			for _, name := range []string{"p1", "p2", "p3"} {
+				svc := getService(name)
+				if svc == nil || len(svc.Status.LoadBalancer.Ingress) != 1 {
+					return false
+				}
+				holders = append(holders, ingressNodes(svc)...)
+			}
+			return true
+		})
+		slices.Sort(holders)
+		if !slices.Equal(holders, c.Nodes()) {
+			t.Fatalf("p1, p2, p3 published on %v, want one each on %v", holders, c.Nodes())
+		}
+
+		createLBService(ctx, t, cs, "p4", 80, one, nil)
+		var cond *metav1.Condition
+		poll(ctx, t, 60*time.Second, "p4 with "+conditionScheduled+"=False PortConflict", func() bool {
+			ctl.alive(t)
+			svc := getService("p4")
+			if svc == nil {
+				return false
+			}
+			for i := range svc.Status.Conditions {
+				if svc.Status.Conditions[i].Type == conditionScheduled {
+					cond = &svc.Status.Conditions[i]
+				}
+			}
+			return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "PortConflict"
+		})
+		mentionsPortAndNodes := func(msg string) bool {
+			if !strings.Contains(msg, "TCP:80") {
+				return false
+			}
+			for _, n := range c.Nodes() {
+				if !strings.Contains(msg, n) {
+					return false
+				}
+			}
+			return true
+		}
+		if !mentionsPortAndNodes(cond.Message) {
+			t.Errorf("condition message %q does not name TCP:80 and every node", cond.Message)
+		}
+		var event string
+		poll(ctx, t, 30*time.Second, "a PortConflict Event on p4", func() bool {
+			l, err := cs.CoreV1().Events(scenarioNamespace).List(ctx, metav1.ListOptions{
+				FieldSelector: "involvedObject.name=p4,reason=PortConflict"})
+			if err != nil || len(l.Items) == 0 {
+				return false
+			}
+			event = l.Items[0].Message
+			return l.Items[0].Type == corev1.EventTypeWarning
+		})
+		if !mentionsPortAndNodes(event) {
+			t.Errorf("PortConflict Event %q does not name TCP:80 and every node", event)
+		}
+		if svc := getService("p4"); svc == nil || len(svc.Status.LoadBalancer.Ingress) != 0 {
+			t.Errorf("p4 has ingress %v with no proxy running", svc.Status.LoadBalancer.Ingress)
+		}
+		t.Logf("p4: condition %q; event %q", cond.Message, event)
+	})
+	if t.Failed() {
+		t.Fatalf("controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+	}
+
+	t.Run("RestartWritesNothing", func(t *testing.T) {
+		before := resourceVersions(ctx, t, cs)
+		ctl.kill(t)
+		ctl = runController(outer, c, metricsAddr)
+		services, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Idle: every Service reconciled since the start and nothing
+		// queued.
+		poll(ctx, t, 60*time.Second, fmt.Sprintf("the restarted controller idle after reconciling %d Services", len(services.Items)), func() bool {
+			ctl.alive(t)
+			m, err := scrape("http://" + metricsAddr + "/metrics")
+			if err != nil {
+				return false
+			}
+			synced := m[`pulselb_controller_sync_duration_seconds_count{queue="services",result="success"}`]
+			depth, ok := m[`pulselb_controller_workqueue_depth{queue="services"}`]
+			return synced >= float64(len(services.Items)) && ok && depth == 0
+		})
+		after := resourceVersions(ctx, t, cs)
+		for k, rv := range before {
+			if after[k] != rv {
+				t.Errorf("%s: resourceVersion %s before the restart, %s after", k, rv, after[k])
+			}
+		}
+		m, err := scrape("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for series, v := range m {
+			if strings.HasPrefix(series, "pulselb_controller_writes_total") && v > 0 {
+				t.Errorf("restarted controller wrote: %s = %v", series, v)
+			}
+		}
+		t.Logf("%d resourceVersions unchanged across the restart", len(before))
+	})
+
+	t.Run("DeleteRemovesWorkloadAndFinalizer", func(t *testing.T) {
+		if err := cs.CoreV1().Services(scenarioNamespace).Delete(ctx, "p1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitReleased(t, "p1")
+		poll(ctx, t, 30*time.Second, "p1 deleted (finalizer removed)", func() bool {
+			_, err := cs.CoreV1().Services(scenarioNamespace).Get(ctx, "p1", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		})
+		// p4 gets the freed port.
+		poll(ctx, t, 60*time.Second, "p4 published once p1's port is free", func() bool {
+			ctl.alive(t)
+			svc := getService("p4")
+			return svc != nil && len(svc.Status.LoadBalancer.Ingress) == 1
+		})
+	})
+
+	t.Run("OtherClassReleases", func(t *testing.T) {
+		// The API allows no class change on a LoadBalancer Service:
+		// moving to another class goes through another type.
+		svc := getService("p2")
+		if svc == nil || len(svc.Status.LoadBalancer.Ingress) == 0 {
+			t.Fatalf("p2 not published before the class change: %v", svc)
+		}
+		svc.Spec.Type = corev1.ServiceTypeNodePort
+		svc, err := cs.CoreV1().Services(scenarioNamespace).Update(ctx, svc, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+		svc.Spec.LoadBalancerClass = ptr.To("example.com/other")
+		if _, err := cs.CoreV1().Services(scenarioNamespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitReleased(t, "p2")
+		poll(ctx, t, 30*time.Second, "p2 without pulselb's finalizer, status, annotations and conditions", func() bool {
+			ctl.alive(t)
+			svc := getService("p2")
+			if svc == nil || slices.Contains(svc.Finalizers, lbFinalizer) || len(svc.Status.LoadBalancer.Ingress) > 0 {
+				return false
+			}
+			for _, k := range []string{"pulselb.io/external-ips", "pulselb.io/internal-ips", "pulselb.io/nodes"} {
+				if _, ok := svc.Annotations[k]; ok {
+					return false
+				}
+			}
+			for _, cond := range svc.Status.Conditions {
+				if strings.HasPrefix(cond.Type, "pulselb.io/") {
+					return false
+				}
+			}
+			return true
+		})
+	})
+
+	t.Run("ExternalTrafficPolicyLocal", func(t *testing.T) {
+		testLocalTrafficPolicy(ctx, t, c, ctl, ipOf)
+	})
+	if t.Failed() {
+		t.Logf("controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+	}
+}
+
+// testLocalTrafficPolicy: a Service with externalTrafficPolicy Local whose
+// one backend runs on node-2 is published on node-2 only; a client reaches
+// the backend through node-2's IP, and the backend sees a source on
+// node-2 (no hop through another node); moving the backend to node-3 moves
+// the proxy and the published IP.
+func testLocalTrafficPolicy(ctx context.Context, t *testing.T, c *cluster.Cluster, ctl *controllerProcess, ipOf map[string]string) {
+	cs := c.Client
+	labels := map[string]string{"app": "local"}
+	const port = 8090
+	if _, err := cs.AppsV1().Deployments(scenarioNamespace).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "local", Namespace: scenarioNamespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  map[string]string{corev1.LabelHostname: "node-2"},
+					TerminationGracePeriodSeconds: ptr.To(int64(1)),
+					Containers: []corev1.Container{{
+						Name: "echo", Image: "registry.example/echo:1",
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+					}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating deployment: %v", err)
+	}
+	waitPodsRunningIn(ctx, t, cs, scenarioNamespace, "app=local", 1)
+	createLBService(ctx, t, cs, "local", port, nil, func(s *corev1.Service) {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		s.Spec.Selector = labels
+		s.Spec.Ports[0].TargetPort = intstr.FromString("http")
+	})
+
+	for _, node := range []string{"node-2", "node-3"} {
+		if node == "node-3" {
+			patch := []byte(`{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"node-3"}}}}}`)
+			if _, err := cs.AppsV1().Deployments(scenarioNamespace).Patch(ctx, "local", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var backend corev1.Pod
+		poll(ctx, t, 60*time.Second, "the one backend running on "+node, func() bool {
+			pods := readyPods(ctx, t, cs, scenarioNamespace, "app=local")
+			all := listPods(ctx, t, cs, scenarioNamespace, "app=local")
+			if len(pods) != 1 || len(all) != 1 || pods[0].Spec.NodeName != node {
+				return false
+			}
+			backend = pods[0]
+			return true
+		})
+		poll(ctx, t, 90*time.Second, "local published on "+node+" only, with its ready proxies all there", func() bool {
+			ctl.alive(t)
+			svc, err := cs.CoreV1().Services(scenarioNamespace).Get(ctx, "local", metav1.GetOptions{})
+			if err != nil || len(svc.Status.LoadBalancer.Ingress) != 1 || svc.Status.LoadBalancer.Ingress[0].IP != ipOf[node] {
+				return false
+			}
+			proxies := readyPods(ctx, t, cs, systemNamespace, labelServiceName+"=local")
+			for _, p := range proxies {
+				if p.Spec.NodeName != node {
+					return false
+				}
+			}
+			return len(proxies) == 1
+		})
+		poll(ctx, t, 60*time.Second, "no proxy pod of local left on a node other than "+node, func() bool {
+			for _, p := range listPods(ctx, t, cs, systemNamespace, labelServiceName+"=local") {
+				if p.Spec.NodeName != "" && p.Spec.NodeName != node {
+					return false
+				}
+			}
+			return true
+		})
+		nodeObj, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		podCIDR, err := netip.ParsePrefix(nodeObj.Spec.PodCIDR)
+		if err != nil {
+			t.Fatalf("node %s pod CIDR %q: %v", node, nodeObj.Spec.PodCIDR, err)
+		}
+		url := fmt.Sprintf("http://%s:%d/", ipOf[node], port)
+		var answer string
+		poll(ctx, t, 30*time.Second, "the backend on "+node+" answering "+url, func() bool {
+			out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
+			answer = string(out)
+			name, _ := field(answer, "name")
+			return err == nil && name == scenarioNamespace+"/"+backend.Name
+		})
+		client, _ := field(answer, "client")
+		src, err := netip.ParseAddrPort(client)
+		if err != nil {
+			t.Fatalf("backend answer %q: client %q: %v", answer, client, err)
+		}
+		if !podCIDR.Contains(src.Addr()) && src.Addr().String() != ipOf[node] {
+			t.Errorf("backend on %s saw the client as %s, which is not on %s (pod CIDR %s, IP %s)", node, src.Addr(), node, podCIDR, ipOf[node])
+		}
+		t.Logf("through %s: %s", url, strings.TrimSpace(answer))
+		for other, ip := range ipOf {
+			if other == node {
+				continue
+			}
+			u := fmt.Sprintf("http://%s:%d/", ip, port)
+			if out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", u); err == nil {
+				t.Errorf("%s answered through %s, which has no local endpoint: %s", u, other, out)
+			}
+		}
+	}
+}
+
+// createLBService creates a LoadBalancer Service in the scenario namespace
+// with one TCP port.
+func createLBService(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, port int32,
+	annotations map[string]string, mutate func(*corev1.Service)) {
+	t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: scenarioNamespace, Annotations: annotations},
+		Spec: corev1.ServiceSpec{
+			Type:  corev1.ServiceTypeLoadBalancer,
+			Ports: []corev1.ServicePort{{Name: "p", Port: port, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	if mutate != nil {
+		mutate(svc)
+	}
+	if _, err := cs.CoreV1().Services(scenarioNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating service %s: %v", name, err)
+	}
+}
+
+// labelNode sets (value non-nil) or removes a node label.
+func labelNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, node, label string, value *string) {
+	t.Helper()
+	v := "null"
+	if value != nil {
+		v = strconv.Quote(*value)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, label, v)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("labelling node %s: %v", node, err)
+	}
+}
+
+// resourceVersions returns the resourceVersion of every Service in the
+// scenario namespace and every proxy workload, by "kind ns/name".
+func resourceVersions(ctx context.Context, t *testing.T, cs kubernetes.Interface) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	svcs, err := cs.CoreV1().Services(scenarioNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range svcs.Items {
+		out["Service "+s.Namespace+"/"+s.Name] = s.ResourceVersion
+	}
+	deps, err := cs.AppsV1().Deployments(systemNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range deps.Items {
+		out["Deployment "+d.Namespace+"/"+d.Name] = d.ResourceVersion
+	}
+	if len(svcs.Items) == 0 || len(deps.Items) == 0 {
+		t.Fatalf("nothing to compare: %d Services, %d Deployments", len(svcs.Items), len(deps.Items))
+	}
+	return out
+}
+
+// scrape reads a Prometheus text exposition into series → value.
+func scrape(url string) (map[string]float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// runController starts `pulselb controller` with the admin kubeconfig, no
+// leader election, no DNS, verdicts from node labels only, and metrics on
+// metricsAddr. Unlike startController it can be killed and started again
+// within a test; each run logs to its own file in the cluster's logs.
+func runController(t *testing.T, c *cluster.Cluster, metricsAddr string) *controllerProcess {
+	t.Helper()
+	bin, err := cluster.Binaries(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(bin, "pulselb")
+	if _, err := os.Stat(exe); err != nil {
+		why, _ := os.ReadFile(filepath.Join(bin, "pulselb.build-error"))
+		t.Fatalf("no pulselb binary: %v %s", err, why)
+	}
+	logf, err := os.CreateTemp(filepath.Join(c.Dir, "logs"), "pulselb-controller-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "controller",
+		"--kubeconfig="+c.Kubeconfig,
+		"--namespace="+systemNamespace,
+		"--proxy-image=pulselb",
+		"--leader-elect=false",
+		"--probe-reports=false",
+		"--metrics-address="+metricsAddr,
+		"--v=2")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logf.Name()}
+	if err := startLocked(cmd, func(err error) {
+		p.err = err
+		logf.Close()
+		close(p.done)
+	}); err != nil {
+		logf.Close()
+		t.Fatalf("starting pulselb controller: %v", err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+			return // killed by the test
+		default:
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+			var ee *exec.ExitError
+			if p.err != nil && !errors.As(p.err, &ee) {
+				t.Errorf("pulselb controller: %v", p.err)
+			} else if p.err != nil {
+				t.Errorf("pulselb controller exited with %v after SIGTERM; log in %s", p.err, p.logPath)
+			}
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+			t.Errorf("pulselb controller did not stop within 15s of SIGTERM; log in %s", p.logPath)
+		}
+	})
+	return p
+}
+
+// kill stops the controller with SIGKILL, as a crash or a node loss would,
+// and waits for it to exit.
+func (p *controllerProcess) kill(t *testing.T) {
+	t.Helper()
+	p.alive(t)
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatalf("killing pulselb controller: %v", err)
+	}
+	<-p.done
+}
+
+// startLocked starts cmd from a goroutine locked to its thread until cmd
+// exits, then calls exited with cmd.Wait's error. Pdeathsig fires when the
+// forking thread exits, and Go ends the thread of a goroutine that exits
+// locked (the harness does so after entering network namespaces): started
+// from any other thread, the child would be killed at random.
+func startLocked(cmd *exec.Cmd, exited func(error)) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited(cmd.Wait())
+	}()
+	return <-started
+}
