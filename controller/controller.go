@@ -16,6 +16,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -73,6 +76,7 @@ type Controller struct {
 	nodes       corelisters.NodeLister
 	slices      discoverylisters.EndpointSliceLister
 	pods        corelisters.PodNamespaceLister
+	podIndex    cache.Indexer // pods by serviceIndex
 	deployments appslisters.DeploymentNamespaceLister
 	daemonSets  appslisters.DaemonSetNamespaceLister
 	synced      []cache.InformerSynced
@@ -84,6 +88,7 @@ type Controller struct {
 	reports     cache.Store
 	healthQueue workqueue.TypedRateLimitingInterface[string]
 	verdicts    verdicts
+	restarts    restartBackoffs
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool
@@ -103,6 +108,19 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 	deployInformer := system.Apps().V1().Deployments()
 	dsInformer := system.Apps().V1().DaemonSets()
 	ns := cfg.Placement.Namespace
+	for _, inf := range []cache.SharedIndexInformer{svcInformer.Informer(), nodeInformer.Informer(), sliceInformer.Informer(),
+		podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer()} {
+		if err := inf.SetTransform(dropManagedFields); err != nil {
+			// Started already by another user of the factory: it
+			// only costs memory.
+			logger.V(2).Info("Cannot drop managed fields from a cache", "err", err)
+		}
+	}
+	// Each sync reads its Service's proxy pods; an index keeps that
+	// independent of how many other Services' pods there are.
+	if err := podInformer.Informer().AddIndexers(cache.Indexers{serviceIndex: serviceIndexFunc}); err != nil {
+		return nil, fmt.Errorf("adding pod index: %w", err)
+	}
 
 	c := &Controller{
 		client:      client,
@@ -113,6 +131,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		nodes:       nodeInformer.Lister(),
 		slices:      sliceInformer.Lister(),
 		pods:        podInformer.Lister().Pods(ns),
+		podIndex:    podInformer.Informer().GetIndexer(),
 		deployments: deployInformer.Lister().Deployments(ns),
 		daemonSets:  dsInformer.Lister().DaemonSets(ns),
 		synced: []cache.InformerSynced{
@@ -153,8 +172,13 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			informer cache.SharedIndexInformer
 			handler  cache.ResourceEventHandler
 		}{inf, cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueueOwner,
-			UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
+			AddFunc: c.enqueueOwner,
+			UpdateFunc: func(oldObj, newObj any) {
+				if workloadStatusOnly(oldObj, newObj) {
+					return
+				}
+				c.enqueueOwner(newObj)
+			},
 			DeleteFunc: c.enqueueOwner,
 		}})
 	}
@@ -268,6 +292,49 @@ func processNext[T comparable](ctx context.Context, q workqueue.TypedRateLimitin
 	return true
 }
 
+// dropManagedFields keeps managedFields out of the informer caches: nothing
+// here reads them, and with thousands of Services and proxy pods they are a
+// large part of the memory. An update sent without managedFields leaves the
+// stored ones unchanged.
+func dropManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// serviceIndex indexes proxy pods by their Service's "namespace/name".
+const serviceIndex = "pulselb.io/service"
+
+func serviceIndexFunc(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	key, ok := placement.ServiceOf(pod.Labels)
+	if !ok {
+		return nil, nil
+	}
+	return []string{key.String()}, nil
+}
+
+// proxyPods returns svc's proxy pods from the cache.
+func (c *Controller) proxyPods(svc *corev1.Service) ([]*corev1.Pod, error) {
+	objs, err := c.podIndex.ByIndex(serviceIndex, svc.Namespace+"/"+svc.Name)
+	if err != nil {
+		return nil, fmt.Errorf("listing proxy pods: %w", err)
+	}
+	sel := labels.SelectorFromSet(placement.Selector(svc))
+	ns := c.cfg.Placement.Namespace
+	var own []*corev1.Pod
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && p.Namespace == ns && sel.Matches(labels.Set(p.Labels)) {
+			own = append(own, p)
+		}
+	}
+	return own, nil
+}
+
 // wants reports whether pulselb serves svc.
 func (c *Controller) wants(svc *corev1.Service) bool {
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
@@ -308,6 +375,32 @@ func (c *Controller) enqueueOwner(obj any) {
 	if key, ok := placement.ServiceOf(l); ok {
 		c.queue.Add(cache.NewObjectName(key.Namespace, key.Name))
 	}
+}
+
+// workloadStatusOnly reports an update of a proxy Deployment or DaemonSet
+// that changed only its status: sync reads a workload's labels and spec
+// hash, never its status, and the workload controllers update the status
+// several times for every pod they start.
+func workloadStatusOnly(oldObj, newObj any) bool {
+	var a, b metav1.Object
+	switch o := oldObj.(type) {
+	case *appsv1.Deployment:
+		n, ok := newObj.(*appsv1.Deployment)
+		if !ok {
+			return false
+		}
+		a, b = o, n
+	case *appsv1.DaemonSet:
+		n, ok := newObj.(*appsv1.DaemonSet)
+		if !ok {
+			return false
+		}
+		a, b = o, n
+	default:
+		return false
+	}
+	return a.GetGeneration() == b.GetGeneration() && a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp()) &&
+		mapsEqual(a.GetLabels(), b.GetLabels()) && mapsEqual(a.GetAnnotations(), b.GetAnnotations())
 }
 
 // enqueueSliceService enqueues an externalTrafficPolicy Local Service whose

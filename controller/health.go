@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -43,6 +46,43 @@ const (
 	ReasonFailedOver = "FailedOver"
 )
 
+// ErrNoProbeReportCRD says the API server does not serve ProbeReports.
+var ErrNoProbeReportCRD = errors.New("the ProbeReport CRD (probereports." + v1alpha1.GroupName + ") is not installed: " +
+	"apply deploy/crds/pulselb.io_probereports.yaml, or run the controller with --probe-reports=false " +
+	"(then a node is down only while labelled " + placement.LabelUnhealthy + ")")
+
+// WaitForProbeReportCRD returns nil once the API server serves
+// ProbeReports, checking every interval for at most timeout (so a CRD
+// applied together with the controller is found), and otherwise
+// ErrNoProbeReportCRD, or the last discovery error when the API server
+// could not be asked.
+func WaitForProbeReportCRD(ctx context.Context, d discovery.DiscoveryInterface, interval, timeout time.Duration) error {
+	gv := v1alpha1.SchemeGroupVersion.String()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(context.Context) (bool, error) {
+		list, err := d.ServerResourcesForGroupVersion(gv)
+		switch {
+		case apierrors.IsNotFound(err):
+			last = ErrNoProbeReportCRD
+			return false, nil
+		case err != nil:
+			last = fmt.Errorf("asking the API server for %s resources: %w", gv, err)
+			return false, nil
+		}
+		for _, r := range list.APIResources {
+			if r.Name == v1alpha1.Resource.Resource {
+				return true, nil
+			}
+		}
+		last = ErrNoProbeReportCRD
+		return false, nil
+	})
+	if err != nil && last != nil {
+		return last
+	}
+	return err
+}
+
 // healthKey is the one key of the health queue: every evaluation looks at
 // every report.
 const healthKey = "verdicts"
@@ -51,6 +91,20 @@ const healthKey = "verdicts"
 type verdicts struct {
 	mu sync.RWMutex
 	m  map[string]status.Judgement
+	// downSince holds when each target's verdict last turned Down, for
+	// as long as it stays Down.
+	downSince map[string]time.Time
+}
+
+// downFor returns how long key's verdict has been Down at now; zero when
+// it is not Down.
+func (v *verdicts) downFor(key string, now time.Time) time.Duration {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if t, ok := v.downSince[key]; ok {
+		return max(now.Sub(t), 0)
+	}
+	return 0
 }
 
 func (v *verdicts) get(key string) status.Judgement {
@@ -94,7 +148,18 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 		next[t.Key] = status.Judge(idx, t.Target, prev[t.Key].Verdict)
 	}
 	c.verdicts.mu.Lock()
-	c.verdicts.m = next
+	since := make(map[string]time.Time, len(c.verdicts.downSince))
+	for k, j := range next {
+		if j.Verdict != status.VerdictDown {
+			continue
+		}
+		if t, ok := c.verdicts.downSince[k]; ok && prev[k].Verdict == status.VerdictDown {
+			since[k] = t
+		} else {
+			since[k] = now
+		}
+	}
+	c.verdicts.m, c.verdicts.downSince = next, since
 	c.verdicts.mu.Unlock()
 
 	for _, t := range targets {
@@ -126,7 +191,7 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 			c.recordService(t.service, corev1.EventTypeNormal, ReasonTargetUp, "%s/%d on node %s is %s", t.port.Protocol, t.port.Port, t.Node, is.Summary())
 		}
 	}
-	return nil
+	return c.restartBrokenProxies(ctx)
 }
 
 // healthTargets lists every target the quorum judges: each served

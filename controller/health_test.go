@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
@@ -317,6 +320,45 @@ func TestRecoveredNodeUnlabelled(t *testing.T) {
 			}
 			if patched != tt.wantPatch {
 				t.Errorf("label removed = %v, want %v (writes %v)", patched, tt.wantPatch, f.writes())
+			}
+		})
+	}
+}
+
+func TestWaitForProbeReportCRD(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	served := &metav1.APIResourceList{GroupVersion: v1alpha1.SchemeGroupVersion.String(),
+		APIResources: []metav1.APIResource{{Name: "probereports", Namespaced: true, Kind: "ProbeReport"}}}
+	other := &metav1.APIResourceList{GroupVersion: v1alpha1.SchemeGroupVersion.String(),
+		APIResources: []metav1.APIResource{{Name: "somethingelse", Kind: "SomethingElse"}}}
+	tests := []struct {
+		name      string
+		resources []*metav1.APIResourceList
+		wantErr   bool
+	}{
+		{"installed", []*metav1.APIResourceList{served}, false},
+		{"group missing", nil, true},
+		{"group without probereports", []*metav1.APIResourceList{other}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			d := client.Discovery().(*fakediscovery.FakeDiscovery)
+			d.Resources = tt.resources
+			err := WaitForProbeReportCRD(ctx, d, time.Millisecond, 20*time.Millisecond)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("WaitForProbeReportCRD = %v, want error %v", err, tt.wantErr)
+			}
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, ErrNoProbeReportCRD) {
+				t.Errorf("error %v, want ErrNoProbeReportCRD", err)
+			}
+			for _, want := range []string{"probereports.pulselb.io", "--probe-reports=false", "deploy/crds/"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
 			}
 		})
 	}

@@ -46,6 +46,11 @@ var (
 		Help:    "Time from the first failed probe of a Down verdict to the Service status written without the node.",
 		Buckets: []float64{0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10, 20, 30, 60},
 	})
+	proxyRestarts = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "proxy_restarts_total",
+		Help: "Proxy pods deleted because a port was down on a node that is up.",
+	})
 
 	queueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
@@ -83,7 +88,7 @@ var (
 // included, with r.
 func RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{syncDuration, syncErrors, writes, managedServices, verdictChanges, failoverDuration,
+	for _, c := range []prometheus.Collector{syncDuration, syncErrors, writes, managedServices, verdictChanges, failoverDuration, proxyRestarts,
 		queueDepth, queueAdds, queueLatency, queueWork, queueUnfinished, queueLongest, queueRetries} {
 		errs = append(errs, r.Register(c))
 	}

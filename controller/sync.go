@@ -61,20 +61,21 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		return err
 	}
 
-	allPods, err := c.pods.List(everything)
+	own, err := c.proxyPods(svc)
 	if err != nil {
-		return fmt.Errorf("listing pods: %w", err)
-	}
-	sel := labels.SelectorFromSet(placement.Selector(svc))
-	var own []*corev1.Pod
-	for _, p := range allPods {
-		if sel.Matches(labels.Set(p.Labels)) {
-			own = append(own, p)
-		}
+		return err
 	}
 	var conflicts []string
-	for _, cf := range placement.PortConflicts(svc, own, allPods) {
-		conflicts = append(conflicts, cf.String())
+	if slices.ContainsFunc(own, func(p *corev1.Pod) bool { return p.Spec.NodeName == "" }) {
+		// Only an unscheduled pod can be in conflict; the other
+		// Services' pods are read only then.
+		allPods, err := c.pods.List(everything)
+		if err != nil {
+			return fmt.Errorf("listing pods: %w", err)
+		}
+		for _, cf := range placement.PortConflicts(svc, own, allPods) {
+			conflicts = append(conflicts, cf.String())
+		}
 	}
 	in := status.Input{
 		Service:       svc,
@@ -100,8 +101,14 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		in.Problems = append(in.Problems, status.Problem{Reason: reason, Message: p.String()})
 	}
 	if want.NodePortTarget {
-		if in.LocalEndpointNodes, err = c.localEndpointNodes(svc); err != nil {
+		var present map[string]bool
+		if in.LocalEndpointNodes, present, err = c.endpointNodes(svc); err != nil {
 			return err
+		}
+		if want.Deployment != nil && len(svc.Spec.Selector) > 0 {
+			if err := c.moveLocalProxies(ctx, own, present); err != nil {
+				return err
+			}
 		}
 	}
 	r := status.Decide(in)
@@ -146,21 +153,62 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 	return svc, nil
 }
 
-// localEndpointNodes returns the nodes with a ready endpoint of svc.
-func (c *Controller) localEndpointNodes(svc *corev1.Service) (map[string]bool, error) {
+// endpointNodes returns the nodes with a ready endpoint of svc, and the
+// nodes with an endpoint that is not terminating (ready or still starting).
+func (c *Controller) endpointNodes(svc *corev1.Service) (ready, present map[string]bool, err error) {
 	slices, err := c.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
 	if err != nil {
-		return nil, fmt.Errorf("listing endpoint slices: %w", err)
+		return nil, nil, fmt.Errorf("listing endpoint slices: %w", err)
 	}
-	out := map[string]bool{}
+	ready, present = map[string]bool{}, map[string]bool{}
 	for _, s := range slices {
 		for _, ep := range s.Endpoints {
-			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
-				out[*ep.NodeName] = true
+			if ep.NodeName == nil {
+				continue
+			}
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				ready[*ep.NodeName] = true
+			}
+			if ep.Conditions.Terminating == nil || !*ep.Conditions.Terminating {
+				present[*ep.NodeName] = true
 			}
 		}
 	}
-	return out, nil
+	return ready, present, nil
+}
+
+// moveLocalProxies deletes the Deployment proxy pods of an
+// externalTrafficPolicy Local Service that run on a node without an
+// endpoint, while some node has one. Pod affinity put them next to a
+// backend, but the scheduler does not re-check affinity once a pod runs:
+// without this, proxies would stay where the backends were, forwarding to
+// a NodePort with no local endpoint. The ReplicaSet's replacement is
+// scheduled next to a backend again (or stays Pending when those nodes
+// already run one). Nothing moves while no node has an endpoint, so a
+// Service scaled to zero keeps its proxies.
+func (c *Controller) moveLocalProxies(ctx context.Context, own []*corev1.Pod, present map[string]bool) error {
+	if len(present) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, p := range own {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || present[p.Spec.NodeName] {
+			continue
+		}
+		err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &p.UID},
+		})
+		switch {
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			continue // gone, or replaced by a pod of the same name
+		case err != nil:
+			errs = append(errs, fmt.Errorf("deleting proxy pod %s/%s on node %s without a local endpoint: %w", p.Namespace, p.Name, p.Spec.NodeName, err))
+			continue
+		}
+		writes.WithLabelValues("pods", "delete").Inc()
+		klog.FromContext(ctx).Info("Deleted proxy pod on a node without a local endpoint", "pod", klog.KObj(p), "node", p.Spec.NodeName)
+	}
+	return errors.Join(errs...)
 }
 
 // applyWorkload creates, updates or deletes the Service's proxy workload so
@@ -208,10 +256,16 @@ func (c *Controller) applyWorkload(ctx context.Context, svc *corev1.Service, wan
 		cur, err := c.deployments.Get(want.Name)
 		switch {
 		case apierrors.IsNotFound(err):
-			if _, err := apps.Deployments(ns).Create(ctx, want.Deployment, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			_, err := apps.Deployments(ns).Create(ctx, want.Deployment, metav1.CreateOptions{})
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				// Created by an earlier sync that the cache has not
+				// caught up with yet; the next event brings it.
+			case err != nil:
 				return fmt.Errorf("creating deployment %s/%s: %w", ns, want.Name, err)
+			default:
+				applied("created", "deployments")
 			}
-			applied("created", "deployments")
 		case err != nil:
 			return fmt.Errorf("getting deployment %s/%s: %w", ns, want.Name, err)
 		case taken(cur.Labels):
@@ -227,10 +281,16 @@ func (c *Controller) applyWorkload(ctx context.Context, svc *corev1.Service, wan
 		cur, err := c.daemonSets.Get(want.Name)
 		switch {
 		case apierrors.IsNotFound(err):
-			if _, err := apps.DaemonSets(ns).Create(ctx, want.DaemonSet, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			_, err := apps.DaemonSets(ns).Create(ctx, want.DaemonSet, metav1.CreateOptions{})
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				// Created by an earlier sync that the cache has not
+				// caught up with yet; the next event brings it.
+			case err != nil:
 				return fmt.Errorf("creating daemonset %s/%s: %w", ns, want.Name, err)
+			default:
+				applied("created", "daemonsets")
 			}
-			applied("created", "daemonsets")
 		case err != nil:
 			return fmt.Errorf("getting daemonset %s/%s: %w", ns, want.Name, err)
 		case taken(cur.Labels):

@@ -35,6 +35,7 @@ import (
 
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/controller"
+	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/prober"
@@ -51,6 +52,11 @@ With --dns-zone, every replica (leader or not) also serves that zone as an
 authoritative DNS server built from the Services' status, from its own
 informer cache (see docs/dns.md). With --dnsendpoints, the leader also
 writes an external-dns DNSEndpoint per Service with hostname annotations.
+
+Every replica also serves a read-only health dashboard at / of
+--metrics-address, its data at /api/v1/state and changes as server-sent
+events at /api/v1/events (see docs/dashboard.md); --dashboard=false turns
+it off.
 
 Every flag can also be set with the environment variable named after it
 (--proxy-image is PULSELB_PROXY_IMAGE); a flag given on the command line wins.
@@ -69,7 +75,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	proxyMode := fs.String("proxy-mode", placement.DefaultProxyMode, "the proxies' --mode: auto, iptables or userspace")
 	classOnly := fs.Bool("class-only", false, "serve only Services with loadBalancerClass "+controller.Class+", not those without a class")
 	workers := fs.Int("workers", 4, "Services reconciled in parallel")
-	probeReports := fs.Bool("probe-reports", false, "judge health from the probers' ProbeReports (needs the ProbeReport CRD and the prober DaemonSet); off: a node is down only while labelled pulselb.io/unhealthy")
+	probeReports := fs.Bool("probe-reports", true, "judge health from the probers' ProbeReports (needs the ProbeReport CRD from deploy/crds/ and the prober DaemonSet); false: a node is down only while labelled pulselb.io/unhealthy")
 	vantages := fs.Int("vantages", prober.DefaultVantages, "probers per target; must equal the probers' --vantages")
 	leaderElect := fs.Bool("leader-elect", true, "reconcile only while holding the Lease")
 	leaseName := fs.String("leader-elect-lease-name", "pulselb-controller", "name of the leader Lease in --namespace")
@@ -77,6 +83,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	renewDeadline := fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
 	retryPeriod := fs.Duration("leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew")
 	metricsAddr := fs.String("metrics-address", ":9471", "address for /metrics and /healthz; empty disables")
+	dashboardOn := fs.Bool("dashboard", true, "serve the read-only health dashboard at / of --metrics-address on every replica (see docs/dashboard.md)")
 	qps := fs.Float64("kube-api-qps", 50, "API requests per second")
 	burst := fs.Int("kube-api-burst", 100, "API request burst")
 	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 detail")
@@ -182,6 +189,16 @@ func runController(args []string, _, stderr io.Writer) int {
 	}
 	var health controller.HealthConfig
 	if *probeReports {
+		// Without the CRD the report informer would never sync and the
+		// controller would wait silently; say what is missing instead.
+		crdCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := controller.WaitForProbeReportCRD(crdCtx, client.Discovery(), 2*time.Second, 30*time.Second)
+		cancel()
+		if err != nil {
+			logger.Error(err, "Judging health from ProbeReports is impossible", "flag", "--probe-reports")
+			fmt.Fprintf(stderr, "pulselb controller: --probe-reports: %v\n", err)
+			return 1
+		}
 		health = controller.HealthConfig{
 			Reports:  v1alpha1.NewInformer(v1alpha1.NewClient(dyn), *namespace),
 			Vantages: *vantages,
@@ -209,6 +226,15 @@ func runController(args []string, _, stderr io.Writer) int {
 			return 1
 		}
 	}
+	var dash *dashboard.Dashboard
+	if *dashboardOn && *metricsAddr != "" {
+		dash = dashboard.New(dashboard.Options{Title: "pulselb"})
+		defer dash.Close()
+		if err := dashboard.RegisterMetrics(reg); err != nil {
+			logger.Error(err, "Registering metrics failed")
+			return 1
+		}
+	}
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {
@@ -218,6 +244,9 @@ func runController(args []string, _, stderr io.Writer) int {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		if dash != nil {
+			mux.Handle("/", dash)
+		}
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
@@ -248,6 +277,20 @@ func runController(args []string, _, stderr io.Writer) int {
 	if err != nil {
 		logger.Error(err, "Creating controller failed")
 		return 1
+	}
+	if dash != nil {
+		host, _ := os.Hostname()
+		feed, err := controller.NewDashboardFeed(ctl, cluster, system, dash, controller.DashboardConfig{Instance: host, Zone: *dnsZone})
+		if err != nil {
+			logger.Error(err, "Creating dashboard feed failed")
+			return 1
+		}
+		dashCtx := klog.NewContext(ctx, logger.WithName("dashboard"))
+		go func() {
+			if err := feed.Run(dashCtx); err != nil && ctx.Err() == nil {
+				logger.Error(err, "Dashboard feed stopped")
+			}
+		}()
 	}
 	// leading is true while this replica reconciles; only then does the
 	// DNS feed turn zone problems into Events, so that N replicas do not

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -206,7 +207,8 @@ type controllerProcess struct {
 // startController runs pulselb controller with the admin kubeconfig, no
 // leader election, and DNS on dnsAddr, until the test ends. Its log goes
 // to the cluster's log directory, kept when the test fails.
-func startController(t *testing.T, c *cluster.Cluster, dnsAddr string) *controllerProcess {
+// extra flags follow the defaults, so they win.
+func startController(t *testing.T, c *cluster.Cluster, dnsAddr string, extra ...string) *controllerProcess {
 	t.Helper()
 	bin, err := cluster.Binaries(t.Context())
 	if err != nil {
@@ -231,19 +233,33 @@ func startController(t *testing.T, c *cluster.Cluster, dnsAddr string) *controll
 		"--dns-zone="+controllerZone,
 		"--dns-ns=ns1."+controllerZone+"=127.0.0.1",
 		"--dns-listen="+dnsAddr,
+		"--probe-reports=false",
 		"--v=2")
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatalf("starting pulselb controller: %v", err)
-	}
 	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logPath}
+	started := make(chan error, 1)
 	go func() {
+		// Pdeathsig fires when the forking thread exits, and Go ends the
+		// threads of goroutines that exit locked (the harness' probes
+		// enter network namespaces so): keep this thread until the
+		// controller exits, as the harness does for its processes.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.err = cmd.Wait()
 		logf.Close()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		logf.Close()
+		t.Fatalf("starting pulselb controller: %v", err)
+	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {

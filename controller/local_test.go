@@ -1,0 +1,133 @@
+package controller
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/pulselb/pulselb/placement"
+)
+
+// endpoint is one endpoint of a test EndpointSlice.
+type endpoint struct {
+	node               string
+	ready, terminating bool
+}
+
+func endpointSlice(svc *corev1.Service, eps ...endpoint) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name + "-abcde",
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for i, ep := range eps {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+			Addresses: []string{"10.244.0." + string(rune('1'+i))},
+			NodeName:  ptr.To(ep.node),
+			Conditions: discoveryv1.EndpointConditions{
+				Ready: ptr.To(ep.ready), Serving: ptr.To(ep.ready), Terminating: ptr.To(ep.terminating)},
+		})
+	}
+	return s
+}
+
+// TestSyncLocalTrafficPolicy: an externalTrafficPolicy Local Service is
+// published only on proxy nodes with a ready local endpoint, and a
+// Deployment proxy left on a node whose backends went away is deleted so
+// that its replacement is scheduled next to a backend.
+func TestSyncLocalTrafficPolicy(t *testing.T) {
+	local := func(s *corev1.Service) {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		s.Spec.Selector = map[string]string{"app": "web"}
+		s.Finalizers = []string{Finalizer}
+	}
+	tests := []struct {
+		name        string
+		opts        []func(*corev1.Service)
+		endpoints   []endpoint
+		wantDeleted []string // proxy pods deleted, by node
+		wantIngress []string
+	}{
+		{name: "backend on n2: proxy on n1 moves", opts: []func(*corev1.Service){local},
+			endpoints:   []endpoint{{node: "n2", ready: true}},
+			wantDeleted: []string{"n1"}, wantIngress: []string{"10.0.0.2"}},
+		{name: "backends on both", opts: []func(*corev1.Service){local},
+			endpoints:   []endpoint{{node: "n1", ready: true}, {node: "n2", ready: true}},
+			wantIngress: []string{"10.0.0.1", "10.0.0.2"}},
+		{name: "starting backend keeps its proxy, not published", opts: []func(*corev1.Service){local},
+			endpoints:   []endpoint{{node: "n1", ready: false}, {node: "n2", ready: true}},
+			wantIngress: []string{"10.0.0.2"}},
+		{name: "terminating backend does not hold its proxy", opts: []func(*corev1.Service){local},
+			endpoints:   []endpoint{{node: "n1", terminating: true}, {node: "n2", ready: false}},
+			wantDeleted: []string{"n1"}},
+		{name: "no endpoint anywhere: nothing moves", opts: []func(*corev1.Service){local}},
+		{name: "Cluster policy: endpoints do not matter",
+			opts:        []func(*corev1.Service){func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} }},
+			endpoints:   []endpoint{{node: "n2", ready: true}},
+			wantIngress: []string{"10.0.0.1", "10.0.0.2"}},
+		{name: "Local without a selector: proxies stay", opts: []func(*corev1.Service){local, func(s *corev1.Service) { s.Spec.Selector = nil }},
+			endpoints:   []endpoint{{node: "n2", ready: true}},
+			wantIngress: []string{"10.0.0.2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			svc := newService("web", tt.opts...)
+			p1, p2 := readyPod(svc, "n1"), readyPod(svc, "n2")
+			p1.UID, p2.UID = types.UID("uid-p1"), types.UID("uid-p2")
+			f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), p1, p2)
+			c := f.controller(ctx)
+			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			if err := idx.Add(endpointSlice(svc, tt.endpoints...)); err != nil {
+				t.Fatal(err)
+			}
+			c.slices = discoverylisters.NewEndpointSliceLister(idx)
+
+			if err := c.sync(ctx, key(svc)); err != nil {
+				t.Fatal(err)
+			}
+			var deleted []string
+			for _, w := range f.writes() {
+				if name, ok := strings.CutPrefix(w, "delete pods "); ok {
+					deleted = append(deleted, strings.TrimPrefix(name, placement.Name(svc.Namespace, svc.Name)+"-"))
+				}
+			}
+			if !slices.Equal(deleted, tt.wantDeleted) {
+				t.Errorf("deleted proxy pods on %q, want %q (writes %q)", deleted, tt.wantDeleted, f.writes())
+			}
+			var ingress []string
+			for _, in := range f.service(ctx, "shop", "web").Status.LoadBalancer.Ingress {
+				ingress = append(ingress, in.IP)
+			}
+			if tt.wantIngress != nil && !slices.Equal(ingress, tt.wantIngress) {
+				t.Errorf("ingress %q, want %q", ingress, tt.wantIngress)
+			}
+		})
+	}
+}
+
+// TestCachesHoldNoManagedFields: the informer caches drop managedFields,
+// which would otherwise be a large part of the controller's memory.
+func TestCachesHoldNoManagedFields(t *testing.T) {
+	svc := newService("web")
+	svc.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate}}
+	got, err := dropManagedFields(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mf := got.(*corev1.Service).ManagedFields; mf != nil {
+		t.Errorf("managedFields kept: %v", mf)
+	}
+	if _, err := dropManagedFields(cache.DeletedFinalStateUnknown{Key: "shop/web"}); err != nil {
+		t.Errorf("a tombstone: %v", err)
+	}
+}

@@ -1,0 +1,336 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/status"
+)
+
+// ReasonProxyRestarted is the Event recorded on a Service when one of its
+// proxy pods is deleted because a port is down on a node that is up.
+const ReasonProxyRestarted = "ProxyRestarted"
+
+// Proxy restart backoff: the first restart of a proxy may happen at once,
+// the next not before RestartBackoff later, doubling up to
+// MaxRestartBackoff; the backoff starts over once every port of the proxy
+// has been Up for RestartBackoffReset.
+const (
+	RestartBackoff      = 10 * time.Second
+	MaxRestartBackoff   = 5 * time.Minute
+	RestartBackoffReset = 5 * time.Minute
+	// RestartGrace is how long a proxy pod must have been Ready before a
+	// port down on its node counts against it: probes reach a new pod
+	// before its proxy is set up, and a verdict from before it was Ready
+	// may be about the pod it replaced. Without it, a Service's proxies
+	// would be restarted one after another as each new pod starts.
+	RestartGrace = 10 * time.Second
+	// RestartAfterDown is how long a port's verdict must have been Down
+	// before its proxy is restarted: a backend failing everywhere reaches the
+	// verdicts of its proxy nodes one after another, and until they agree
+	// the first node down would look like a broken proxy.
+	RestartAfterDown = 5 * time.Second
+)
+
+// Why a proxy pod is or is not restarted (decideRestart).
+const (
+	restartPortDown        = "portDownOnHealthyNode"
+	keepNotRunning         = "notRunning"
+	keepNotReadyLongEnough = "readyTooShort"
+	keepDownTooShort       = "downTooShort"
+	keepPortsUp            = "noPortDown"
+	keepNodeNotUp          = "nodeNotUp"
+	keepBackendDown        = "backendDownEverywhere"
+	keepBackoff            = "backoff"
+)
+
+// restartInput is what decideRestart looks at for one proxy pod.
+type restartInput struct {
+	// Running is false for a pod that is not Running or is terminating.
+	Running bool
+	// ReadyFor is how long the pod has been Ready; zero when it is not.
+	ReadyFor time.Duration
+	// DownFor is how long the verdict of the longest-Down port on the
+	// pod's node has been Down. Not from the probers' first failure: a
+	// vantage that was failing on its own before (cut off, say) would
+	// make a fresh verdict look old.
+	DownFor time.Duration
+	// Beacon is the verdict on the pod's node beacon.
+	Beacon status.Verdict
+	// Ports holds the verdict on each Service port on the pod's node.
+	Ports map[status.PortKey]status.Verdict
+	// Others holds the same for every other node with a proxy pod of the
+	// Service whose beacon is not Down.
+	Others []map[status.PortKey]status.Verdict
+	// Now and NotBefore: no restart before NotBefore (the backoff).
+	Now, NotBefore time.Time
+}
+
+// decideRestart reports whether a proxy pod is to be deleted so that its
+// workload replaces it, and why. A port down by quorum on a node whose
+// beacon is Up, while the same port is Up on another proxy node of the
+// Service, means the proxy there is broken: the node and the backend both
+// work. When the port is down on every proxy node (a single proxy
+// included) the backend or its ClusterIP is failing, and restarting
+// proxies would only churn.
+func decideRestart(in restartInput) (bool, string) {
+	if !in.Running {
+		return false, keepNotRunning
+	}
+	if !anyDown(in.Ports) {
+		return false, keepPortsUp
+	}
+	if in.ReadyFor < RestartGrace {
+		return false, keepNotReadyLongEnough
+	}
+	if in.Beacon != status.VerdictUp {
+		return false, keepNodeNotUp
+	}
+	if in.DownFor < RestartAfterDown {
+		return false, keepDownTooShort
+	}
+	upElsewhere := false
+	for p, v := range in.Ports {
+		if v != status.VerdictDown {
+			continue
+		}
+		for _, o := range in.Others {
+			if o[p] == status.VerdictUp {
+				upElsewhere = true
+			}
+		}
+	}
+	if !upElsewhere {
+		return false, keepBackendDown
+	}
+	if in.Now.Before(in.NotBefore) {
+		return false, keepBackoff
+	}
+	return true, restartPortDown
+}
+
+func anyDown(m map[status.PortKey]status.Verdict) bool {
+	for _, v := range m {
+		if v == status.VerdictDown {
+			return true
+		}
+	}
+	return false
+}
+
+func allUp(m map[status.PortKey]status.Verdict) bool {
+	if len(m) == 0 {
+		return false
+	}
+	for _, v := range m {
+		if v != status.VerdictUp {
+			return false
+		}
+	}
+	return true
+}
+
+// restartBackoffs keeps the restart backoff of each proxy, keyed by
+// Service and node: the replacement pod has a new name but the same
+// Service and, usually, the same node, and its verdicts (keyed the same
+// way) stay Down until the probers see it work.
+type restartBackoffs struct {
+	mu sync.Mutex
+	m  map[string]*restartBackoff
+}
+
+type restartBackoff struct {
+	// next is the backoff applied after the next restart.
+	next time.Duration
+	// notBefore is the earliest time of the next restart.
+	notBefore time.Time
+	// upSince is when every port was last seen Up without a break.
+	upSince time.Time
+}
+
+func (r *restartBackoffs) notBefore(key string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b := r.m[key]; b != nil {
+		return b.notBefore
+	}
+	return time.Time{}
+}
+
+// restarted records a restart at now and returns how long the next one
+// must wait.
+func (r *restartBackoffs) restarted(key string, now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]*restartBackoff{}
+	}
+	b := r.m[key]
+	if b == nil {
+		b = &restartBackoff{next: RestartBackoff}
+		r.m[key] = b
+	}
+	wait := b.next
+	b.notBefore, b.upSince = now.Add(wait), time.Time{}
+	b.next = min(2*b.next, MaxRestartBackoff)
+	return wait
+}
+
+// observe notes whether every port of key was Up at now, and forgets the
+// backoff once they have been for RestartBackoffReset.
+func (r *restartBackoffs) observe(key string, up bool, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.m[key]
+	switch {
+	case b == nil:
+	case !up:
+		b.upSince = time.Time{}
+	case b.upSince.IsZero():
+		b.upSince = now
+	case now.Sub(b.upSince) >= RestartBackoffReset:
+		delete(r.m, key)
+	}
+}
+
+// forget drops the backoffs of proxies that no longer exist.
+func (r *restartBackoffs) forget(keep map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.m {
+		if !keep[k] {
+			delete(r.m, k)
+		}
+	}
+}
+
+// restartBrokenProxies deletes, with backoff, the proxy pods whose Service
+// port is down by quorum on a node whose beacon is up (decideRestart), so
+// that their workload starts fresh ones. It reads only caches and the
+// verdicts of the last evaluation.
+func (c *Controller) restartBrokenProxies(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	now := c.now()
+	proxies, err := c.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: placement.AppName}))
+	if err != nil {
+		return fmt.Errorf("listing proxy pods: %w", err)
+	}
+	bySvc := map[cache.ObjectName][]*corev1.Pod{}
+	for _, p := range proxies {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		if key, ok := placement.ServiceOf(p.Labels); ok {
+			n := cache.NewObjectName(key.Namespace, key.Name)
+			bySvc[n] = append(bySvc[n], p)
+		}
+	}
+	keep := map[string]bool{}
+	var errs []error
+	for name, pods := range bySvc {
+		svc, err := c.services.Services(name.Namespace).Get(name.Name)
+		if err != nil || !c.wants(svc) || svc.DeletionTimestamp != nil {
+			continue
+		}
+		ports := map[string]map[status.PortKey]status.Verdict{}
+		beacons := map[string]status.Verdict{}
+		downFor := map[string]time.Duration{}
+		for _, p := range pods {
+			n := p.Spec.NodeName
+			if _, done := ports[n]; done {
+				continue
+			}
+			beacons[n] = c.verdicts.get(prober.BeaconKey(n)).Verdict
+			m := map[status.PortKey]status.Verdict{}
+			for _, sp := range svc.Spec.Ports {
+				proto := sp.Protocol
+				if proto == "" {
+					proto = corev1.ProtocolTCP
+				}
+				tk := prober.TargetKey(name.String(), string(proto), sp.Port, n)
+				m[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.get(tk).Verdict
+				downFor[n] = max(downFor[n], c.verdicts.downFor(tk, now))
+			}
+			ports[n] = m
+		}
+		for _, p := range pods {
+			n := p.Spec.NodeName
+			bk := name.String() + "@" + n
+			keep[bk] = true
+			c.restarts.observe(bk, allUp(ports[n]), now)
+			in := restartInput{
+				Running:   p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil,
+				ReadyFor:  readyFor(p, now),
+				DownFor:   downFor[n],
+				Beacon:    beacons[n],
+				Ports:     ports[n],
+				Now:       now,
+				NotBefore: c.restarts.notBefore(bk),
+			}
+			for other, m := range ports {
+				if other != n && beacons[other] != status.VerdictDown {
+					in.Others = append(in.Others, m)
+				}
+			}
+			restart, why := decideRestart(in)
+			if !restart {
+				if why != keepPortsUp && why != keepNotRunning {
+					logger.V(4).Info("Not restarting proxy with a port down", "pod", klog.KObj(p), "node", n, "reason", why)
+				}
+				continue
+			}
+			err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				errs = append(errs, fmt.Errorf("deleting broken proxy pod %s/%s: %w", p.Namespace, p.Name, err))
+				continue
+			}
+			writes.WithLabelValues("pods", "delete").Inc()
+			proxyRestarts.Inc()
+			wait := c.restarts.restarted(bk, now)
+			down := downPorts(ports[n])
+			logger.Info("Restarted broken proxy", "pod", klog.KObj(p), "node", n, "downPorts", down, "nextNotBefore", wait)
+			c.recorder.Eventf(svc, corev1.EventTypeWarning, ReasonProxyRestarted,
+				"deleted proxy pod %s on node %s: %s down by quorum while the node is up; next restart not before %s",
+				p.Name, n, strings.Join(down, ", "), wait)
+		}
+	}
+	c.restarts.forget(keep)
+	if len(errs) > 0 {
+		return fmt.Errorf("restarting broken proxies: %w", errs[0])
+	}
+	return nil
+}
+
+// readyFor returns how long p has been Ready at now; zero when it is not.
+func readyFor(p *corev1.Pod, now time.Time) time.Duration {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return max(now.Sub(c.LastTransitionTime.Time), 0)
+		}
+	}
+	return 0
+}
+
+func downPorts(m map[status.PortKey]status.Verdict) []string {
+	var out []string
+	for k, v := range m {
+		if v == status.VerdictDown {
+			out = append(out, fmt.Sprintf("%s/%d", k.Protocol, k.Port))
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,602 @@
+// Command failover measures how fast a dead node's IP leaves a Service's
+// status with pulselb's health pipeline, against the readiness-only path
+// that node-IP load balancers without probes (K3s ServiceLB) rely on. Run
+// as root on a machine with the test harness binaries:
+//
+//	cd test && go run ./bench/failover [-trials 20] [-readiness-trials 2]
+//
+// It starts a harness cluster of four nodes with Kubernetes' default
+// node-monitor-grace-period (50 s in v1.37), installs the ProbeReport CRD,
+// the prober DaemonSet and `pulselb controller --probe-reports`, and
+// serves one Service with two Deployment proxies.
+//
+//   - pulselb trials: blackhole a proxy node (every packet dropped; in the
+//     harness its heartbeats continue) and time fault → the first status
+//     write without its IP, watched on the API server. Then heal it and
+//     wait until the Service is back on two proxies probed Up.
+//   - readiness trials: take a proxy node down (link down, heartbeats stop)
+//     and time fault → its pod of a DaemonSet (the shape of ServiceLB's
+//     svclb pods) marked NotReady by the node lifecycle controller, which
+//     is when a readiness-only load balancer drops the node. pulselb's time
+//     is recorded in these trials too.
+//
+// It prints each trial, p50 and max of each path, the ratio of the p50s,
+// and the machine's load average.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/pulselb/pulselb/test/cluster"
+)
+
+const (
+	systemNS   = "pulselb-system"
+	appNS      = "shop"
+	proberName = "pulselb-prober"
+	proxyApp   = "app.kubernetes.io/name=pulselb-proxy"
+	svcLBApp   = "svclb"
+	unhealthy  = "pulselb.io/unhealthy"
+	beaconPort = 9472
+)
+
+var (
+	trials          = flag.Int("trials", 20, "node-blackhole trials timed with pulselb")
+	readinessTrials = flag.Int("readiness-trials", 2, "node-down trials timed on the readiness-only path (each waits out the grace period)")
+	grace           = flag.Duration("node-grace-period", 50*time.Second, "node-monitor-grace-period of the cluster (Kubernetes v1.37 default: 50s)")
+	dir             = flag.String("dir", "", "cluster directory (kept for its logs); default a new temporary directory")
+)
+
+var probeReports = schema.GroupVersionResource{Group: "pulselb.io", Version: "v1alpha1", Resource: "probereports"}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(log.Ltime | log.Lmicroseconds)
+	if *trials < 1 || *readinessTrials < 0 {
+		log.Fatal("-trials must be at least 1 and -readiness-trials at least 0")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context) error {
+	c, err := cluster.Start(ctx, cluster.Options{Dir: *dir, Nodes: 4, NodeGracePeriod: *grace, WaitForMachine: 40 * time.Minute})
+	if err != nil {
+		return fmt.Errorf("starting the cluster: %w", err)
+	}
+	defer func() {
+		if err := c.Stop(context.Background()); err != nil {
+			log.Printf("stopping the cluster: %v", err)
+		}
+	}()
+	log.Printf("cluster up in %s (node grace period %s)", c.Dir, *grace)
+	b := &bench{c: c, cs: c.Client}
+	if b.dyn, err = dynamic.NewForConfig(c.RESTConfig); err != nil {
+		return err
+	}
+	ctl, err := b.setup(ctx)
+	if ctl != nil {
+		defer func() {
+			_ = ctl.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-ctl.done:
+			case <-time.After(15 * time.Second):
+				_ = ctl.cmd.Process.Kill()
+			}
+		}()
+	}
+	if err != nil {
+		return err
+	}
+
+	var probed, probedDown, readiness []time.Duration
+	for i := range *trials {
+		d, err := b.blackholeTrial(ctx)
+		if err != nil {
+			return fmt.Errorf("trial %d: %w", i+1, err)
+		}
+		probed = append(probed, d)
+		log.Printf("blackhole trial %2d/%d: status without the node after %s", i+1, *trials, d.Round(time.Millisecond))
+	}
+	for i := range *readinessTrials {
+		p, r, err := b.downTrial(ctx)
+		if err != nil {
+			return fmt.Errorf("readiness trial %d: %w", i+1, err)
+		}
+		probedDown, readiness = append(probedDown, p), append(readiness, r)
+		log.Printf("node-down trial %d/%d: pulselb %s, readiness-only (pod NotReady) %s", i+1, *readinessTrials,
+			p.Round(time.Millisecond), r.Round(time.Millisecond))
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("\npulselb, node blackholed (%d trials): p50 %s, max %s\n", len(probed), pct(probed, 50), pct(probed, 100))
+	if len(readiness) > 0 {
+		fmt.Printf("pulselb, node down (%d trials): p50 %s, max %s\n", len(probedDown), pct(probedDown, 50), pct(probedDown, 100))
+		fmt.Printf("readiness-only path, node-monitor-grace-period %s (%d trials): p50 %s, max %s\n", *grace, len(readiness), pct(readiness, 50), pct(readiness, 100))
+		fmt.Printf("ratio of p50s (readiness-only / pulselb blackhole): %.1fx\n", float64(pct(readiness, 50))/float64(pct(probed, 50)))
+	}
+	fmt.Printf("load average at the end: %s", load)
+	return nil
+}
+
+// pct returns the p-th percentile (nearest rank) of ds.
+func pct(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[max(0, min(i, len(s)-1))].Round(time.Millisecond)
+}
+
+type bench struct {
+	c   *cluster.Cluster
+	cs  kubernetes.Interface
+	dyn dynamic.Interface
+	rec *recorder
+	// ips maps node names to InternalIPs.
+	ips map[string]string
+}
+
+func (b *bench) setup(ctx context.Context) (*controllerProcess, error) {
+	cs := b.cs
+	b.ips = map[string]string{}
+	for _, n := range b.c.Nodes() {
+		ip, err := b.c.NodeIP(n)
+		if err != nil {
+			return nil, err
+		}
+		b.ips[n] = ip
+	}
+	for _, ns := range []string{systemNS, appNS} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	if err := b.installCRD(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.installProbers(ctx); err != nil {
+		return nil, err
+	}
+	if err := poll(ctx, 90*time.Second, "4 prober pods ready", func() bool {
+		return len(readyPods(ctx, cs, systemNS, "app.kubernetes.io/name="+proberName)) == 4
+	}); err != nil {
+		return nil, err
+	}
+	ctl, err := b.startController(ctx)
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]string{"app": "web"}
+	if _, err := cs.AppsV1().Deployments(appNS).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "registry.example/echo:1",
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		return ctl, fmt.Errorf("creating the backend: %w", err)
+	}
+	// The shape of K3s ServiceLB's svclb pods: one per node, their
+	// readiness being all such a load balancer knows about a node.
+	svclb := map[string]string{"app": svcLBApp}
+	if _, err := cs.AppsV1().DaemonSets(appNS).Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: svcLBApp},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: svclb},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: svclb},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "registry.example/echo:1",
+					Ports: []corev1.ContainerPort{{ContainerPort: 9090}}}}}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		return ctl, fmt.Errorf("creating the svclb DaemonSet: %w", err)
+	}
+	b.rec = record(ctx, cs, appNS, "web")
+	if _, err := cs.CoreV1().Services(appNS).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: labels,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}, metav1.CreateOptions{}); err != nil {
+		return ctl, fmt.Errorf("creating the Service: %w", err)
+	}
+	return ctl, b.steady(ctx)
+}
+
+// steady waits until shop/web is published on exactly its two proxy nodes,
+// each probed Up by at least two probers, and no node is labelled
+// unhealthy.
+func (b *bench) steady(ctx context.Context) error {
+	return poll(ctx, 120*time.Second, "shop/web on 2 proxies probed Up", func() bool {
+		nodes := b.proxyNodes(ctx)
+		if len(nodes) != 2 {
+			return false
+		}
+		want := []string{b.ips[nodes[0]], b.ips[nodes[1]]}
+		slices.Sort(want)
+		if !slices.Equal(b.rec.last(), want) {
+			return false
+		}
+		reports := b.reports(ctx)
+		for _, n := range nodes {
+			if upVotes(reports, "shop/web", 80, n) < 2 {
+				return false
+			}
+		}
+		l, err := b.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: unhealthy})
+		return err == nil && len(l.Items) == 0
+	})
+}
+
+func (b *bench) proxyNodes(ctx context.Context) []string {
+	var out []string
+	for _, p := range readyPods(ctx, b.cs, systemNS, proxyApp) {
+		out = append(out, p.Spec.NodeName)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// blackholeTrial blackholes a proxy node, returns the time until the
+// status is written without its IP, and heals it.
+func (b *bench) blackholeTrial(ctx context.Context) (time.Duration, error) {
+	victim := b.proxyNodes(ctx)[0]
+	ip := b.ips[victim]
+	start := time.Now()
+	if err := b.c.NodeBlackhole(ctx, victim); err != nil {
+		return 0, err
+	}
+	err := poll(ctx, 30*time.Second, ip+" gone from the status", func() bool { return !b.rec.firstWithout(ip, start).IsZero() })
+	d := b.rec.firstWithout(ip, start).Sub(start)
+	if herr := b.c.NodeHeal(ctx, victim); herr != nil {
+		return 0, errors.Join(err, herr)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return d, b.steady(ctx)
+}
+
+// downTrial takes a proxy node down and returns pulselb's time and the
+// time until the node's svclb pod is marked NotReady.
+func (b *bench) downTrial(ctx context.Context) (probed, readiness time.Duration, err error) {
+	victim := b.proxyNodes(ctx)[0]
+	ip := b.ips[victim]
+	start := time.Now()
+	if err := b.c.NodeDown(ctx, victim); err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if uerr := b.c.NodeUp(ctx, victim); uerr != nil {
+			err = errors.Join(err, uerr)
+			return
+		}
+		if err == nil {
+			err = b.steady(ctx)
+		}
+	}()
+	if err := poll(ctx, 30*time.Second, ip+" gone from the status", func() bool { return !b.rec.firstWithout(ip, start).IsZero() }); err != nil {
+		return 0, 0, err
+	}
+	probed = b.rec.firstWithout(ip, start).Sub(start)
+	err = poll(ctx, *grace+60*time.Second, "the svclb pod on "+victim+" NotReady", func() bool {
+		for _, p := range listPods(ctx, b.cs, appNS, "app="+svcLBApp) {
+			if p.Spec.NodeName != victim {
+				continue
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status != corev1.ConditionTrue {
+					readiness = time.Since(start)
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return probed, readiness, err
+}
+
+func (b *bench) reports(ctx context.Context) []report {
+	l, err := b.dyn.Resource(probeReports).Namespace(systemNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	var out []report
+	for _, u := range l.Items {
+		data, err := json.Marshal(u.Object)
+		if err != nil {
+			continue
+		}
+		var r report
+		if json.Unmarshal(data, &r) == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+type report struct {
+	Status struct {
+		Results []struct {
+			Service string `json:"service"`
+			Port    int32  `json:"port"`
+			Node    string `json:"node"`
+			State   string `json:"state"`
+		} `json:"results"`
+	} `json:"status"`
+}
+
+func upVotes(reports []report, service string, port int32, node string) int {
+	n := 0
+	for _, r := range reports {
+		for _, res := range r.Status.Results {
+			if res.Service == service && res.Port == port && res.Node == node && res.State == "Up" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (b *bench) installCRD(ctx context.Context) error {
+	mod, err := cluster.ModuleDir()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(filepath.Join(mod, "..", "deploy", "crds", "pulselb.io_probereports.yaml"))
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(data, &obj); err != nil {
+		return fmt.Errorf("reading the ProbeReport CRD: %w", err)
+	}
+	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := b.dyn.Resource(crds).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the ProbeReport CRD: %w", err)
+	}
+	return poll(ctx, 30*time.Second, "the ProbeReport CRD served", func() bool {
+		_, err := b.dyn.Resource(probeReports).Namespace(systemNS).List(ctx, metav1.ListOptions{})
+		return err == nil
+	})
+}
+
+// installProbers creates the prober's ServiceAccount, roles (as
+// docs/health.md lists them) and DaemonSet.
+func (b *bench) installProbers(ctx context.Context) error {
+	cs := b.cs
+	read := []string{"get", "list", "watch"}
+	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: proberName, Namespace: systemNS}}
+	labels := map[string]string{"app.kubernetes.io/name": proberName}
+	var errs []error
+	_, err := cs.CoreV1().ServiceAccounts(systemNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: proberName}}, metav1.CreateOptions{})
+	errs = append(errs, err)
+	_, err = cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: proberName},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services", "nodes"}, Verbs: read}}}, metav1.CreateOptions{})
+	errs = append(errs, err)
+	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: proberName},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: proberName}, Subjects: subject}, metav1.CreateOptions{})
+	errs = append(errs, err)
+	_, err = cs.RbacV1().Roles(systemNS).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: proberName},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods", "secrets"}, Verbs: read},
+			{APIGroups: []string{"pulselb.io"}, Resources: []string{"probereports"}, Verbs: []string{"get", "create", "update"}},
+		}}, metav1.CreateOptions{})
+	errs = append(errs, err)
+	_, err = cs.RbacV1().RoleBindings(systemNS).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: proberName},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: proberName}, Subjects: subject}, metav1.CreateOptions{})
+	errs = append(errs, err)
+	_, err = cs.AppsV1().DaemonSets(systemNS).Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: proberName, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{ServiceAccountName: proberName, Containers: []corev1.Container{{
+					Name: "prober", Image: "ghcr.io/pulselb/pulselb:dev",
+					Args: []string{"prober", "--namespace=" + systemNS, fmt.Sprintf("--beacon-port=%d", beaconPort)},
+					Env: []corev1.EnvVar{{Name: "PULSELB_NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+						FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+					Ports: []corev1.ContainerPort{{Name: "beacon", ContainerPort: beaconPort, HostPort: beaconPort}},
+				}}}},
+		},
+	}, metav1.CreateOptions{})
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("installing the prober: %w", err)
+	}
+	return nil
+}
+
+// controllerProcess is the running pulselb controller; done closes when
+// it exits.
+type controllerProcess struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (b *bench) startController(ctx context.Context) (*controllerProcess, error) {
+	bin, err := cluster.Binaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(b.c.Dir, "logs", "pulselb-controller.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(bin, "pulselb"), "controller", "--kubeconfig="+b.c.Kubeconfig, "--namespace="+systemNS,
+		"--proxy-image=pulselb", "--leader-elect=false", "--metrics-address=127.0.0.1:0", "--probe-reports=true", "--v=2")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Pdeathsig fires when the forking thread exits, and Go ends the
+	// threads of goroutines that exit locked (the harness' probes enter
+	// network namespaces so): keep the thread while the controller runs.
+	started := make(chan error, 1)
+	p := &controllerProcess{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting pulselb controller: %w", err)
+	}
+	log.Printf("pulselb controller running, log %s", logPath)
+	return p, nil
+}
+
+// recorder keeps every version of a Service's ingress list seen on a watch.
+type recorder struct {
+	mu      sync.Mutex
+	writes  []statusWrite
+	lastKey string
+}
+
+type statusWrite struct {
+	at  time.Time
+	ips []string
+}
+
+func record(ctx context.Context, cs kubernetes.Interface, ns, name string) *recorder {
+	r := &recorder{}
+	go func() {
+		rv := ""
+		for ctx.Err() == nil {
+			w, err := cs.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
+			if err != nil {
+				if apierrors.IsGone(err) {
+					rv = ""
+				}
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for e := range w.ResultChan() {
+				svc, ok := e.Object.(*corev1.Service)
+				if !ok || e.Type == watch.Error {
+					rv = ""
+					break
+				}
+				rv = svc.ResourceVersion
+				var ips []string
+				for _, in := range svc.Status.LoadBalancer.Ingress {
+					ips = append(ips, in.IP)
+				}
+				slices.Sort(ips)
+				r.observe(ips)
+			}
+			w.Stop()
+		}
+	}()
+	return r
+}
+
+func (r *recorder) observe(ips []string) {
+	now := time.Now()
+	key := strings.Join(ips, ",")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.writes) > 0 && key == r.lastKey {
+		return
+	}
+	r.lastKey = key
+	r.writes = append(r.writes, statusWrite{at: now, ips: ips})
+}
+
+func (r *recorder) last() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.writes) == 0 {
+		return nil
+	}
+	return r.writes[len(r.writes)-1].ips
+}
+
+func (r *recorder) firstWithout(ip string, start time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.writes {
+		if w.at.After(start) && !slices.Contains(w.ips, ip) {
+			return w.at
+		}
+	}
+	return time.Time{}
+}
+
+func listPods(ctx context.Context, cs kubernetes.Interface, ns, selector string) []corev1.Pod {
+	l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil
+	}
+	return l.Items
+}
+
+func readyPods(ctx context.Context, cs kubernetes.Interface, ns, selector string) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range listPods(ctx, cs, ns, selector) {
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// poll checks cond every 50 ms until it holds or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
