@@ -7,9 +7,9 @@ COREDNS_BIN   ?= $(CURDIR)/bin/coredns-1.15.0
 # Keep in step with api/v1alpha1/generate_test.go, which fails when generated files are stale.
 CONTROLLER_GEN := sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 FUZZTIME      ?= 20s
-DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy bind9 dnsperf nsd curl util-linux
+DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy bind9 dnsperf nsd curl util-linux chromium
 
-.PHONY: all build generate test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns clean
+.PHONY: all build generate manifests verify-manifests image-binary test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns clean
 
 all: build
 
@@ -19,6 +19,21 @@ build:
 ## generate: deepcopy code and the CRD from api/ (pinned controller-gen).
 generate:
 	$(GO) run $(CONTROLLER_GEN) object paths=./api/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/crds
+
+## manifests: the kustomize base deploy/base and the chart's crds/ from the Helm chart deploy/helm/pulselb
+## (the one source) and deploy/crds; run after changing either.
+manifests:
+	cd test && $(GO) run ./deploy/manifests
+
+## verify-manifests: fail when deploy/base or the chart's crds/ differ from a fresh render.
+verify-manifests:
+	cd test && $(GO) run ./deploy/manifests -check
+
+## image-binary: the static binary the container image ships; the Dockerfile runs this target,
+## and test/deploy runs it and checks the result is static.
+IMAGE_BINARY ?= bin/pulselb-static
+image-binary:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(IMAGE_BINARY) ./cmd/pulselb
 
 ## test: the whole suite — unit and real-server tests with the race detector, then bounded fuzzing.
 test: deps unit fuzz e2e
@@ -34,9 +49,13 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime $(FUZZTIME) ./dnsexport/
 
 ## e2e: a real control plane built from k8s.io/kubernetes and simulated nodes in network namespaces
-## (root; the first run builds test/.bin, about 15 minutes on 2 idle cores).
+## (root; the first run builds test/.bin, about 15 minutes on 2 idle cores), including the install
+## from deploy/base under pulselb's own ServiceAccounts (TestInstall, TestRBAC).
+## Then the install manifests: rendered chart and base validated by the harness API server, and
+## deploy/base up to date.
 e2e: deps
 	$(MAKE) -C test e2e
+	cd test && PULSELB_TEST_BIN=$(CURDIR)/test/.bin $(GO) test -count=1 -timeout 20m -v ./deploy/
 
 lint:
 	$(GO) run $(GOLANGCI_LINT) run ./...

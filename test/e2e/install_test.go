@@ -1,0 +1,337 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/deploy"
+)
+
+// installedZone is the DNS zone of deploy/base (the chart's default).
+const installedZone = "lb.internal."
+
+var probeReportResource = schema.GroupVersionResource{Group: "pulselb.io", Version: "v1alpha1", Resource: "probereports"}
+
+// installBase applies deploy/base as `kubectl apply -k` would (built with
+// kustomize, CRDs first) and waits for 2 controller and one prober per node
+// running. The simulator runs images whose name contains "pulselb" (the
+// base's ghcr.io/pulselb/pulselb) as the pulselb binary of this checkout,
+// with the pod's own service-account token: the components run with the
+// permissions the manifests give them, not as admin.
+func installBase(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	objs, err := deploy.Build(filepath.Join("..", "..", "deploy", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		for _, ctr := range unstructuredSlice(o.Object, "spec", "template", "spec", "containers") {
+			if img, _ := ctr["image"].(string); !strings.Contains(img, "pulselb") {
+				t.Fatalf("%s %s runs image %q: the simulator runs pulselb only for images named pulselb", o.GetKind(), o.GetName(), img)
+			}
+		}
+	}
+	a, err := deploy.NewApplier(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Install(ctx, objs); err != nil {
+		t.Fatalf("installing deploy/base: %v", err)
+	}
+	nodes := len(c.Nodes())
+	poll(ctx, t, 90*time.Second, fmt.Sprintf("2 controllers and %d probers running and ready", nodes), func() bool {
+		return len(readyPods(ctx, t, c.Client, systemNamespace, "app.kubernetes.io/name=pulselb-controller")) == 2 &&
+			len(readyPods(ctx, t, c.Client, systemNamespace, "app.kubernetes.io/name=pulselb-prober")) == nodes
+	})
+	if t.Failed() {
+		t.Fatalf("pulselb did not start: %s", describePods(ctx, c.Client, systemNamespace))
+	}
+}
+
+// unstructuredSlice returns the list of maps at path in obj.
+func unstructuredSlice(obj map[string]any, path ...string) []map[string]any {
+	var cur any = obj
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[p]
+	}
+	l, _ := cur.([]any)
+	var out []map[string]any
+	for _, e := range l {
+		if m, ok := e.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestInstall installs pulselb from deploy/base into a 3-node cluster and
+// runs it end to end under its own ServiceAccounts: a LoadBalancer Service
+// gets the proxy nodes' IPs in its status, a client outside reaches it,
+// the pulselb-dns Service answers its name, and when a proxy node is
+// blackholed its IP leaves the status within seconds.
+func TestInstall(t *testing.T) {
+	// The install tests wait longer for a machine other tests share.
+	c := cluster.ForTest(t, cluster.Options{Nodes: 3, WaitForMachine: 20 * time.Minute})
+	ctx := t.Context()
+	cs := c.Client
+	installBase(ctx, t, c)
+	defer func() {
+		if t.Failed() {
+			t.Logf("pods in %s: %s", systemNamespace, describePods(ctx, cs, systemNamespace))
+		}
+	}()
+
+	t.Run("ComponentsUseTheirServiceAccounts", func(t *testing.T) {
+		for sel, sa := range map[string]string{
+			"app.kubernetes.io/name=pulselb-controller": "pulselb-controller",
+			"app.kubernetes.io/name=pulselb-prober":     "pulselb-prober",
+		} {
+			for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
+				if p.Spec.ServiceAccountName != sa {
+					t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, sa)
+				}
+			}
+		}
+		var leaders int
+		poll(ctx, t, 45*time.Second, "one controller leading", func() bool {
+			leaders = len(leaderPods(ctx, t, c))
+			return leaders == 1
+		})
+	})
+
+	t.Run("EveryProberWritesItsReport", func(t *testing.T) {
+		a, err := deploy.NewApplier(c.RESTConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := a.Dynamic.Resource(probeReportResource).Namespace(systemNamespace)
+		poll(ctx, t, 45*time.Second, "a ProbeReport per node", func() bool {
+			l, err := res.List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false
+			}
+			var names []string
+			for _, r := range l.Items {
+				names = append(names, r.GetName())
+			}
+			slices.Sort(names)
+			return slices.Equal(names, c.Nodes())
+		})
+	})
+
+	const ns = "shop"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "web"}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "echo", Image: "registry.example/echo:1",
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				}}},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating deployment: %v", err)
+	}
+	waitPodsRunningIn(ctx, t, cs, ns, "app=web", 2)
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: labels,
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating service: %v", err)
+	}
+
+	nodeOf := map[string]string{}
+	for _, n := range c.Nodes() {
+		ip, err := c.NodeIP(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeOf[ip] = n
+	}
+	var ingress []string
+	t.Run("StatusHasProxyNodeIPs", func(t *testing.T) {
+		poll(ctx, t, 90*time.Second, "shop/web with 2 ingress IPs of proxy nodes", func() bool {
+			ingress = ingressIPs(ctx, cs, ns, "web")
+			return len(ingress) == 2
+		})
+		svc, err := cs.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if ing.IPMode == nil || *ing.IPMode != corev1.LoadBalancerIPModeProxy {
+				t.Errorf("ingress %s has ipMode %v, want Proxy", ing.IP, ing.IPMode)
+			}
+			if _, ok := nodeOf[ing.IP]; !ok {
+				t.Errorf("ingress %s is not a node IP (%v)", ing.IP, nodeOf)
+			}
+		}
+		t.Logf("status.loadBalancer.ingress = %v", ingress)
+	})
+	if len(ingress) != 2 {
+		t.Fatalf("no ingress; controller logs:\n%s", controllerLogs(ctx, t, c))
+	}
+
+	t.Run("ClientReachesBackendOnNodeIPs", func(t *testing.T) {
+		for _, ip := range ingress {
+			url := fmt.Sprintf("http://%s:80/", ip)
+			poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
+				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
+				name, _ := field(string(out), "name")
+				return err == nil && strings.HasPrefix(name, "shop/web-")
+			})
+		}
+	})
+
+	t.Run("DNSServiceAnswers", func(t *testing.T) {
+		dnsSvc, err := cs.CoreV1().Services(systemNamespace).Get(ctx, "pulselb-dns", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "web.shop." + installedZone
+		want := strings.Join(ingress, "\n")
+		var got string
+		// Through kube-proxy: pulselb-dns:53 to the controllers' port 5353.
+		poll(ctx, t, 30*time.Second, fmt.Sprintf("dig @%s %s = %v", dnsSvc.Spec.ClusterIP, name, ingress), func() bool {
+			out, err := c.Exec(ctx, "node-1", "dig", "+short", "+time=1", "+tries=1", "@"+dnsSvc.Spec.ClusterIP, name, "A")
+			lines := strings.Fields(strings.TrimSpace(string(out)))
+			slices.Sort(lines)
+			got = strings.Join(lines, "\n")
+			return err == nil && got == want
+		})
+	})
+
+	t.Run("FailoverOnBlackholedProxyNode", func(t *testing.T) {
+		// Blackhole a proxy node that does not run the leading controller,
+		// so the time measured is pulselb's failover, not a leader change.
+		leaderNodes := map[string]bool{}
+		for _, p := range leaderPods(ctx, t, c) {
+			leaderNodes[p.Spec.NodeName] = true
+		}
+		var victim, victimIP string
+		for _, ip := range ingress {
+			if !leaderNodes[nodeOf[ip]] {
+				victim, victimIP = nodeOf[ip], ip
+				break
+			}
+		}
+		if victim == "" {
+			t.Fatalf("every proxy node runs the leader (%v)", leaderNodes)
+		}
+		if err := c.NodeBlackhole(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		t.Cleanup(func() { _ = c.NodeHeal(context.WithoutCancel(ctx), victim) })
+		poll(ctx, t, 30*time.Second, victimIP+" ("+victim+") gone from shop/web's status", func() bool {
+			return !slices.Contains(ingressIPs(ctx, cs, ns, "web"), victimIP)
+		})
+		dropped := time.Since(start)
+		t.Logf("failover: %s (%s) left status.loadBalancer.ingress %s after it was blackholed", victim, victimIP, dropped.Round(10*time.Millisecond))
+		var now []string
+		poll(ctx, t, 90*time.Second, "shop/web back to 2 ingress IPs without "+victimIP, func() bool {
+			now = ingressIPs(ctx, cs, ns, "web")
+			return len(now) == 2 && !slices.Contains(now, victimIP)
+		})
+		t.Logf("replacement: status %v %s after the blackhole", now, time.Since(start).Round(10*time.Millisecond))
+		for _, ip := range now {
+			url := fmt.Sprintf("http://%s:80/", ip)
+			poll(ctx, t, 30*time.Second, "an echo pod answering "+url, func() bool {
+				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
+				name, _ := field(string(out), "name")
+				return err == nil && strings.HasPrefix(name, "shop/web-")
+			})
+		}
+	})
+	t.Run("NoPermissionDenied", func(t *testing.T) {
+		// Every call the components made was allowed by their RBAC.
+		for sel, container := range map[string]string{
+			"app.kubernetes.io/name=pulselb-controller": "controller",
+			"app.kubernetes.io/name=pulselb-prober":     "prober",
+		} {
+			for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
+				log, err := c.ContainerLog(systemNamespace, p.Name, container)
+				if err != nil {
+					t.Errorf("reading the log of %s: %v", p.Name, err)
+					continue
+				}
+				for _, l := range strings.Split(string(log), "\n") {
+					if strings.Contains(strings.ToLower(l), "forbidden") {
+						t.Errorf("%s was denied: %s", p.Name, l)
+					}
+				}
+			}
+		}
+	})
+	if t.Failed() {
+		t.Logf("controller logs:\n%s", controllerLogs(ctx, t, c))
+	}
+}
+
+// ingressIPs returns the Service's ingress IPs, sorted.
+func ingressIPs(ctx context.Context, cs kubernetes.Interface, ns, name string) []string {
+	svc, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		out = append(out, ing.IP)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// leaderPods returns the controller pods whose log says they lead.
+func leaderPods(ctx context.Context, t *testing.T, c *cluster.Cluster) []corev1.Pod {
+	t.Helper()
+	var out []corev1.Pod
+	for _, p := range listPods(ctx, t, c.Client, systemNamespace, "app.kubernetes.io/name=pulselb-controller") {
+		log, err := c.ContainerLog(systemNamespace, p.Name, "controller")
+		if err == nil && strings.Contains(string(log), `"Started leading"`) && !strings.Contains(string(log), `"Lost leader lease"`) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// controllerLogs returns the tail of every controller pod's log.
+func controllerLogs(ctx context.Context, t *testing.T, c *cluster.Cluster) string {
+	t.Helper()
+	var b strings.Builder
+	for _, p := range listPods(ctx, t, c.Client, systemNamespace, "app.kubernetes.io/name=pulselb-controller") {
+		log, _ := c.ContainerLog(systemNamespace, p.Name, "controller")
+		fmt.Fprintf(&b, "--- %s on %s:\n%s\n", p.Name, p.Spec.NodeName, tail(string(log), 30))
+	}
+	return b.String()
+}

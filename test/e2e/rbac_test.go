@@ -1,0 +1,252 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/pulselb/pulselb/test/cluster"
+)
+
+// access is one request a ServiceAccount must or must not be allowed.
+type access struct {
+	verb, group, resource, subresource, namespace, name string
+}
+
+func (a access) String() string {
+	r := a.resource
+	if a.group != "" {
+		r += "." + a.group
+	}
+	if a.subresource != "" {
+		r += "/" + a.subresource
+	}
+	where := "cluster-wide"
+	if a.namespace != "" {
+		where = "in " + a.namespace
+	}
+	if a.name != "" {
+		r += " " + a.name
+	}
+	return a.verb + " " + r + " " + where
+}
+
+// TestRBAC installs deploy/base and asks the API server's authorizer
+// (SubjectAccessReviews) what each pulselb ServiceAccount may do: every
+// action its component takes must be allowed, and the listed others
+// denied. Then it makes real requests with the prober's pod-bound token to
+// check what RBAC cannot express: a prober may write only its own node's
+// ProbeReport (the ValidatingAdmissionPolicy).
+func TestRBAC(t *testing.T) {
+	// The install tests wait longer for a machine other tests share.
+	c := cluster.ForTest(t, cluster.Options{Nodes: 2, WaitForMachine: 20 * time.Minute})
+	ctx := t.Context()
+	cs := c.Client
+	installBase(ctx, t, c)
+
+	const sys = systemNamespace
+	for _, tc := range []struct {
+		sa              string
+		allowed, denied []access
+	}{{
+		sa: "pulselb-controller",
+		allowed: []access{
+			{"list", "", "services", "", "", ""}, {"watch", "", "services", "", "", ""},
+			{"update", "", "services", "", "shop", "web"}, {"update", "", "services", "status", "shop", "web"},
+			{"list", "", "nodes", "", "", ""}, {"patch", "", "nodes", "", "", "node-1"},
+			{"list", "discovery.k8s.io", "endpointslices", "", "", ""},
+			{"create", "", "events", "", "shop", ""}, {"patch", "", "events", "", "shop", ""},
+			{"list", "", "pods", "", sys, ""}, {"delete", "", "pods", "", sys, "x"},
+			{"create", "apps", "deployments", "", sys, ""}, {"update", "apps", "deployments", "", sys, "x"},
+			{"delete", "apps", "daemonsets", "", sys, "x"},
+			{"create", "coordination.k8s.io", "leases", "", sys, ""},
+			{"update", "coordination.k8s.io", "leases", "", sys, "pulselb-controller"},
+			{"watch", "pulselb.io", "probereports", "", sys, ""},
+		},
+		denied: []access{
+			{"get", "", "secrets", "", sys, "x"}, {"list", "", "secrets", "", sys, ""}, {"list", "", "secrets", "", "", ""},
+			{"list", "", "configmaps", "", "", ""},
+			{"delete", "", "services", "", "shop", "web"}, {"create", "", "services", "", "shop", ""},
+			{"update", "", "nodes", "", "", "node-1"}, {"delete", "", "nodes", "", "", "node-1"},
+			{"patch", "", "nodes", "status", "", "node-1"},
+			{"delete", "", "pods", "", "shop", "x"}, {"create", "", "pods", "", sys, ""}, {"create", "", "pods", "exec", sys, "x"},
+			{"create", "apps", "deployments", "", "shop", ""}, {"update", "apps", "deployments", "", "kube-system", "x"},
+			{"update", "coordination.k8s.io", "leases", "", sys, "other"}, {"update", "coordination.k8s.io", "leases", "", "kube-system", "x"},
+			{"update", "pulselb.io", "probereports", "", sys, "node-1"}, {"create", "pulselb.io", "probereports", "", sys, ""},
+			{"create", "rbac.authorization.k8s.io", "rolebindings", "", sys, ""},
+			{"create", "", "serviceaccounts", "token", sys, "pulselb-prober"},
+			{"get", "externaldns.k8s.io", "dnsendpoints", "", "shop", "web"}, // --dnsendpoints is off in the base
+		},
+	}, {
+		sa: "pulselb-prober",
+		allowed: []access{
+			{"list", "", "services", "", "", ""}, {"watch", "", "nodes", "", "", ""},
+			{"list", "", "pods", "", sys, ""}, {"watch", "", "secrets", "", sys, ""},
+			{"get", "pulselb.io", "probereports", "", sys, "node-1"}, {"create", "pulselb.io", "probereports", "", sys, ""},
+			{"update", "pulselb.io", "probereports", "", sys, "node-1"},
+		},
+		denied: []access{
+			{"update", "", "services", "", "shop", "web"}, {"update", "", "services", "status", "shop", "web"},
+			{"get", "", "secrets", "", "default", "x"}, {"list", "", "secrets", "", "kube-system", ""}, {"list", "", "secrets", "", "", ""},
+			{"patch", "", "nodes", "", "", "node-1"}, {"list", "", "pods", "", "shop", ""}, {"delete", "", "pods", "", sys, "x"},
+			{"create", "apps", "deployments", "", sys, ""}, {"delete", "pulselb.io", "probereports", "", sys, "node-2"},
+			{"list", "pulselb.io", "probereports", "", sys, ""}, {"update", "pulselb.io", "probereports", "", "default", "node-1"},
+			{"create", "", "events", "", "shop", ""}, {"update", "coordination.k8s.io", "leases", "", sys, "pulselb-controller"},
+		},
+	}, {
+		// Proxy pods run as the namespace's default ServiceAccount without
+		// a token; it must have nothing.
+		sa: "default",
+		denied: []access{
+			{"list", "", "services", "", "", ""}, {"list", "", "pods", "", sys, ""}, {"get", "", "secrets", "", sys, "x"},
+			{"update", "pulselb.io", "probereports", "", sys, "node-1"},
+		},
+	}} {
+		t.Run(tc.sa, func(t *testing.T) {
+			user := "system:serviceaccount:" + sys + ":" + tc.sa
+			for _, want := range []bool{true, false} {
+				list := tc.allowed
+				if !want {
+					list = tc.denied
+				}
+				for _, a := range list {
+					got, reason := review(ctx, t, cs, user, a)
+					if got != want {
+						t.Errorf("%s: %s allowed=%v, want %v (%s)", tc.sa, a, got, want, reason)
+					}
+				}
+			}
+		})
+	}
+
+	t.Run("ProberWritesOnlyItsOwnReport", func(t *testing.T) {
+		var pod *corev1.Pod
+		for _, p := range readyPods(ctx, t, cs, sys, "app.kubernetes.io/name=pulselb-prober") {
+			if p.Spec.NodeName == "node-1" {
+				pod = &p
+			}
+		}
+		if pod == nil {
+			t.Fatal("no prober pod on node-1")
+		}
+		bound := proberClient(ctx, t, c, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+		res := bound.Resource(probeReportResource).Namespace(sys)
+
+		// The prober on node-1 has written node-1's report: it may update it.
+		var own *unstructured.Unstructured
+		poll(ctx, t, 30*time.Second, "the ProbeReport node-1", func() bool {
+			var err error
+			own, err = res.Get(ctx, "node-1", metav1.GetOptions{})
+			return err == nil
+		})
+		if _, err := res.Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("the node-1 prober's token updating node-1's report: %v", err)
+		}
+
+		other := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "pulselb.io/v1alpha1", "kind": "ProbeReport",
+			"metadata": map[string]any{"name": "node-2-forged", "namespace": sys},
+		}}
+		for _, name := range []string{"node-2", "node-2-forged"} {
+			var err error
+			if cur, getErr := res.Get(ctx, name, metav1.GetOptions{}); getErr == nil {
+				_, err = res.Update(ctx, cur, metav1.UpdateOptions{})
+			} else {
+				other.SetName(name)
+				_, err = res.Create(ctx, other, metav1.CreateOptions{})
+			}
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only the ProbeReport of its own node") {
+				t.Errorf("the node-1 prober's token writing report %s: %v, want Forbidden by the admission policy", name, err)
+			}
+		}
+
+		// A token not bound to a pod carries no node: refused even for node-1.
+		unbound := proberClient(ctx, t, c, nil).Resource(probeReportResource).Namespace(sys)
+		_, err := unbound.Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "no node-name claim") {
+			t.Errorf("an unbound prober token updating node-1's report: %v, want Forbidden for the missing claim", err)
+		}
+	})
+
+	t.Run("ProberRealRequestsDenied", func(t *testing.T) {
+		var pod *corev1.Pod
+		for _, p := range readyPods(ctx, t, cs, sys, "app.kubernetes.io/name=pulselb-prober") {
+			pod = &p
+		}
+		if pod == nil {
+			t.Fatal("no prober pod")
+		}
+		cfg := tokenConfig(ctx, t, c, "pulselb-prober", &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+		pc, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pc.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("prober listing Secrets in default: %v, want Forbidden", err)
+		}
+		svc, err := pc.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("prober getting a Service: %v, want Forbidden (it reads through list and watch only)", err)
+		}
+		if svc == nil || svc.Name == "" {
+			svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}}
+		}
+		if _, err := pc.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("prober updating a Service: %v, want Forbidden", err)
+		}
+	})
+}
+
+// review asks the authorizer whether user may do a.
+func review(ctx context.Context, t *testing.T, cs kubernetes.Interface, user string, a access) (bool, string) {
+	t.Helper()
+	ns, _, _ := strings.Cut(strings.TrimPrefix(user, "system:serviceaccount:"), ":")
+	r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Name: a.name,
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("subject access review %s: %v", a, err)
+	}
+	return r.Status.Allowed, r.Status.Reason
+}
+
+// tokenConfig returns a client config authenticating with a token of the
+// pulselb-system ServiceAccount sa, bound to obj when not nil.
+func tokenConfig(ctx context.Context, t *testing.T, c *cluster.Cluster, sa string, obj *authenticationv1.BoundObjectReference) *rest.Config {
+	t.Helper()
+	tr, err := c.Client.CoreV1().ServiceAccounts(systemNamespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600)), BoundObjectRef: obj},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("requesting a token for %s: %v", sa, err)
+	}
+	cfg := rest.AnonymousClientConfig(c.RESTConfig)
+	cfg.BearerToken = tr.Status.Token
+	return cfg
+}
+
+func proberClient(ctx context.Context, t *testing.T, c *cluster.Cluster, obj *authenticationv1.BoundObjectReference) dynamic.Interface {
+	t.Helper()
+	d, err := dynamic.NewForConfig(tokenConfig(ctx, t, c, "pulselb-prober", obj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
