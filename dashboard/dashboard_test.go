@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -449,7 +450,7 @@ func TestEvents(t *testing.T) {
 	d.Close()
 	for {
 		if _, _, err := events.next(); err != nil {
-			if err != io.EOF && ctx.Err() != nil {
+			if !errors.Is(err, io.EOF) && ctx.Err() != nil {
 				t.Fatalf("stream ended with %v", err)
 			}
 			break

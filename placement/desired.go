@@ -417,7 +417,9 @@ func podTemplate(svc *corev1.Service, s Settings, cfg Config, ports []corev1.Ser
 				Image:           cfg.Image,
 				ImagePullPolicy: cfg.ImagePullPolicy,
 				Args:            initArgs,
-				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+				// The image runs as a non-root user by default; writing
+				// /proc/sys needs root (and privileged).
+				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false)},
 				Resources:       resources("10m", "16Mi", "32Mi"),
 			}},
 			Containers: []corev1.Container{{
@@ -429,9 +431,15 @@ func podTemplate(svc *corev1.Service, s Settings, cfg Config, ports []corev1.Ser
 				Ports:           containerPorts,
 				ReadinessProbe:  healthProbe(1),
 				LivenessProbe:   healthProbe(5),
+				// Root inside the pod's own network namespace, not privileged:
+				// a non-root user would not hold the added NET_ADMIN (nor the
+				// default NET_BIND_SERVICE for ports below 1024 in userspace
+				// mode), because Kubernetes sets no ambient capabilities.
 				SecurityContext: &corev1.SecurityContext{
 					Privileged:               ptr.To(false),
 					AllowPrivilegeEscalation: ptr.To(false),
+					RunAsUser:                ptr.To[int64](0),
+					RunAsNonRoot:             ptr.To(false),
 					Capabilities:             &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}},
 				},
 				Resources: resources("10m", "16Mi", "64Mi"),

@@ -376,3 +376,20 @@ func TestDesiredStable(t *testing.T) {
 		t.Errorf("the spec hash ignores a port change")
 	}
 }
+
+// TestProxyContainersRunAsRoot checks that both proxy containers ask for
+// root explicitly: the image's default user is not root, and without root
+// proxy-init cannot write /proc/sys and the proxy holds no NET_ADMIN.
+func TestProxyContainersRunAsRoot(t *testing.T) {
+	w, _ := Desired(service(), []*corev1.Node{node("n1")}, testCfg)
+	spec := w.Deployment.Spec.Template.Spec
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		sc := c.SecurityContext
+		if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+			t.Errorf("container %s does not run as root: %+v", c.Name, sc)
+		}
+		if c.Name == ContainerProxy && (sc.Privileged == nil || *sc.Privileged) {
+			t.Errorf("the proxy container is privileged")
+		}
+	}
+}

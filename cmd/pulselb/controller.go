@@ -74,7 +74,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	priorityClass := fs.String("proxy-priority-class", placement.DefaultPriorityClassName, "priority class of proxy pods; empty for none")
 	proxyMode := fs.String("proxy-mode", placement.DefaultProxyMode, "the proxies' --mode: auto, iptables or userspace")
 	classOnly := fs.Bool("class-only", false, "serve only Services with loadBalancerClass "+controller.Class+", not those without a class")
-	workers := fs.Int("workers", 4, "Services reconciled in parallel")
+	workers := fs.Int("workers", 16, "Services reconciled in parallel; most of a sync is waiting on the API server")
 	probeReports := fs.Bool("probe-reports", true, "judge health from the probers' ProbeReports (needs the ProbeReport CRD from deploy/crds/ and the prober DaemonSet); false: a node is down only while labelled pulselb.io/unhealthy")
 	vantages := fs.Int("vantages", prober.DefaultVantages, "probers per target; must equal the probers' --vantages")
 	leaderElect := fs.Bool("leader-elect", true, "reconcile only while holding the Lease")

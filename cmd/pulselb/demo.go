@@ -378,14 +378,14 @@ func pickDemoPorts() (demoPorts, error) {
 	for _, dst := range []*uint16{&p.http, &p.tcp} {
 		ln, err := net.Listen("tcp", net.JoinHostPort(first, "0"))
 		if err != nil {
-			return p, fmt.Errorf("%w: %v", errNoLoopbackAlias, err)
+			return p, fmt.Errorf("%w: %w", errNoLoopbackAlias, err)
 		}
 		*dst = uint16(ln.Addr().(*net.TCPAddr).Port)
 		defer ln.Close()
 	}
 	pc, err := net.ListenPacket("udp", net.JoinHostPort(first, "0"))
 	if err != nil {
-		return p, fmt.Errorf("%w: %v", errNoLoopbackAlias, err)
+		return p, fmt.Errorf("%w: %w", errNoLoopbackAlias, err)
 	}
 	p.udp = uint16(pc.LocalAddr().(*net.UDPAddr).Port)
 	pc.Close()
