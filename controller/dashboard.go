@@ -199,12 +199,28 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 	vantages := map[string]bool{}
 	byService := map[cache.ObjectName][]dashboard.Target{}
 	var trans []dashboard.Transition
+	// As the leader judges: probers on nodes whose beacon is Down do not
+	// count (beacons come first in targets).
+	prevDown, down := map[string]bool{}, map[string]bool{}
+	for _, t := range targets {
+		if t.Beacon && f.judged[t.Key].verdict == status.VerdictDown {
+			prevDown[t.Node] = true
+		}
+	}
 	for _, t := range targets {
 		for _, v := range t.Vantages {
 			vantages[v] = true
 		}
 		prev, seen := f.judged[t.Key]
-		j := status.Judge(idx, t.Target, prev.verdict)
+		tt := t.Target
+		tt.Ignore = down
+		if t.Beacon {
+			tt.Ignore = prevDown
+		}
+		j := status.Judge(idx, tt, prev.verdict)
+		if t.Beacon && j.Verdict == status.VerdictDown {
+			down[t.Node] = true
+		}
 		reason := j.Summary()
 		if c.reports == nil {
 			j = status.Judgement{}

@@ -144,8 +144,31 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 	c.verdicts.mu.RLock()
 	prev := c.verdicts.m
 	c.verdicts.mu.RUnlock()
+	// Beacons first, ignoring probers on nodes that were down; then the
+	// ports, ignoring probers on nodes that are down now.
+	down := map[string]bool{}
 	for _, t := range targets {
-		next[t.Key] = status.Judge(idx, t.Target, prev[t.Key].Verdict)
+		if t.Beacon && prev[t.Key].Verdict == status.VerdictDown {
+			down[t.Node] = true
+		}
+	}
+	for _, beacons := range []bool{true, false} {
+		for _, t := range targets {
+			if t.Beacon != beacons {
+				continue
+			}
+			tt := t.Target
+			tt.Ignore = down
+			next[t.Key] = status.Judge(idx, tt, prev[t.Key].Verdict)
+		}
+		if beacons {
+			down = map[string]bool{}
+			for _, t := range targets {
+				if t.Beacon && next[t.Key].Verdict == status.VerdictDown {
+					down[t.Node] = true
+				}
+			}
+		}
 	}
 	c.verdicts.mu.Lock()
 	since := make(map[string]time.Time, len(c.verdicts.downSince))

@@ -363,3 +363,27 @@ func TestWaitForProbeReportCRD(t *testing.T) {
 		})
 	}
 }
+
+// TestProberOnDownNodeIgnored checks that the report of a prober whose node
+// is Down by quorum does not count: n1 is cut off, still writes a fresh
+// report saying n2 is Down, and without the rule would tie with n3's Up
+// until n1's report went stale.
+func TestProberOnDownNodeIgnored(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx,
+		withResult(withBeacon(report("n1", 0), "n2", v1alpha1.StateDown), svc, 80, "n2", v1alpha1.StateDown),
+		withBeacon(report("n2", 0), "n1", v1alpha1.StateDown),
+		withResult(withBeacon(report("n3", 0), "n1", v1alpha1.StateDown), svc, 80, "n2", v1alpha1.StateUp))
+	if err := c.evaluate(ctx, healthKey); err != nil {
+		t.Fatal(err)
+	}
+	if j := c.verdicts.get(prober.BeaconKey("n1")); j.Verdict != status.VerdictDown {
+		t.Fatalf("beacon n1: %v (%s), want Down", j.Verdict, j.Summary())
+	}
+	tk := prober.TargetKey("shop/web", "TCP", 80, "n2")
+	if j := c.verdicts.get(tk); j.Verdict != status.VerdictUp {
+		t.Fatalf("%s: %v (%s), want Up from n3 alone, n1 ignored", tk, j.Verdict, j.Summary())
+	}
+}

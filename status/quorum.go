@@ -141,6 +141,11 @@ type Target struct {
 	Beacon bool
 	// Vantages are the prober nodes assigned to it (prober.Vantages).
 	Vantages []string
+	// Ignore lists vantages whose own node is Down by quorum: a prober cut
+	// off with its node cannot see anything, and its report would otherwise
+	// count as fresh until it goes stale, holding back verdicts such as a
+	// replacement proxy's first Up.
+	Ignore map[string]bool
 	// MinDown is the fewest Down votes that can make the verdict Down; 0
 	// means MinDownVotes. Only a standalone instance without peers, its
 	// own only vantage, sets 1: with a single vantage there is no second
@@ -163,7 +168,7 @@ func Judge(reports Reports, t Target, prev Verdict) Judgement {
 	var downMsgs []string
 	for _, v := range t.Vantages {
 		r, ok := reports.byNode[v]
-		if !ok || !r.fresh {
+		if !ok || !r.fresh || t.Ignore[v] {
 			continue
 		}
 		j.Fresh++

@@ -141,3 +141,37 @@ func TestNodeHealth(t *testing.T) {
 		})
 	}
 }
+
+// TestJudgeIgnoresVantagesOnDownNodes checks that the report of a prober
+// whose node is down does not count, fresh or not: a new proxy probed Up by
+// the one healthy vantage of two is Up at once, and the ignored prober's
+// Down vote can neither fail a target nor hold one back.
+func TestJudgeIgnoresVantagesOnDownNodes(t *testing.T) {
+	const up, down = v1alpha1.StateUp, v1alpha1.StateDown
+	key := prober.TargetKey("shop/web", "TCP", 80, "n1")
+	tests := []struct {
+		name   string
+		votes  []vote
+		ignore map[string]bool
+		prev   Verdict
+		want   Verdict
+	}{
+		{"cut-off vantage holds back Up", []vote{{"a", down, 0}, {"b", up, 0}}, nil, VerdictUnknown, VerdictUnknown},
+		{"ignored, the other vantage decides Up", []vote{{"a", down, 0}, {"b", up, 0}}, map[string]bool{"a": true}, VerdictUnknown, VerdictUp},
+		{"ignored votes cannot fail it", []vote{{"a", down, 0}, {"b", down, 0}, {"c", up, 0}}, map[string]bool{"a": true}, VerdictUp, VerdictUp},
+		{"one vantage left still cannot fail it", []vote{{"a", down, 0}, {"b", down, 0}}, map[string]bool{"a": true}, VerdictUp, VerdictUp},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			idx := IndexReports(reportsOf(tt.votes...), quorumNow)
+			var vantages []string
+			for _, v := range tt.votes {
+				vantages = append(vantages, v.prober)
+			}
+			j := Judge(idx, Target{Key: key, Node: "n1", Vantages: vantages, Ignore: tt.ignore}, tt.prev)
+			if j.Verdict != tt.want {
+				t.Fatalf("Judge = %v (%s: %s), want %v", j.Verdict, j.Reason, j.Summary(), tt.want)
+			}
+		})
+	}
+}
