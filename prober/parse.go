@@ -260,7 +260,7 @@ func Parse(text string) (Spec, error) {
 	}
 	allowed, ok := protocolOptions[proto]
 	if !ok {
-		return Spec{}, specErrorf("unknown protocol %q%s", words[0].key, suggest(string(proto), protocolStrings()))
+		return Spec{}, specErrorf("unknown protocol %q%s", words[0].key, Suggest(string(proto), protocolStrings()))
 	}
 	spec := defaults(proto)
 	seen := map[string]bool{}
@@ -271,7 +271,7 @@ func Parse(text string) (Spec, error) {
 			if owner := optionOwner(key); owner != "" {
 				return Spec{}, specErrorf("option %q does not apply to %s (it is a %s option)", w.key, proto, owner)
 			}
-			return Spec{}, specErrorf("unknown option %q for %s%s", w.key, proto, suggest(key, valid))
+			return Spec{}, specErrorf("unknown option %q for %s%s", w.key, proto, Suggest(key, valid))
 		}
 		if !w.hasValue {
 			return Spec{}, specErrorf("option %q has no value (want %s=VALUE)", w.key, key)
@@ -654,9 +654,11 @@ func isHostname(v string) bool {
 	return true
 }
 
-// suggest returns ` (did you mean "x"?)` for the closest candidate within
-// a small edit distance, or "".
-func suggest(word string, candidates []string) string {
+// Suggest returns ` (did you mean "x"?)` for the candidate closest to word
+// within a small edit distance (a swapped pair of letters is one edit, and
+// a prefix of three or more letters counts as close), or "". Error messages
+// about misspelt keys elsewhere use it too, so they read alike.
+func Suggest(word string, candidates []string) string {
 	best, bestDist := "", 3
 	for _, c := range candidates {
 		d := editDistance(word, c)

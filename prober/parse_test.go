@@ -152,9 +152,9 @@ func TestSuggest(t *testing.T) {
 	for in, want := range map[string]string{
 		"stauts": "status", "pth": "path", "headr": "header", "bdy": "body", "stat": "status", "zzzzzz": "",
 	} {
-		got := suggest(in, opts)
+		got := Suggest(in, opts)
 		if want == "" && got != "" || want != "" && !strings.Contains(got, `"`+want+`"`) {
-			t.Errorf("suggest(%q) = %q, want %q", in, got, want)
+			t.Errorf("Suggest(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

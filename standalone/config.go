@@ -256,7 +256,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, known ...string) (map[strin
 		k, v := n.Content[i], n.Content[i+1]
 		kp := join(path, k.Value)
 		if !slices.Contains(known, k.Value) {
-			d.errorf(k, kp, "unknown key%s", suggest(k.Value, known))
+			d.errorf(k, kp, "unknown key%s", prober.Suggest(k.Value, known))
 			continue
 		}
 		if _, dup := vals[k.Value]; dup {
@@ -361,7 +361,7 @@ func (d *decoder) oneOf(n *yaml.Node, path string, choices ...string) (string, b
 		return "", false
 	}
 	if !slices.Contains(choices, s) {
-		d.errorf(n, path, "%q is not one of %s%s", s, strings.Join(choices, ", "), suggest(s, choices))
+		d.errorf(n, path, "%q is not one of %s%s", s, strings.Join(choices, ", "), prober.Suggest(s, choices))
 		return "", false
 	}
 	return s, true
@@ -801,44 +801,4 @@ func isLabel(s string) bool {
 		}
 	}
 	return true
-}
-
-// suggest returns ` (did you mean "x"?)` for the closest candidate, or "".
-func suggest(word string, candidates []string) string {
-	best, bestDist := "", 3
-	for _, c := range candidates {
-		if d := editDistance(word, c); d < bestDist {
-			best, bestDist = c, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// editDistance is the optimal string alignment distance: a swapped pair
-// of letters is one edit.
-func editDistance(a, b string) int {
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
 }
