@@ -45,25 +45,11 @@ func startCommand(ctx context.Context, rec *record, logDir, name string, env []s
 	// harness if it dies without cleaning up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the thread that forked the child exits,
-		// and Go ends the thread of a goroutine that exits locked (as
-		// code entering network namespaces does): a child forked from
-		// such a thread would be killed at random. This thread stays
-		// locked to this goroutine, so alive, until the child exits.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
+	if err := StartLocked(cmd, func(err error) {
+		p.err = err
 		logf.Close()
 		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	}); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
@@ -104,4 +90,26 @@ func (p *process) stop(grace time.Duration) error {
 		return fmt.Errorf("stopping %s: %w", p.name, p.err)
 	}
 	return nil
+}
+
+// StartLocked starts cmd from a goroutine locked to its thread until cmd
+// exits, then calls exited with cmd.Wait's error. A child started with
+// Pdeathsig is signalled when the thread that forked it exits, and Go ends
+// the thread of a goroutine that exits locked (as code entering network
+// namespaces does): started from any other thread, such a child would be
+// killed at random. Tests and benchmarks start their long-lived processes
+// with it for the same reason.
+func StartLocked(cmd *exec.Cmd, exited func(error)) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited(cmd.Wait())
+	}()
+	return <-started
 }

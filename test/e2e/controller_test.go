@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -239,24 +238,11 @@ func startController(t *testing.T, c *cluster.Cluster, dnsAddr string, extra ...
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logPath}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the forking thread exits, and Go ends the
-		// threads of goroutines that exit locked (the harness' probes
-		// enter network namespaces so): keep this thread until the
-		// controller exits, as the harness does for its processes.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
+	if err := cluster.StartLocked(cmd, func(err error) {
+		p.err = err
 		logf.Close()
 		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	}); err != nil {
 		logf.Close()
 		t.Fatalf("starting pulselb controller: %v", err)
 	}

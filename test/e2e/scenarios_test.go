@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -577,7 +576,7 @@ func runController(t *testing.T, c *cluster.Cluster, metricsAddr string) *contro
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logf.Name()}
-	if err := startLocked(cmd, func(err error) {
+	if err := cluster.StartLocked(cmd, func(err error) {
 		p.err = err
 		logf.Close()
 		close(p.done)
@@ -618,24 +617,4 @@ func (p *controllerProcess) kill(t *testing.T) {
 		t.Fatalf("killing pulselb controller: %v", err)
 	}
 	<-p.done
-}
-
-// startLocked starts cmd from a goroutine locked to its thread until cmd
-// exits, then calls exited with cmd.Wait's error. Pdeathsig fires when the
-// forking thread exits, and Go ends the thread of a goroutine that exits
-// locked (the harness does so after entering network namespaces): started
-// from any other thread, the child would be killed at random.
-func startLocked(cmd *exec.Cmd, exited func(error)) error {
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		exited(cmd.Wait())
-	}()
-	return <-started
 }

@@ -485,24 +485,11 @@ func startController(ctx context.Context, c *cluster.Cluster) (*controllerProces
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logPath, metrics: metrics}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the forking thread exits, and Go ends the
-		// thread of a goroutine that exits locked (the harness does so
-		// after entering network namespaces): keep this one locked, so
-		// alive, until the controller exits.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
+	if err := cluster.StartLocked(cmd, func(err error) {
+		p.err = err
 		logf.Close()
 		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	}); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("starting pulselb controller: %w", err)
 	}
