@@ -101,24 +101,10 @@ func runController(args []string, _, stderr io.Writer) int {
 	dnsSlip := fs.Int("dns-rate-limit-slip", 2, "every n-th rate-limited response is sent truncated; 0 drops all")
 	dnsSerialFile := fs.String("dns-serial-file", "", "file keeping the SOA serial across restarts (on a persistent volume)")
 	dnsEndpoints := fs.Bool("dnsendpoints", false, "on the leader, write an external-dns DNSEndpoint per Service with hostname annotations, recordTTL defaulting to --dns-ttl (needs the DNSEndpoint CRD)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, controllerUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if _, err := setFromEnv(fs); err != nil {
-		fmt.Fprintf(stderr, "pulselb controller: %v\n", err)
-		return 2
+	if _, code, ok := parseFlags(fs, controllerUsage, args, stderr); !ok {
+		return code
 	}
 	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "pulselb controller: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	case *image == "":
 		fmt.Fprintln(stderr, "pulselb controller: --proxy-image is required")
 		return 2

@@ -58,24 +58,10 @@ func runProber(args []string, _, stderr io.Writer) int {
 	qps := fs.Float64("kube-api-qps", 5, "API requests per second")
 	burst := fs.Int("kube-api-burst", 10, "API request burst")
 	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 detail")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, proberUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if _, err := setFromEnv(fs); err != nil {
-		fmt.Fprintf(stderr, "pulselb prober: %v\n", err)
-		return 2
+	if _, code, ok := parseFlags(fs, proberUsage, args, stderr); !ok {
+		return code
 	}
 	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "pulselb prober: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	case *nodeName == "":
 		fmt.Fprintln(stderr, "pulselb prober: --node-name is required")
 		return 2

@@ -64,6 +64,34 @@ func setFromEnv(fs *flag.FlagSet) (map[string]bool, error) {
 	return fromEnv, errors.Join(errs...)
 }
 
+// parseFlags parses a subcommand's command line the same way for every
+// role: usage from usage, flags the command line left unset taken from
+// their PULSELB_* variables, no positional arguments. It returns the flags
+// set from the environment, and ok false with the exit code when the
+// command must stop (0 after -h, 2 on a bad flag or argument).
+func parseFlags(fs *flag.FlagSet, usage string, args []string, stderr io.Writer) (fromEnv map[string]bool, code int, ok bool) {
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0, false
+		}
+		return nil, 2, false
+	}
+	fromEnv, err := setFromEnv(fs)
+	if err != nil {
+		fmt.Fprintf(stderr, "pulselb %s: %v\n", fs.Name(), err)
+		return nil, 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pulselb %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return nil, 2, false
+	}
+	return fromEnv, 0, true
+}
+
 func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -81,24 +109,9 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	nodeIPs := fs.String("node-ips", "", "the node's IPs, at most one per family, separated by commas; needed with --node-port-target")
 	cleanup := fs.Bool("cleanup", false, "remove rules a previous proxy left in this network namespace, and exit")
 	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 per-connection detail")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, proxyUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	fromEnv, err := setFromEnv(fs)
-	if err != nil {
-		fmt.Fprintf(stderr, "pulselb proxy: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pulselb proxy: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	fromEnv, code, ok := parseFlags(fs, proxyUsage, args, stderr)
+	if !ok {
+		return code
 	}
 	setVerbosity(*verbosity)
 	logger := klog.Background().WithName("proxy")
@@ -131,6 +144,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.ClusterIPs = append(cfg.ClusterIPs, a)
 	}
+	var err error
 	if cfg.Ports, err = proxy.ParsePorts(*ports); err != nil {
 		return bad("ports", *ports, err)
 	}

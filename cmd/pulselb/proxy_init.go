@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,23 +26,8 @@ func runProxyInit(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	ipv6 := fs.Bool("ipv6", false, "turn on IPv6 forwarding too (for a dual-stack or IPv6 Service)")
 	procSys := fs.String("proc-sys", proxy.DefaultProcSys, "where the sysctls are mounted")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, proxyInitUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if _, err := setFromEnv(fs); err != nil {
-		fmt.Fprintf(stderr, "pulselb proxy-init: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pulselb proxy-init: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if _, code, ok := parseFlags(fs, proxyInitUsage, args, stderr); !ok {
+		return code
 	}
 	if err := proxy.EnableForwarding(*procSys, *ipv6); err != nil {
 		fmt.Fprintf(stderr, "pulselb proxy-init: %v\n", err)

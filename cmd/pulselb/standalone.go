@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,24 +33,10 @@ func runStandalone(args []string, stdout, stderr io.Writer) int {
 	file := fs.String("config", "", "configuration file; required")
 	check := fs.Bool("check", false, "check the configuration file and exit")
 	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 detail")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, standaloneUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if _, err := setFromEnv(fs); err != nil {
-		fmt.Fprintf(stderr, "pulselb standalone: %v\n", err)
-		return 2
+	if _, code, ok := parseFlags(fs, standaloneUsage, args, stderr); !ok {
+		return code
 	}
 	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "pulselb standalone: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	case *file == "":
 		fmt.Fprintln(stderr, "pulselb standalone: --config is required")
 		return 2
