@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,31 +12,24 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/deploy"
 )
 
 // Names the health scenarios share with pulselb; the test module does not
 // import pulselb's packages (see lbFinalizer).
 const (
-	proberAppName    = "pulselb-prober"
 	proxyAppSelector = "app.kubernetes.io/name=pulselb-proxy"
 	labelUnhealthy   = "pulselb.io/unhealthy"
 	conditionHealthy = "pulselb.io/Healthy"
-	beaconPort       = 9472
 )
-
-var probeReports = schema.GroupVersionResource{Group: "pulselb.io", Version: "v1alpha1", Resource: "probereports"}
 
 // TestHealth runs the whole health pipeline on one cluster of four nodes:
 // the prober DaemonSet (as `pulselb prober` pods with their own service
@@ -58,10 +49,14 @@ func TestHealth(t *testing.T) {
 			t.Fatalf("creating namespace %s: %v", ns, err)
 		}
 	}
-	installProbeReportCRD(ctx, t, dyn)
-	installProbers(ctx, t, cs)
+	if err := deploy.InstallProbeReportCRD(ctx, dyn, systemNamespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := deploy.InstallProbers(ctx, cs, systemNamespace, "--v=2"); err != nil {
+		t.Fatal(err)
+	}
 	poll(ctx, t, 60*time.Second, "4 prober pods ready", func() bool {
-		return len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name="+proberAppName)) == 4
+		return len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name="+deploy.ProberName)) == 4
 	})
 	// A pod started right after its node's kube-proxy can wait up to 30 s
 	// for its first API connection through the kubernetes ClusterIP.
@@ -242,7 +237,7 @@ func TestHealth(t *testing.T) {
 		before := webUp(t, 60*time.Second)
 		lone := proxyNodes()[0]
 		var proberPod string
-		for _, p := range readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name="+proberAppName) {
+		for _, p := range readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name="+deploy.ProberName) {
 			if p.Spec.NodeName == lone {
 				proberPod = p.Name
 			}
@@ -463,96 +458,6 @@ func TestHealth(t *testing.T) {
 
 // installProbeReportCRD creates the CRD from deploy/crds/ and waits until
 // it is established.
-func installProbeReportCRD(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
-	t.Helper()
-	mod, err := cluster.ModuleDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(mod, "..", "deploy", "crds", "pulselb.io_probereports.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(data, &obj); err != nil {
-		t.Fatalf("reading the ProbeReport CRD: %v", err)
-	}
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := dyn.Resource(crds).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating the ProbeReport CRD: %v", err)
-	}
-	poll(ctx, t, 30*time.Second, "the ProbeReport CRD established and served", func() bool {
-		_, err := dyn.Resource(probeReports).Namespace(systemNamespace).List(ctx, metav1.ListOptions{})
-		return err == nil
-	})
-}
-
-// installProbers creates the prober's ServiceAccount, its roles as
-// docs/health.md lists them, and the DaemonSet.
-func installProbers(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
-	t.Helper()
-	const name = "pulselb-prober"
-	read := []string{"get", "list", "watch"}
-	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: systemNamespace}}
-	steps := []func() error{
-		func() error {
-			_, err := cs.CoreV1().ServiceAccounts(systemNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
-				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services", "nodes"}, Verbs: read}}}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}, Subjects: subject}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.RbacV1().Roles(systemNamespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name},
-				Rules: []rbacv1.PolicyRule{
-					{APIGroups: []string{""}, Resources: []string{"pods", "secrets"}, Verbs: read},
-					{APIGroups: []string{"pulselb.io"}, Resources: []string{"probereports"}, Verbs: []string{"get", "create", "update"}},
-				}}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.RbacV1().RoleBindings(systemNamespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}, Subjects: subject}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			labels := map[string]string{"app.kubernetes.io/name": proberAppName}
-			_, err := cs.AppsV1().DaemonSets(systemNamespace).Create(ctx, &appsv1.DaemonSet{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-				Spec: appsv1.DaemonSetSpec{
-					Selector: &metav1.LabelSelector{MatchLabels: labels},
-					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: labels},
-						Spec: corev1.PodSpec{
-							ServiceAccountName: name,
-							Containers: []corev1.Container{{
-								Name: "prober", Image: "ghcr.io/pulselb/pulselb:dev",
-								Args: []string{"prober", "--namespace=" + systemNamespace, fmt.Sprintf("--beacon-port=%d", beaconPort), "--v=2"},
-								Env: []corev1.EnvVar{{Name: "PULSELB_NODE_NAME", ValueFrom: &corev1.EnvVarSource{
-									FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
-								Ports: []corev1.ContainerPort{{Name: "beacon", ContainerPort: beaconPort, HostPort: beaconPort}},
-							}},
-						},
-					},
-				},
-			}, metav1.CreateOptions{})
-			return err
-		},
-	}
-	for _, s := range steps {
-		if err := s(); err != nil {
-			t.Fatalf("installing the prober: %v", err)
-		}
-	}
-}
-
 func createBackend(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, replicas int32, ports []corev1.ContainerPort) {
 	t.Helper()
 	labels := map[string]string{"app": name}
@@ -747,7 +652,7 @@ type probeReport struct {
 
 func listReports(ctx context.Context, t *testing.T, dyn dynamic.Interface) []probeReport {
 	t.Helper()
-	l, err := dyn.Resource(probeReports).Namespace(systemNamespace).List(ctx, metav1.ListOptions{})
+	l, err := dyn.Resource(deploy.ProbeReports).Namespace(systemNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil
 	}

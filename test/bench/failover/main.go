@@ -44,29 +44,24 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/deploy"
 )
 
 const (
-	systemNS   = "pulselb-system"
-	appNS      = "shop"
-	proberName = "pulselb-prober"
-	proxyApp   = "app.kubernetes.io/name=pulselb-proxy"
-	svcLBApp   = "svclb"
-	unhealthy  = "pulselb.io/unhealthy"
-	beaconPort = 9472
+	systemNS  = "pulselb-system"
+	appNS     = "shop"
+	proxyApp  = "app.kubernetes.io/name=pulselb-proxy"
+	svcLBApp  = "svclb"
+	unhealthy = "pulselb.io/unhealthy"
 )
 
 var (
@@ -75,8 +70,6 @@ var (
 	grace           = flag.Duration("node-grace-period", 50*time.Second, "node-monitor-grace-period of the cluster (Kubernetes v1.37 default: 50s)")
 	dir             = flag.String("dir", "", "cluster directory (kept for its logs); default a new temporary directory")
 )
-
-var probeReports = schema.GroupVersionResource{Group: "pulselb.io", Version: "v1alpha1", Resource: "probereports"}
 
 func main() {
 	flag.Parse()
@@ -182,14 +175,14 @@ func (b *bench) setup(ctx context.Context) (*controllerProcess, error) {
 			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
 	}
-	if err := b.installCRD(ctx); err != nil {
+	if err := deploy.InstallProbeReportCRD(ctx, b.dyn, systemNS); err != nil {
 		return nil, err
 	}
-	if err := b.installProbers(ctx); err != nil {
+	if err := deploy.InstallProbers(ctx, b.cs, systemNS); err != nil {
 		return nil, err
 	}
 	if err := poll(ctx, 90*time.Second, "4 prober pods ready", func() bool {
-		return len(readyPods(ctx, cs, systemNS, "app.kubernetes.io/name="+proberName)) == 4
+		return len(readyPods(ctx, cs, systemNS, "app.kubernetes.io/name="+deploy.ProberName)) == 4
 	}); err != nil {
 		return nil, err
 	}
@@ -329,7 +322,7 @@ func (b *bench) downTrial(ctx context.Context) (probed, readiness time.Duration,
 }
 
 func (b *bench) reports(ctx context.Context) []report {
-	l, err := b.dyn.Resource(probeReports).Namespace(systemNS).List(ctx, metav1.ListOptions{})
+	l, err := b.dyn.Resource(deploy.ProbeReports).Namespace(systemNS).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil
 	}
@@ -368,75 +361,6 @@ func upVotes(reports []report, service string, port int32, node string) int {
 		}
 	}
 	return n
-}
-
-func (b *bench) installCRD(ctx context.Context) error {
-	mod, err := cluster.ModuleDir()
-	if err != nil {
-		return err
-	}
-	data, err := os.ReadFile(filepath.Join(mod, "..", "deploy", "crds", "pulselb.io_probereports.yaml"))
-	if err != nil {
-		return err
-	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(data, &obj); err != nil {
-		return fmt.Errorf("reading the ProbeReport CRD: %w", err)
-	}
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := b.dyn.Resource(crds).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating the ProbeReport CRD: %w", err)
-	}
-	return poll(ctx, 30*time.Second, "the ProbeReport CRD served", func() bool {
-		_, err := b.dyn.Resource(probeReports).Namespace(systemNS).List(ctx, metav1.ListOptions{})
-		return err == nil
-	})
-}
-
-// installProbers creates the prober's ServiceAccount, roles (as
-// docs/health.md lists them) and DaemonSet.
-func (b *bench) installProbers(ctx context.Context) error {
-	cs := b.cs
-	read := []string{"get", "list", "watch"}
-	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: proberName, Namespace: systemNS}}
-	labels := map[string]string{"app.kubernetes.io/name": proberName}
-	var errs []error
-	_, err := cs.CoreV1().ServiceAccounts(systemNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: proberName}}, metav1.CreateOptions{})
-	errs = append(errs, err)
-	_, err = cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: proberName},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services", "nodes"}, Verbs: read}}}, metav1.CreateOptions{})
-	errs = append(errs, err)
-	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: proberName},
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: proberName}, Subjects: subject}, metav1.CreateOptions{})
-	errs = append(errs, err)
-	_, err = cs.RbacV1().Roles(systemNS).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: proberName},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods", "secrets"}, Verbs: read},
-			{APIGroups: []string{"pulselb.io"}, Resources: []string{"probereports"}, Verbs: []string{"get", "create", "update"}},
-		}}, metav1.CreateOptions{})
-	errs = append(errs, err)
-	_, err = cs.RbacV1().RoleBindings(systemNS).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: proberName},
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: proberName}, Subjects: subject}, metav1.CreateOptions{})
-	errs = append(errs, err)
-	_, err = cs.AppsV1().DaemonSets(systemNS).Create(ctx, &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: proberName, Labels: labels},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{ServiceAccountName: proberName, Containers: []corev1.Container{{
-					Name: "prober", Image: "ghcr.io/pulselb/pulselb:dev",
-					Args: []string{"prober", "--namespace=" + systemNS, fmt.Sprintf("--beacon-port=%d", beaconPort)},
-					Env: []corev1.EnvVar{{Name: "PULSELB_NODE_NAME", ValueFrom: &corev1.EnvVarSource{
-						FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
-					Ports: []corev1.ContainerPort{{Name: "beacon", ContainerPort: beaconPort, HostPort: beaconPort}},
-				}}}},
-		},
-	}, metav1.CreateOptions{})
-	errs = append(errs, err)
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("installing the prober: %w", err)
-	}
-	return nil
 }
 
 // controllerProcess is the running pulselb controller; done closes when
