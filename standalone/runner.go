@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,11 +23,9 @@ import (
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/prober/agent"
 	"github.com/pulselb/pulselb/status"
 )
-
-// maxMessage bounds an observation's message, as in the cluster's reports.
-const maxMessage = 256
 
 // Options are what a Runner needs besides its Config.
 type Options struct {
@@ -419,20 +416,9 @@ func (r *Runner) Report() *v1alpha1.ProbeReport {
 		if !ok || (s.State != prober.StateUp && s.State != prober.StateDown) {
 			continue
 		}
-		obs := v1alpha1.Observation{Node: ti.host, Address: s.Addr.String(), State: v1alpha1.StateUp,
-			Outcome: s.Last.Outcome.String(), Since: metav1.NewTime(s.Since), Message: truncate(s.Last.Message(), maxMessage)}
-		if s.State == prober.StateDown {
-			obs.State = v1alpha1.StateDown
+		obs := agent.Observation(s, ti.host, r.failing[s.Key])
+		if obs.State == v1alpha1.StateDown {
 			rep.Status.Down++
-		}
-		if !s.LastChange.IsZero() {
-			obs.LastChange = ptrTo(metav1.NewTime(s.LastChange))
-		}
-		if f, ok := r.failing[s.Key]; ok {
-			obs.FailingSince = ptrTo(metav1.NewTime(f))
-		}
-		if s.RTT > 0 {
-			obs.Latency = &metav1.Duration{Duration: s.RTT}
 		}
 		rep.Status.Results = append(rep.Status.Results, v1alpha1.ProbeResult{Service: ti.service, Port: int32(ti.port.Port),
 			PortProtocol: ti.port.Protocol, Protocol: string(ti.port.Spec.Protocol), Observation: obs})
@@ -748,16 +734,3 @@ func (v *reportView) observation(key string) *v1alpha1.Observation {
 }
 
 func statusProtocol(p string) corev1.Protocol { return corev1.Protocol(p) }
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("...")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
-
-func ptrTo[T any](v T) *T { return &v }

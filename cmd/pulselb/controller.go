@@ -26,8 +26,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
@@ -145,19 +143,11 @@ func runController(args []string, _, stderr io.Writer) int {
 	setVerbosity(*verbosity)
 	logger := klog.Background().WithName("controller")
 
-	var restCfg *rest.Config
-	var err error
-	if *kubeconfig != "" {
-		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		restCfg, err = rest.InClusterConfig()
-	}
+	restCfg, err := kubeConfig(*kubeconfig, *qps, *burst, "pulselb-controller")
 	if err != nil {
 		logger.Error(err, "Loading Kubernetes client config failed", "kubeconfig", *kubeconfig)
 		return 1
 	}
-	restCfg.QPS, restCfg.Burst = float32(*qps), *burst
-	restCfg.UserAgent = "pulselb-controller"
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		logger.Error(err, "Creating Kubernetes client failed")

@@ -19,8 +19,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -78,19 +76,11 @@ func runProber(args []string, _, stderr io.Writer) int {
 	setVerbosity(*verbosity)
 	logger := klog.Background().WithName("prober").WithValues("node", *nodeName)
 
-	var restCfg *rest.Config
-	var err error
-	if *kubeconfig != "" {
-		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		restCfg, err = rest.InClusterConfig()
-	}
+	restCfg, err := kubeConfig(*kubeconfig, *qps, *burst, "pulselb-prober")
 	if err != nil {
 		logger.Error(err, "Loading Kubernetes client config failed", "kubeconfig", *kubeconfig)
 		return 1
 	}
-	restCfg.QPS, restCfg.Burst = float32(*qps), *burst
-	restCfg.UserAgent = "pulselb-prober"
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		logger.Error(err, "Creating Kubernetes client failed")

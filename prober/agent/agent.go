@@ -405,6 +405,29 @@ func (a *Agent) serves(svc *corev1.Service) bool {
 	return *svc.Spec.LoadBalancerClass == a.cfg.Class
 }
 
+// Observation turns a concluded target status (Up or Down) into the
+// observation a ProbeReport carries for it: node is the target's node,
+// failingSince when the target's current run of failed probes began (zero
+// for none). Messages are cut to a bounded length. Standalone mode builds
+// its reports with it too, so both are judged alike.
+func Observation(s prober.TargetStatus, node string, failingSince time.Time) v1alpha1.Observation {
+	obs := v1alpha1.Observation{Node: node, Address: s.Addr.String(), State: v1alpha1.StateUp,
+		Outcome: s.Last.Outcome.String(), Since: metav1.NewTime(s.Since), Message: truncate(s.Last.Message(), maxMessage)}
+	if s.State == prober.StateDown {
+		obs.State = v1alpha1.StateDown
+	}
+	if !s.LastChange.IsZero() {
+		obs.LastChange = ptrTo(metav1.NewTime(s.LastChange))
+	}
+	if !failingSince.IsZero() {
+		obs.FailingSince = ptrTo(metav1.NewTime(failingSince))
+	}
+	if s.RTT > 0 {
+		obs.Latency = &metav1.Duration{Duration: s.RTT}
+	}
+	return obs
+}
+
 // Report returns the report status the agent would write now.
 func (a *Agent) Report() v1alpha1.ProbeReportStatus {
 	now := a.clock.Now()
@@ -417,20 +440,7 @@ func (a *Agent) Report() v1alpha1.ProbeReportStatus {
 		if !ok || (s.State != prober.StateUp && s.State != prober.StateDown) {
 			continue
 		}
-		obs := v1alpha1.Observation{Node: m.node, Address: s.Addr.String(), State: v1alpha1.StateUp,
-			Outcome: s.Last.Outcome.String(), Since: metav1.NewTime(s.Since), Message: truncate(s.Last.Message(), maxMessage)}
-		if s.State == prober.StateDown {
-			obs.State = v1alpha1.StateDown
-		}
-		if !s.LastChange.IsZero() {
-			obs.LastChange = ptrTo(metav1.NewTime(s.LastChange))
-		}
-		if f, ok := a.failing[s.Key]; ok {
-			obs.FailingSince = ptrTo(metav1.NewTime(f))
-		}
-		if s.RTT > 0 {
-			obs.Latency = &metav1.Duration{Duration: s.RTT}
-		}
+		obs := Observation(s, m.node, a.failing[s.Key])
 		if m.beacon {
 			st.Beacons = append(st.Beacons, v1alpha1.BeaconResult{Observation: obs})
 			st.BeaconCount++
