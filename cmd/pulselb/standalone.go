@@ -36,8 +36,7 @@ func runStandalone(args []string, stdout, stderr io.Writer) int {
 	if _, code, ok := parseFlags(fs, standaloneUsage, args, stderr); !ok {
 		return code
 	}
-	switch {
-	case *file == "":
+	if *file == "" {
 		fmt.Fprintln(stderr, "pulselb standalone: --config is required")
 		return 2
 	}
