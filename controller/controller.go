@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -72,7 +73,11 @@ type Controller struct {
 	cfg      Config
 	now      func() time.Time
 
-	services    corelisters.ServiceLister
+	services corelisters.ServiceLister
+	// written holds the Services this controller wrote until the informer
+	// has them, so that the next sync starts from what was written rather
+	// than from a stale cache copy whose update would only conflict.
+	written     cache.MutationCache
 	nodes       corelisters.NodeLister
 	slices      discoverylisters.EndpointSliceLister
 	pods        corelisters.PodNamespaceLister
@@ -92,6 +97,9 @@ type Controller struct {
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool
+	// statusWritten is when each Service's status was last written, for
+	// statusSettle.
+	statusWritten map[cache.ObjectName]time.Time
 }
 
 // New returns a Controller reading Services, Nodes and EndpointSlices from
@@ -123,11 +131,13 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 	}
 
 	c := &Controller{
-		client:      client,
-		recorder:    recorder,
-		cfg:         cfg,
-		now:         time.Now,
-		services:    svcInformer.Lister(),
+		client:   client,
+		recorder: recorder,
+		cfg:      cfg,
+		now:      time.Now,
+		services: svcInformer.Lister(),
+		written: cache.NewIntegerResourceVersionMutationCacheWithOptions(logger, svcInformer.Informer().GetStore(),
+			cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 8192}),
 		nodes:       nodeInformer.Lister(),
 		slices:      sliceInformer.Lister(),
 		pods:        podInformer.Lister().Pods(ns),
@@ -144,7 +154,8 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: queueMetrics{}}),
-		managed: map[cache.ObjectName]bool{},
+		managed:       map[cache.ObjectName]bool{},
+		statusWritten: map[cache.ObjectName]time.Time{},
 	}
 
 	handlers := []struct {
@@ -152,9 +163,18 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		handler  cache.ResourceEventHandler
 	}{
 		{svcInformer.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueueService,
-			UpdateFunc: func(_, obj any) { c.enqueueService(obj) },
-			DeleteFunc: c.enqueueService,
+			AddFunc: func(obj any) {
+				c.observedService(obj, false)
+				c.enqueueService(obj)
+			},
+			UpdateFunc: func(_, obj any) {
+				c.observedService(obj, false)
+				c.enqueueService(obj)
+			},
+			DeleteFunc: func(obj any) {
+				c.observedService(obj, true)
+				c.enqueueService(obj)
+			},
 		}},
 		{nodeInformer.Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.nodeChanged(nil, obj) },
@@ -351,6 +371,45 @@ func unwrap(obj any) any {
 		return d.Obj
 	}
 	return obj
+}
+
+// observedService tells the mutation cache what the informer saw, so that
+// a written copy is dropped once the cache has it or something newer.
+func (c *Controller) observedService(obj any, deleted bool) {
+	svc, ok := unwrap(obj).(*corev1.Service)
+	if !ok {
+		return
+	}
+	if deleted {
+		c.written.OnDelete(svc)
+	} else {
+		c.written.OnAddOrUpdate(svc)
+	}
+}
+
+// service returns the Service key names: the informer's copy, or the one
+// this controller last wrote when that is newer.
+func (c *Controller) service(key cache.ObjectName) (*corev1.Service, error) {
+	obj, exists, err := c.written.GetByKey(key.String())
+	if err != nil {
+		return nil, fmt.Errorf("getting service %s: %w", key, err)
+	}
+	if !exists {
+		return nil, apierrors.NewNotFound(corev1.Resource("services"), key.Name)
+	}
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return nil, fmt.Errorf("getting service %s: cache holds a %T", key, obj)
+	}
+	return svc, nil
+}
+
+// wroteService records a Service as the API server returned it from a
+// write, for the next sync (see Controller.written).
+func (c *Controller) wroteService(svc *corev1.Service) {
+	if _, err := dropManagedFields(svc); err == nil {
+		c.written.Mutation(svc)
+	}
 }
 
 func (c *Controller) enqueueService(obj any) {

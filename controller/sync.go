@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,7 +29,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "service", key)
 	ctx = klog.NewContext(ctx, logger)
 
-	svc, err := c.services.Services(key.Namespace).Get(key.Name)
+	svc, err := c.service(key)
 	if apierrors.IsNotFound(err) {
 		c.setManaged(key, false)
 		// Gone without our finalizer (removed by hand, or never served):
@@ -49,6 +51,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		if svc, err = c.client.CoreV1().Services(svc.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("adding finalizer: %w", err)
 		}
+		c.wroteService(svc)
 		writes.WithLabelValues("services", "update").Inc()
 	}
 
@@ -136,14 +139,25 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 		if svc, err = c.client.CoreV1().Services(svc.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 			return nil, fmt.Errorf("updating annotations: %w", err)
 		}
+		c.wroteService(svc)
 		writes.WithLabelValues("services", "update").Inc()
 	}
 	if status.Differs(svc, r) {
+		key := cache.MetaObjectToName(svc)
+		if wait := c.settling(key, svc, r); wait > 0 {
+			// Events wait too: they follow the conditions written.
+			c.queue.AddAfter(key, wait)
+			return svc, nil
+		}
 		svc = svc.DeepCopy()
 		status.ApplyStatus(svc, r)
 		if svc, err = c.client.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
 			return nil, fmt.Errorf("updating status: %w", err)
 		}
+		c.wroteService(svc)
+		c.mu.Lock()
+		c.statusWritten[key] = c.now()
+		c.mu.Unlock()
 		writes.WithLabelValues("services/status", "update").Inc()
 		logger.Info("Updated load balancer status", "nodes", r.Nodes, "ingress", len(r.LoadBalancer.Ingress))
 	}
@@ -396,18 +410,21 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 		if err != nil {
 			return fmt.Errorf("clearing status: %w", err)
 		}
+		c.wroteService(updated)
 		writes.WithLabelValues("services/status", "update").Inc()
 		svc = updated
 	}
 	cp := svc.DeepCopy()
 	status.ApplyAnnotations(cp, cleared)
 	cp.Finalizers = slices.DeleteFunc(cp.Finalizers, func(f string) bool { return f == Finalizer })
-	if _, err := c.client.CoreV1().Services(svc.Namespace).Update(ctx, cp, metav1.UpdateOptions{}); err != nil {
+	updated, err := c.client.CoreV1().Services(svc.Namespace).Update(ctx, cp, metav1.UpdateOptions{})
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
+	c.wroteService(updated)
 	writes.WithLabelValues("services", "update").Inc()
 	klog.FromContext(ctx).Info("Released service", "deleting", svc.DeletionTimestamp != nil)
 	return nil
@@ -463,6 +480,30 @@ func hasFinalizer(svc *corev1.Service) bool {
 	return slices.Contains(svc.Finalizers, Finalizer)
 }
 
+// statusSettle is the least time between two status writes of one Service
+// when only its conditions changed. A new Service's proxies go through
+// several such steps (pending, one scheduled, all scheduled) within a second
+// or two; writing each costs the API server a write and every watcher of
+// Services an event. Address changes, which clients and external-dns act
+// on, are written at once.
+const statusSettle = 2 * time.Second
+
+// settling returns how long to wait before writing r's status over svc's:
+// zero when the addresses change or the last status write was long enough
+// ago.
+func (c *Controller) settling(key cache.ObjectName, svc *corev1.Service, r status.Result) time.Duration {
+	if !equality.Semantic.DeepEqual(svc.Status.LoadBalancer, r.LoadBalancer) {
+		return 0
+	}
+	c.mu.Lock()
+	last, ok := c.statusWritten[key]
+	c.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return max(0, last.Add(statusSettle).Sub(c.now()))
+}
+
 func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -470,6 +511,7 @@ func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 		c.managed[key] = true
 	} else {
 		delete(c.managed, key)
+		delete(c.statusWritten, key)
 	}
 	managedServices.Set(float64(len(c.managed)))
 }

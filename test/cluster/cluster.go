@@ -52,6 +52,13 @@ type Options struct {
 	// NodeGracePeriod is the node lifecycle controller's grace period after
 	// which a node that stopped heartbeating is NotReady; default 8s.
 	NodeGracePeriod time.Duration
+	// ControlPlaneQPS, when positive, is the client rate limit of
+	// kube-scheduler and kube-controller-manager (--kube-api-qps, with a
+	// burst of twice that). Zero keeps Kubernetes' defaults (scheduler 50,
+	// controller-manager 20 per controller), which make the ReplicaSet
+	// controller, not the code under test, the bottleneck of a benchmark
+	// that creates thousands of pods; large clusters raise both.
+	ControlPlaneQPS float32
 	// NoKubeProxy skips running kube-proxy in node namespaces.
 	NoKubeProxy bool
 	// WaitForMachine is how long Start waits for another live cluster on

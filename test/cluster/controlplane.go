@@ -167,14 +167,18 @@ func (cp *controlPlane) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cp.scheduler, err = startProcess(ctx, cp.rec, cp.logs, "kube-scheduler", "", env, filepath.Join(cp.bin, "kube-scheduler"),
-		"--kubeconfig="+filepath.Join(cp.dir, "scheduler.kubeconfig"),
-		"--authentication-kubeconfig="+filepath.Join(cp.dir, "scheduler.kubeconfig"),
-		"--authorization-kubeconfig="+filepath.Join(cp.dir, "scheduler.kubeconfig"),
+	var rate []string
+	if q := cp.opts.ControlPlaneQPS; q > 0 {
+		rate = []string{fmt.Sprintf("--kube-api-qps=%g", q), fmt.Sprintf("--kube-api-burst=%d", int(2*q))}
+	}
+	cp.scheduler, err = startProcess(ctx, cp.rec, cp.logs, "kube-scheduler", "", env, append([]string{filepath.Join(cp.bin, "kube-scheduler"),
+		"--kubeconfig=" + filepath.Join(cp.dir, "scheduler.kubeconfig"),
+		"--authentication-kubeconfig=" + filepath.Join(cp.dir, "scheduler.kubeconfig"),
+		"--authorization-kubeconfig=" + filepath.Join(cp.dir, "scheduler.kubeconfig"),
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(schedPort),
-		"--v=1")
+		"--secure-port=" + strconv.Itoa(schedPort),
+		"--v=1"}, rate...)...)
 	if err != nil {
 		return err
 	}
@@ -184,27 +188,27 @@ func (cp *controlPlane) start(ctx context.Context) error {
 		return err
 	}
 	grace := cp.opts.NodeGracePeriod
-	cp.controllerManager, err = startProcess(ctx, cp.rec, cp.logs, "kube-controller-manager", "", env, filepath.Join(cp.bin, "kube-controller-manager"),
-		"--kubeconfig="+filepath.Join(cp.dir, "controller-manager.kubeconfig"),
-		"--authentication-kubeconfig="+filepath.Join(cp.dir, "controller-manager.kubeconfig"),
-		"--authorization-kubeconfig="+filepath.Join(cp.dir, "controller-manager.kubeconfig"),
+	cp.controllerManager, err = startProcess(ctx, cp.rec, cp.logs, "kube-controller-manager", "", env, append([]string{filepath.Join(cp.bin, "kube-controller-manager"),
+		"--kubeconfig=" + filepath.Join(cp.dir, "controller-manager.kubeconfig"),
+		"--authentication-kubeconfig=" + filepath.Join(cp.dir, "controller-manager.kubeconfig"),
+		"--authorization-kubeconfig=" + filepath.Join(cp.dir, "controller-manager.kubeconfig"),
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(kcmPort),
-		"--controllers="+controllers,
-		"--service-account-private-key-file="+p("sa.key"),
-		"--root-ca-file="+p("ca.crt"),
+		"--secure-port=" + strconv.Itoa(kcmPort),
+		"--controllers=" + controllers,
+		"--service-account-private-key-file=" + p("sa.key"),
+		"--root-ca-file=" + p("ca.crt"),
 		// One service account per controller, as kubeadm does: the
 		// bootstrap RBAC roles are written for that.
 		"--use-service-account-credentials=true",
-		"--node-monitor-grace-period="+grace.String(),
+		"--node-monitor-grace-period=" + grace.String(),
 		"--node-monitor-period=1s",
-		"--node-startup-grace-period="+grace.String(),
-		"--service-cluster-ip-range="+ServiceCIDR,
+		"--node-startup-grace-period=" + grace.String(),
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--allocate-node-cidrs=false",
 		"--concurrent-deployment-syncs=10",
 		"--concurrent-replicaset-syncs=10",
-		"--v=1")
+		"--v=1"}, rate...)...)
 	if err != nil {
 		return err
 	}
