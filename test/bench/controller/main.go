@@ -22,10 +22,26 @@
 // apiserver's NodePort allocator, one bitmap in one etcd key, serializes
 // the creations (about 5 s per create at 16 in parallel on a loaded 2-core
 // machine), which would measure the apiserver rather than pulselb.
+//
+// With -floor the controller does not run. Instead each creating goroutine,
+// right after creating a Service, creates the proxy Deployment the
+// controller would create for it: placement.Desired of the Service that
+// Create returned (with its ClusterIP), the nodes listed once before the
+// creations, and the controller's default placement.Config with
+// --proxy-image=pulselb as this benchmark passes it. Services and
+// Deployments share one client and its -create-qps limit. It reports the
+// time from the first creation until every proxy Deployment has all its
+// replicas ready, each Deployment's time from creation to ready, and the
+// machine's load: what the control plane alone costs on this machine for
+// the same pods, the floor under the controller's time. It also reports
+// the CPU time of this program (which simulates the light nodes) and of
+// each control-plane process, over the run and, first, over -floor-idle
+// before any object is created.
 package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -56,6 +72,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/test/cluster"
 )
 
@@ -75,7 +92,10 @@ var (
 	targetRSS  = flag.Int("target-rss-mib", 300, "target for the controller's peak RSS")
 	keepDir    = flag.String("dir", "", "cluster directory (kept, with the controller's log); default a new temporary one")
 	ctlArgs    = flag.String("controller-args", "", "extra flags for pulselb controller, space-separated")
+	cpQPS      = flag.Float64("control-plane-qps", 400, "client rate limit of the harness' kube-scheduler and kube-controller-manager (0: Kubernetes' defaults, 50 and 20, which make the ReplicaSet controller the bottleneck)")
 	nodePorts  = flag.Bool("node-ports", false, "allocate NodePorts for the Services (spec.allocateLoadBalancerNodePorts); the apiserver's NodePort allocator serializes creations on one etcd key")
+	idleWindow = flag.Duration("floor-idle", 10*time.Second, "with -floor, first measure the idle harness' CPU use for this long (0: not)")
+	floor      = flag.Bool("floor", false, "do not run pulselb: create each Service's proxy Deployment (placement.Desired) right after the Service and measure until every Deployment is ready: the control plane alone")
 )
 
 func main() {
@@ -91,6 +111,10 @@ func main() {
 		log.Fatalf("bench/controller: -nodes=%d: want at least 1", *lightNodes)
 	case *createQPS <= 0 || *creators < 1:
 		log.Fatalf("bench/controller: -create-qps=%v -creators=%d: both must be positive", *createQPS, *creators)
+	case *idleWindow < 0:
+		log.Fatalf("bench/controller: -floor-idle=%s: want 0 or more", *idleWindow)
+	case *floor && *ctlArgs != "":
+		log.Fatalf("bench/controller: -controller-args=%q: no controller runs with -floor", *ctlArgs)
 	}
 	if err := run(); err != nil {
 		log.Fatalf("bench/controller: %v", err)
@@ -103,7 +127,7 @@ func run() error {
 	klog.SetOutput(os.Stderr)
 
 	began := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Dir: *keepDir, LightNodes: *lightNodes, NoKubeProxy: true})
+	c, err := cluster.Start(ctx, cluster.Options{Dir: *keepDir, LightNodes: *lightNodes, NoKubeProxy: true, ControlPlaneQPS: float32(*cpQPS)})
 	if err != nil {
 		return fmt.Errorf("starting the harness: %w", err)
 	}
@@ -135,6 +159,10 @@ func run() error {
 	}
 	defer stopInformers()
 
+	if *floor {
+		return runFloor(ctx, c, tr)
+	}
+
 	ctl, err := startController(ctx, c)
 	if err != nil {
 		return err
@@ -143,11 +171,9 @@ func run() error {
 	sampler := newSampler(ctl.pid())
 	go sampler.run(ctx, 250*time.Millisecond)
 
-	createCfg := rest.CopyConfig(c.RESTConfig)
-	createCfg.QPS, createCfg.Burst = float32(*createQPS), int(*createQPS)
-	createClient, err := kubernetes.NewForConfig(createCfg)
+	createClient, err := newCreateClient(c)
 	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
+		return err
 	}
 	cpuBefore := sampler.cpu()
 	machineBefore, err := readMachineCPU()
@@ -155,7 +181,7 @@ func run() error {
 		return err
 	}
 	start := time.Now()
-	if err := createServices(ctx, createClient, tr); err != nil {
+	if err := createServices(ctx, createClient, tr, nil); err != nil {
 		return err
 	}
 	created := time.Since(start)
@@ -190,7 +216,7 @@ func run() error {
 	}
 	cpu := sampler.cpu() - cpuBefore
 	peak := sampler.peakMiB()
-	loadavg, _ := os.ReadFile("/proc/loadavg")
+	loadavg := loadAverage()
 
 	// The anchor: the proxy Deployments' pods all ready, from the first
 	// Deployment the controller created. A Service is published with its
@@ -208,16 +234,14 @@ func run() error {
 	anchorStart, anchorEnd, anchorOK := tr.deploymentSpan(*services)
 
 	fmt.Println()
-	fmt.Printf("pulselb controller, %d LoadBalancer Services on %d light nodes (%d CPUs, %s)\n", *services, *lightNodes, runtime.NumCPU(), runtime.Version())
+	fmt.Printf("pulselb controller, %d LoadBalancer Services on %d light nodes (%s)\n", *services, *lightNodes, setting())
 	fmt.Printf("  Services created in        %8.1f s (client limit %.0f/s, %d in parallel, NodePorts %v)\n", created.Seconds(), *createQPS, *creators, *nodePorts)
 	fmt.Printf("  every status set after     %8.1f s (target %s) %s\n", total.Seconds(), *targetTime, verdict(total <= *targetTime))
-	lat := tr.latencies()
-	fmt.Printf("  per Service, creation to status: p50 %.1f s, p90 %.1f s, p99 %.1f s, max %.1f s\n",
-		quantile(lat, 0.5).Seconds(), quantile(lat, 0.9).Seconds(), quantile(lat, 0.99).Seconds(), quantile(lat, 1).Seconds())
+	fmt.Printf("  per Service, creation to status: %s\n", quantiles(tr.latencies()))
 	fmt.Printf("  controller CPU             %8.1f s (%.2f cores on average)\n", cpu.Seconds(), cpu.Seconds()/total.Seconds())
 	fmt.Printf("  controller peak RSS        %8d MiB (target %d MiB) %s\n", peak, *targetRSS, verdict(peak <= int64(*targetRSS)))
 	fmt.Printf("  machine CPU busy           %8.0f %% of %d CPUs over the run; load average after: %s\n",
-		machineAfter.busyPercent(machineBefore), runtime.NumCPU(), strings.TrimSpace(string(loadavg)))
+		machineAfter.busyPercent(machineBefore), runtime.NumCPU(), loadavg)
 	if anchorOK {
 		anchor := anchorEnd.Sub(anchorStart)
 		fmt.Printf("  anchor: proxy Deployments all ready %8.1f s after the first was created (kube-controller-manager + scheduler)\n", anchor.Seconds())
@@ -248,6 +272,226 @@ func run() error {
 	return nil
 }
 
+// runFloor measures the control plane alone (-floor): each Service's proxy
+// Deployment is created by the creating goroutine instead of the
+// controller, and the run ends when every Deployment is ready.
+func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
+	nodes, err := readyNodes(ctx, c.Client)
+	if err != nil {
+		return err
+	}
+	// The controller's defaults with the flags startController passes.
+	cfg := placement.Config{
+		Namespace:         systemNamespace,
+		Image:             "pulselb",
+		ImagePullPolicy:   corev1.PullIfNotPresent,
+		PriorityClassName: placement.DefaultPriorityClassName,
+		ProxyMode:         placement.DefaultProxyMode,
+	}
+	createClient, err := newCreateClient(c)
+	if err != nil {
+		return err
+	}
+	createDeployment := func(ctx context.Context, svc *corev1.Service) error {
+		w, problems := placement.Desired(svc, nodes, cfg)
+		if len(problems) > 0 || w.Deployment == nil {
+			return fmt.Errorf("service %s: want a proxy Deployment and no problems, got mode %q, problems %v", svc.Name, w.Mode, problems)
+		}
+		if _, err := createClient.AppsV1().Deployments(systemNamespace).Create(ctx, w.Deployment, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating deployment %s/%s: %w", systemNamespace, w.Deployment.Name, err)
+		}
+		tr.deploymentCreatedAt(w.Deployment.Name, time.Now())
+		return nil
+	}
+
+	// The harness' own cost before any object: the light nodes' heartbeats
+	// and the control plane's idle loops.
+	var idle string
+	if *idleWindow > 0 {
+		machineBefore, err := readMachineCPU()
+		if err != nil {
+			return err
+		}
+		procsBefore := processCPU()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(*idleWindow): // a measurement window, not synchronisation
+		}
+		machineAfter, err := readMachineCPU()
+		if err != nil {
+			return err
+		}
+		idle = fmt.Sprintf("machine %.0f %% busy over %s; %s", machineAfter.busyPercent(machineBefore), *idleWindow, cpuByProcess(procsBefore, processCPU()))
+	}
+
+	machineBefore, err := readMachineCPU()
+	if err != nil {
+		return err
+	}
+	procsBefore := processCPU()
+	start := time.Now()
+	if err := createServices(ctx, createClient, tr, createDeployment); err != nil {
+		return err
+	}
+	created := time.Since(start)
+	log.Printf("created %d Services and %d proxy Deployments in %s", *services, *services, created.Round(time.Millisecond))
+
+	deadline := time.Now().Add(*timeout)
+	for {
+		_, ready := tr.counts()
+		if ready >= *services {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %d of %d proxy Deployments ready", *timeout, ready, *services)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+			log.Printf("%6.1fs: %d of %d proxy Deployments ready", time.Since(start).Seconds(), ready, *services)
+		}
+	}
+	machineAfter, err := readMachineCPU()
+	if err != nil {
+		return err
+	}
+	procsAfter := processCPU()
+	loadavg := loadAverage()
+	_, last, _ := tr.deploymentSpan(*services)
+	total := last.Sub(start)
+
+	fmt.Println()
+	fmt.Printf("control plane alone (no pulselb), %d Services + %d proxy Deployments on %d light nodes (%s)\n",
+		*services, *services, *lightNodes, setting())
+	fmt.Printf("  Services and Deployments created in   %8.1f s (client limit %.0f/s for both, %d in parallel, NodePorts %v)\n",
+		created.Seconds(), *createQPS, *creators, *nodePorts)
+	fmt.Printf("  every proxy Deployment ready after    %8.1f s (from the first creation; pulselb's target is %s)\n",
+		total.Seconds(), *targetTime)
+	fmt.Printf("  per Deployment, creation to ready: %s\n", quantiles(tr.deploymentLatencies()))
+	fmt.Printf("  machine CPU busy           %8.0f %% of %d CPUs over the run; load average after: %s\n",
+		machineAfter.busyPercent(machineBefore), runtime.NumCPU(), loadavg)
+	fmt.Printf("  CPU by process over the run: %s\n", cpuByProcess(procsBefore, procsAfter))
+	if idle != "" {
+		fmt.Printf("  idle harness before the creations: %s\n", idle)
+	}
+	return nil
+}
+
+// selfName names this program in cpuByProcess: it runs the light nodes'
+// simulator, the informers of the tracker and the creating goroutines.
+const selfName = "bench (light nodes, watches, creations)"
+
+// processCPU returns the CPU time used so far by this program and by each of
+// its child processes (the harness' control plane), by name.
+func processCPU() map[string]time.Duration {
+	self := os.Getpid()
+	out := map[string]time.Duration{selfName: newSampler(self).cpu()}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || parentPID(pid) != self {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue // exited
+		}
+		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+		out[filepath.Base(argv0)] += newSampler(pid).cpu()
+	}
+	return out
+}
+
+// parentPID returns field 4 of /proc/PID/stat, or 0.
+func parentPID(pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// cpuByProcess formats each process' CPU time between two processCPU
+// readings, largest first.
+func cpuByProcess(before, after map[string]time.Duration) string {
+	type use struct {
+		name string
+		cpu  time.Duration
+	}
+	var uses []use
+	for name, t := range after {
+		uses = append(uses, use{name, t - before[name]})
+	}
+	slices.SortFunc(uses, func(a, b use) int { return cmp.Compare(b.cpu, a.cpu) })
+	parts := make([]string, len(uses))
+	for i, u := range uses {
+		parts[i] = fmt.Sprintf("%s %.1f s", u.name, u.cpu.Seconds())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// readyNodes lists the nodes once, as the controller's cache would hold
+// them, and checks that all the light nodes are there and Ready.
+func readyNodes(ctx context.Context, cs kubernetes.Interface) ([]*corev1.Node, error) {
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	var nodes []*corev1.Node
+	ready := 0
+	for i := range list.Items {
+		n := &list.Items[i]
+		nodes = append(nodes, n)
+		if cluster.NodeReady(n) == corev1.ConditionTrue {
+			ready++
+		}
+	}
+	if len(nodes) != *lightNodes || ready != len(nodes) {
+		return nil, fmt.Errorf("listing nodes: %d nodes, %d Ready; want %d light nodes, all Ready", len(nodes), ready, *lightNodes)
+	}
+	return nodes, nil
+}
+
+// newCreateClient returns the client of the creations, limited to
+// -create-qps.
+func newCreateClient(c *cluster.Cluster) (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(c.RESTConfig)
+	cfg.QPS, cfg.Burst = float32(*createQPS), int(*createQPS)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating client: %w", err)
+	}
+	return cs, nil
+}
+
+// setting describes the machine and the control plane for a result's
+// title.
+func setting() string {
+	return fmt.Sprintf("%d CPUs, %s; scheduler and controller-manager at %g requests/s", runtime.NumCPU(), runtime.Version(), *cpQPS)
+}
+
+func loadAverage() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.TrimSpace(string(b))
+}
+
+// quantiles formats the p50, p90, p99 and max of sorted durations.
+func quantiles(sorted []time.Duration) string {
+	return fmt.Sprintf("p50 %.1f s, p90 %.1f s, p99 %.1f s, max %.1f s",
+		quantile(sorted, 0.5).Seconds(), quantile(sorted, 0.9).Seconds(), quantile(sorted, 0.99).Seconds(), quantile(sorted, 1).Seconds())
+}
+
 func verdict(ok bool) string {
 	if ok {
 		return "met"
@@ -256,8 +500,9 @@ func verdict(ok bool) string {
 }
 
 // createServices creates *services Services with *creators goroutines
-// sharing a client limited to *createQPS.
-func createServices(ctx context.Context, cs kubernetes.Interface, tr *tracker) error {
+// sharing a client limited to *createQPS. Unless then is nil, each
+// goroutine calls it with the created Service right after its creation.
+func createServices(ctx context.Context, cs kubernetes.Interface, tr *tracker, then func(context.Context, *corev1.Service) error) error {
 	var next atomic.Int64
 	errs := make(chan error, *creators)
 	var wg sync.WaitGroup
@@ -278,11 +523,18 @@ func createServices(ctx context.Context, cs kubernetes.Interface, tr *tracker) e
 							TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
 					},
 				}
-				if _, err := cs.CoreV1().Services(benchNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+				got, err := cs.CoreV1().Services(benchNamespace).Create(ctx, svc, metav1.CreateOptions{})
+				if err != nil {
 					errs <- fmt.Errorf("creating service %s: %w", svc.Name, err)
 					return
 				}
 				tr.created(svc.Name, time.Now())
+				if then != nil {
+					if err := then(ctx, got); err != nil {
+						errs <- err
+						return
+					}
+				}
 			}
 		})
 	}
@@ -300,16 +552,19 @@ func createServices(ctx context.Context, cs kubernetes.Interface, tr *tracker) e
 // tracker records when each Service first had ingress and when each proxy
 // Deployment was first seen and first had all replicas ready.
 type tracker struct {
-	mu             sync.Mutex
-	createdAt      map[string]time.Time // when Create returned
-	published      map[string]time.Time
-	deployCreated  map[string]time.Time
-	deployReady    map[string]time.Time
-	lastPublishedT time.Time
+	mu            sync.Mutex
+	createdAt     map[string]time.Time // when Create returned
+	published     map[string]time.Time
+	deployCreated map[string]time.Time // when the informer first saw it
+	deployReady   map[string]time.Time
+	// deployCreatedAt is when Create returned, for the Deployments this
+	// program creates (-floor).
+	deployCreatedAt map[string]time.Time
+	lastPublishedT  time.Time
 }
 
 func newTracker() *tracker {
-	return &tracker{createdAt: map[string]time.Time{}, published: map[string]time.Time{}, deployCreated: map[string]time.Time{}, deployReady: map[string]time.Time{}}
+	return &tracker{createdAt: map[string]time.Time{}, published: map[string]time.Time{}, deployCreated: map[string]time.Time{}, deployReady: map[string]time.Time{}, deployCreatedAt: map[string]time.Time{}}
 }
 
 func (tr *tracker) watch(ctx context.Context, cs kubernetes.Interface) (stop func(), err error) {
@@ -389,15 +644,35 @@ func (tr *tracker) created(name string, at time.Time) {
 	tr.createdAt[name] = at
 }
 
+func (tr *tracker) deploymentCreatedAt(name string, at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.deployCreatedAt[name] = at
+}
+
 // latencies returns, sorted, each Service's time from its creation to its
 // first status. A status seen before Create returned counts as zero.
 func (tr *tracker) latencies() []time.Duration {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	return spans(tr.createdAt, tr.published)
+}
+
+// deploymentLatencies returns, sorted, each Deployment's time from its
+// Create returning to all its replicas ready (-floor).
+func (tr *tracker) deploymentLatencies() []time.Duration {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return spans(tr.deployCreatedAt, tr.deployReady)
+}
+
+// spans returns, sorted, end minus start of every name in both maps; an end
+// before its start counts as zero.
+func spans(start, end map[string]time.Time) []time.Duration {
 	var out []time.Duration
-	for name, p := range tr.published {
-		if c, ok := tr.createdAt[name]; ok {
-			out = append(out, max(0, p.Sub(c)))
+	for name, e := range end {
+		if s, ok := start[name]; ok {
+			out = append(out, max(0, e.Sub(s)))
 		}
 	}
 	slices.Sort(out)
