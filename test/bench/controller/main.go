@@ -793,7 +793,7 @@ func (p *controllerProcess) pid() int { return p.cmd.Process.Pid }
 func (p *controllerProcess) alive() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("pulselb controller exited: %v; log %s", p.err, p.logPath)
+		return fmt.Errorf("pulselb controller exited: %w; log %s", p.err, p.logPath)
 	default:
 		return nil
 	}
