@@ -258,6 +258,9 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 			State:    state,
 			Since:    cur.since,
 			Vantages: results,
+			// The vantages shown, fresh or stale: a certificate's expiry
+			// does not age with the report that carries it.
+			CertNotAfter: certNotAfter(views, t),
 		})
 	}
 	f.judged = next
@@ -410,6 +413,23 @@ func vantageResults(views map[string]reportView, t healthTarget) []dashboard.Van
 		out = append(out, vr)
 	}
 	slices.SortFunc(out, func(a, b dashboard.VantageResult) int { return strings.Compare(a.Vantage, b.Vantage) })
+	return out
+}
+
+// certNotAfter is the earliest expiry of the certificate t served among
+// what its vantages reported, zero when none reported one.
+func certNotAfter(views map[string]reportView, t healthTarget) time.Time {
+	var out time.Time
+	for _, v := range t.Vantages {
+		r, ok := views[v]
+		if !ok {
+			continue
+		}
+		if obs := r.results[t.Key]; obs != nil && obs.CertNotAfter != nil && !obs.CertNotAfter.IsZero() &&
+			(out.IsZero() || obs.CertNotAfter.Time.Before(out)) {
+			out = obs.CertNotAfter.Time
+		}
+	}
 	return out
 }
 

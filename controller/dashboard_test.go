@@ -280,3 +280,73 @@ func httptestGetState(t *testing.T, d *dashboard.Dashboard) dashboard.State {
 	}
 	return st
 }
+
+func withCert(r *v1alpha1.ProbeReport, node string, notAfter time.Time) *v1alpha1.ProbeReport {
+	for i := range r.Status.Results {
+		if r.Status.Results[i].Node == node {
+			r.Status.Results[i].CertNotAfter = &metav1.Time{Time: notAfter}
+		}
+	}
+	return r
+}
+
+// TestDashboardCertNotAfter checks that a target shows the earliest
+// certificate expiry its vantages report, stale reports included, and
+// nothing from a prober that is not one of its vantages.
+func TestDashboardCertNotAfter(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web", func(s *corev1.Service) {
+		s.Annotations = map[string]string{placement.Prefix + "probe": "https verify=false"}
+	}), "n1,n2")
+	f := newFixture(t, cluster(svc)...)
+	soon, later, latest := testNow.Add(10*24*time.Hour), testNow.Add(30*24*time.Hour), testNow.Add(90*24*time.Hour)
+	// n1 cannot be a vantage of its own node's target: its value must not
+	// count although it is the earliest.
+	reports := []*v1alpha1.ProbeReport{
+		withCert(withResult(withResult(report("n1", time.Second), svc, 80, "n1", v1alpha1.StateUp), svc, 80, "n2", v1alpha1.StateUp),
+			"n1", testNow.Add(24*time.Hour)),
+		withCert(withResult(withResult(report("n2", time.Second), svc, 80, "n1", v1alpha1.StateUp), svc, 80, "n2", v1alpha1.StateUp), "n1", latest),
+		withResult(withResult(report("n3", time.Second), svc, 80, "n1", v1alpha1.StateDown), svc, 80, "n2", v1alpha1.StateUp),
+		withCert(withResult(withResult(report("n4", time.Minute), svc, 80, "n1", v1alpha1.StateUp), svc, 80, "n2", v1alpha1.StateUp), "n1", soon),
+	}
+	c := f.healthController(ctx, reports...)
+	feed, err := NewDashboardFeed(c, informers.NewSharedInformerFactory(f.client, 0), informers.NewSharedInformerFactory(f.client, 0),
+		dashboard.New(dashboard.Options{}), DashboardConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed.now = func() time.Time { return testNow }
+	build := func() dashboard.State {
+		t.Helper()
+		st, err := feed.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+
+	st := build()
+	n1 := dashboardTarget(t, st, "shop/web", "n1")
+	var vantages []string
+	for _, v := range n1.Vantages {
+		vantages = append(vantages, v.Vantage)
+	}
+	if want := []string{"n2", "n3", "n4"}; !slices.Equal(vantages, want) {
+		t.Fatalf("n1 target's vantages %v, want %v", vantages, want)
+	}
+	if !n1.CertNotAfter.Equal(soon) {
+		t.Errorf("n1 target certNotAfter %v, want %v from n4's stale report, the earliest among its vantages", n1.CertNotAfter, soon)
+	}
+	if n2 := dashboardTarget(t, st, "shop/web", "n2"); !n2.CertNotAfter.IsZero() {
+		t.Errorf("n2 target certNotAfter %v, want none: no vantage reported one", n2.CertNotAfter)
+	}
+
+	// n4's prober now sees a renewed certificate.
+	r := withCert(withResult(withResult(report("n4", 0), svc, 80, "n1", v1alpha1.StateUp), svc, 80, "n2", v1alpha1.StateUp), "n1", later)
+	if err := c.reports.Update(r); err != nil {
+		t.Fatal(err)
+	}
+	if got := dashboardTarget(t, build(), "shop/web", "n1").CertNotAfter; !got.Equal(later) {
+		t.Errorf("after renewal certNotAfter %v, want %v", got, later)
+	}
+}

@@ -97,6 +97,13 @@ type Observation struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	Message string `json:"message,omitempty"`
+	// CertNotAfter is when the leaf certificate the target served expires,
+	// as seen by the latest probe that completed a TLS handshake (tls and
+	// https probes), whether or not that probe passed its checks. It is
+	// absent for other protocols and before the first handshake. Only the
+	// expiry is reported, never the certificate itself.
+	// +optional
+	CertNotAfter *metav1.Time `json:"certNotAfter,omitempty"`
 }
 
 // ProbeResult is a prober's conclusion about one Service port on one node.

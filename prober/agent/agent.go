@@ -103,6 +103,10 @@ type Agent struct {
 	probers map[string]builtProber
 	// failing holds the time of the first failure of each failing target.
 	failing map[string]time.Time
+	// certs holds, per target, the NotAfter of the leaf certificate of
+	// its latest probe that completed a TLS handshake, so that a report
+	// keeps showing when a certificate expires while the target is down.
+	certs map[string]time.Time
 
 	last *v1alpha1.ProbeReport
 }
@@ -156,6 +160,7 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		meta:     map[string]targetMeta{},
 		probers:  map[string]builtProber{},
 		failing:  map[string]time.Time{},
+		certs:    map[string]time.Time{},
 	}
 	sc := cfg.Scheduler
 	sc.OnChange = func(prober.Transition) { poke(a.dirty) }
@@ -256,7 +261,11 @@ func ServeBeacon(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// onResult tracks when each target's current run of failures began.
+// onResult tracks when each target's current run of failures began and
+// the expiry of the certificate it last served. A new expiry does not
+// cause a write of its own: it goes out with the next one, at the latest
+// the heartbeat, so a target whose backends serve different certificates
+// does not turn every probe into a report write.
 func (a *Agent) onResult(key string, r prober.Result) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -265,6 +274,17 @@ func (a *Agent) onResult(key string, r prober.Result) {
 	} else if _, ok := a.failing[key]; !ok {
 		a.failing[key] = a.clock.Now().Add(-r.Timings.Total)
 	}
+	// The protocol check drops a late result of a prober that a spec
+	// change has just replaced by one that never does TLS.
+	if m, ok := a.meta[key]; ok && speaksTLS(m.protocol) && r.TLS != nil && !r.TLS.NotAfter.IsZero() {
+		a.certs[key] = r.TLS.NotAfter
+	}
+}
+
+// speaksTLS reports whether probes of protocol p can complete a TLS
+// handshake: tls and https, and http when it follows a redirect to https.
+func speaksTLS(p prober.Protocol) bool {
+	return p == prober.TLS || p == prober.HTTPS || p == prober.HTTP
 }
 
 // refresh recomputes the targets and hands them to the scheduler.
@@ -279,6 +299,11 @@ func (a *Agent) refresh(ctx context.Context) {
 	for k := range a.failing {
 		if _, ok := meta[k]; !ok {
 			delete(a.failing, k)
+		}
+	}
+	for k := range a.certs {
+		if m, ok := meta[k]; !ok || !speaksTLS(m.protocol) {
+			delete(a.certs, k)
 		}
 	}
 	a.mu.Unlock()
@@ -392,6 +417,8 @@ func (a *Agent) prober(_ context.Context, key, text, namespace string) (prober.P
 		return nil, fmt.Errorf("building prober of %s: %w", key, err)
 	}
 	a.probers[key] = builtProber{spec: text + "\x00" + namespace, prober: p}
+	// A new spec may probe another name or port: forget what the old one saw.
+	delete(a.certs, key)
 	return p, nil
 }
 
@@ -408,8 +435,11 @@ func (a *Agent) serves(svc *corev1.Service) bool {
 // Observation turns a concluded target status (Up or Down) into the
 // observation a ProbeReport carries for it: node is the target's node,
 // failingSince when the target's current run of failed probes began (zero
-// for none). Messages are cut to a bounded length. Standalone mode builds
-// its reports with it too, so both are judged alike.
+// for none). Messages are cut to a bounded length. CertNotAfter is the
+// expiry of the leaf certificate of the latest probe when it completed a
+// TLS handshake; callers that remember an earlier handshake fill it in
+// when the latest probe did not get that far. Standalone mode builds its
+// reports with it too, so both are judged alike.
 func Observation(s prober.TargetStatus, node string, failingSince time.Time) v1alpha1.Observation {
 	obs := v1alpha1.Observation{Node: node, Address: s.Addr.String(), State: v1alpha1.StateUp,
 		Outcome: s.Last.Outcome.String(), Since: metav1.NewTime(s.Since), Message: truncate(s.Last.Message(), maxMessage)}
@@ -424,6 +454,9 @@ func Observation(s prober.TargetStatus, node string, failingSince time.Time) v1a
 	}
 	if s.RTT > 0 {
 		obs.Latency = &metav1.Duration{Duration: s.RTT}
+	}
+	if s.Last.TLS != nil && !s.Last.TLS.NotAfter.IsZero() {
+		obs.CertNotAfter = certTime(s.Last.TLS.NotAfter)
 	}
 	return obs
 }
@@ -441,6 +474,9 @@ func (a *Agent) Report() v1alpha1.ProbeReportStatus {
 			continue
 		}
 		obs := Observation(s, m.node, a.failing[s.Key])
+		if na, ok := a.certs[s.Key]; ok && obs.CertNotAfter == nil && speaksTLS(m.protocol) {
+			obs.CertNotAfter = certTime(na)
+		}
 		if m.beacon {
 			st.Beacons = append(st.Beacons, v1alpha1.BeaconResult{Observation: obs})
 			st.BeaconCount++
@@ -531,3 +567,11 @@ func cmpOr[T comparable](a, b T) T {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// certTime is a certificate's NotAfter as a report carries it: in UTC and
+// whole seconds, as X.509 encodes it and the API server stores it, so the
+// value read back equals the one written and a report shows a change only
+// when the certificate does.
+func certTime(t time.Time) *metav1.Time {
+	return &metav1.Time{Time: t.UTC().Truncate(time.Second)}
+}
