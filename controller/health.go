@@ -92,8 +92,11 @@ type verdicts struct {
 	mu sync.RWMutex
 	m  map[string]status.Judgement
 	// downSince holds when each target's verdict last turned Down, for
-	// as long as it stays Down.
+	// as long as it stays Down; a Down held by flap damping does not
+	// count, so a flapping target does not get its proxy restarted.
 	downSince map[string]time.Time
+	// damper is used by evaluate alone (one worker).
+	damper status.Damper
 }
 
 // downFor returns how long key's verdict has been Down at now; zero when
@@ -159,7 +162,7 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 			}
 			tt := t.Target
 			tt.Ignore = down
-			next[t.Key] = status.Judge(idx, tt, prev[t.Key].Verdict)
+			next[t.Key] = c.verdicts.damper.Apply(t.Key, prev[t.Key].Verdict, status.Judge(idx, tt, prev[t.Key].Verdict), now)
 		}
 		if beacons {
 			down = map[string]bool{}
@@ -172,8 +175,9 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 	}
 	c.verdicts.mu.Lock()
 	since := make(map[string]time.Time, len(c.verdicts.downSince))
+	c.verdicts.damper.Retain(func(k string) bool { _, ok := next[k]; return ok })
 	for k, j := range next {
-		if j.Verdict != status.VerdictDown {
+		if j.Verdict != status.VerdictDown || j.Reason == status.ReasonFlapping {
 			continue
 		}
 		if t, ok := c.verdicts.downSince[k]; ok && prev[k].Verdict == status.VerdictDown {

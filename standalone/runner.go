@@ -63,6 +63,7 @@ type Runner struct {
 	failing  map[string]time.Time
 	peers    map[string]*peerState
 	verdicts map[string]*verdictState
+	damper   status.Damper
 	// publishedHosts are, per service, the hosts in its DNS answer now.
 	publishedHosts map[string]map[string]bool
 	transitions    []dashboard.Transition
@@ -523,6 +524,7 @@ func (r *Runner) evaluate(ctx context.Context) {
 		minDown = 1
 	}
 	var changes []dashboard.Transition
+	r.damper.Retain(func(k string) bool { _, ok := r.targets[k]; return ok })
 	judgements := make(map[string]status.Judgement, len(r.order))
 	for _, key := range r.order {
 		ti := r.targets[key]
@@ -531,7 +533,7 @@ func (r *Runner) evaluate(ctx context.Context) {
 			vs = &verdictState{}
 			r.verdicts[key] = vs
 		}
-		j := status.Judge(idx, status.Target{Key: key, Node: ti.host, Vantages: vantages, MinDown: minDown}, vs.verdict)
+		j := r.damper.Apply(key, vs.verdict, status.Judge(idx, status.Target{Key: key, Node: ti.host, Vantages: vantages, MinDown: minDown}, vs.verdict), now)
 		judgements[key] = j
 		if j.Verdict != vs.verdict {
 			changes = append(changes, dashboard.Transition{Time: now, Service: ti.service, Node: ti.host, Address: ti.addr.Addr().String(),

@@ -69,6 +69,11 @@ type Judgement struct {
 	// Message is a Down vote's outcome and message, for ports[].error and
 	// Events; empty unless Down.
 	Message string
+	// Flaps, UpFor and Hold describe a Down held by flap damping
+	// (ReasonFlapping): the target's flaps, how long a majority has said
+	// Up, and how long it must (see Damper).
+	Flaps       int
+	UpFor, Hold time.Duration
 }
 
 // Summary reads as a short explanation: "down by 2 of 3 probers: L4CON ...".
@@ -90,6 +95,8 @@ func (j Judgement) Summary() string {
 		return fmt.Sprintf("none of %d probers reported recently", j.Assigned)
 	case ReasonNoVantage:
 		return "no prober can probe it"
+	case ReasonFlapping:
+		return flappingSummary(j)
 	}
 	return fmt.Sprintf("no majority: %d up, %d down of %d fresh probers", j.Up, j.Down, j.Fresh)
 }

@@ -424,6 +424,27 @@ func TestHealth(t *testing.T) {
 				t.Errorf("port %d (%s) is %s (%s %s), want Up against the echo backend", port, want[port], seen[port].State, seen[port].Outcome, seen[port].Message)
 			}
 		}
+		// The TLS ports report when the echo backend's certificate
+		// expires; the expiry rides along with the next report write,
+		// at the latest the heartbeat.
+		poll(ctx, t, 30*time.Second, "the https and tls ports reported with their certificate's expiry", func() bool {
+			got := map[int32]bool{}
+			for _, r := range listReports(ctx, t, dyn) {
+				for _, res := range r.Status.Results {
+					if res.Service != "shop/protos" || res.CertNotAfter == nil {
+						continue
+					}
+					if res.Port != 8443 && res.Port != 8444 {
+						t.Fatalf("port %d (%s) reported a certificate expiry %s", res.Port, want[res.Port], res.CertNotAfter)
+					}
+					if !res.CertNotAfter.After(time.Now()) {
+						t.Fatalf("port %d: certificate expiry %s is not in the future", res.Port, res.CertNotAfter)
+					}
+					got[res.Port] = true
+				}
+			}
+			return got[8443] && got[8444]
+		})
 		// The echo backend is no MySQL server: the credential-less
 		// handshake gets no greeting, which must read as Down with a
 		// timeout past the TCP connect. A report is rewritten on state
@@ -640,6 +661,9 @@ type probeResult struct {
 	State    string `json:"state"`
 	Outcome  string `json:"outcome"`
 	Message  string `json:"message"`
+	// CertNotAfter is read as the API server stored it: a field missing
+	// from the CRD's schema would have been pruned.
+	CertNotAfter *metav1.Time `json:"certNotAfter"`
 }
 
 type probeReport struct {
