@@ -387,3 +387,58 @@ func TestProberOnDownNodeIgnored(t *testing.T) {
 		t.Fatalf("%s: %v (%s), want Up from n3 alone, n1 ignored", tk, j.Verdict, j.Summary())
 	}
 }
+
+// TestFlappingTargetHeldDown: a port that goes Down again right after it
+// recovered stays Down until a majority has said Up for status.Hold, and
+// the held time does not count toward restarting its proxy.
+func TestFlappingTargetHeldDown(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx)
+	store := c.cfg.Health.Reports.GetStore()
+	now := testNow
+	c.now = func() time.Time { return now }
+	tk := prober.TargetKey("shop/web", "TCP", 80, "n1")
+	step := func(at time.Duration, state v1alpha1.State) status.Judgement {
+		t.Helper()
+		now = testNow.Add(at)
+		for _, by := range []string{"n2", "n3", "n4"} {
+			r := withResult(report(by, 0), svc, 80, "n1", state)
+			r.Status.HeartbeatTime = metav1.NewTime(now)
+			if err := store.Update(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.evaluate(ctx, healthKey); err != nil {
+			t.Fatal(err)
+		}
+		return c.verdicts.get(tk)
+	}
+	for i, s := range []struct {
+		at    time.Duration
+		state v1alpha1.State
+		want  status.Verdict
+	}{
+		{0, v1alpha1.StateUp, status.VerdictUp},
+		{time.Minute, v1alpha1.StateDown, status.VerdictDown},
+		{61 * time.Second, v1alpha1.StateUp, status.VerdictUp},   // a first recovery is not delayed
+		{62 * time.Second, v1alpha1.StateDown, status.VerdictDown}, // down again at once: a flap
+		{63 * time.Second, v1alpha1.StateUp, status.VerdictDown},
+		{64 * time.Second, v1alpha1.StateUp, status.VerdictDown},
+		{65 * time.Second, v1alpha1.StateUp, status.VerdictUp}, // up for status.Hold(1) = 2 s
+	} {
+		j := step(s.at, s.state)
+		if j.Verdict != s.want {
+			t.Fatalf("step %d at %s: probers say %s, verdict %s (%s), want %s", i, s.at, s.state, j.Verdict, j.Summary(), s.want)
+		}
+		if s.state == v1alpha1.StateUp && s.want == status.VerdictDown {
+			if j.Reason != status.ReasonFlapping {
+				t.Errorf("step %d: held Down with reason %q, want %q", i, j.Reason, status.ReasonFlapping)
+			}
+			if d := c.verdicts.downFor(tk, now); d != 0 {
+				t.Errorf("step %d: held Down counts as down for %s toward a proxy restart", i, d)
+			}
+		}
+	}
+}
