@@ -422,7 +422,7 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 	}{
 		{0, v1alpha1.StateUp, status.VerdictUp},
 		{time.Minute, v1alpha1.StateDown, status.VerdictDown},
-		{61 * time.Second, v1alpha1.StateUp, status.VerdictUp},   // a first recovery is not delayed
+		{61 * time.Second, v1alpha1.StateUp, status.VerdictUp},     // a first recovery is not delayed
 		{62 * time.Second, v1alpha1.StateDown, status.VerdictDown}, // down again at once: a flap
 		{63 * time.Second, v1alpha1.StateUp, status.VerdictDown},
 		{64 * time.Second, v1alpha1.StateUp, status.VerdictDown},
