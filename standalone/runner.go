@@ -64,6 +64,10 @@ type Runner struct {
 	peers    map[string]*peerState
 	verdicts map[string]*verdictState
 	damper   status.Damper
+	// certs holds the NotAfter of the leaf certificate of each target's
+	// latest probe that completed a TLS handshake, so the dashboard and the
+	// report keep showing when it expires while the target is down.
+	certs map[string]time.Time
 	// publishedHosts are, per service, the hosts in its DNS answer now.
 	publishedHosts map[string]map[string]bool
 	transitions    []dashboard.Transition
@@ -115,6 +119,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		failing:        map[string]time.Time{},
 		peers:          map[string]*peerState{},
 		verdicts:       map[string]*verdictState{},
+		certs:          map[string]time.Time{},
 		publishedHosts: map[string]map[string]bool{},
 		saved:          true,
 	}
@@ -372,6 +377,12 @@ func (r *Runner) buildTargets(cfg *Config) ([]prober.Target, map[string]targetIn
 // setTargetsLocked installs the target details, forgetting what is known
 // about targets that are gone. r.mu is held.
 func (r *Runner) setTargetsLocked(infos map[string]targetInfo, probers map[string]builtProber) {
+	for k := range r.certs {
+		// Gone, or probed another way now (another name, port or SNI).
+		if old, now := r.probers[k], probers[k]; now.spec == "" || old.spec != now.spec {
+			delete(r.certs, k)
+		}
+	}
 	r.targets, r.probers = infos, probers
 	r.order = make([]string, 0, len(infos))
 	for k := range infos {
@@ -391,7 +402,8 @@ func (r *Runner) setTargetsLocked(infos map[string]targetInfo, probers map[strin
 	}
 }
 
-// onResult tracks when each target's current run of failures began.
+// onResult tracks when each target's current run of failures began and
+// the expiry of the certificate it last served.
 func (r *Runner) onResult(key string, res prober.Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -399,6 +411,9 @@ func (r *Runner) onResult(key string, res prober.Result) {
 		delete(r.failing, key)
 	} else if _, ok := r.failing[key]; !ok {
 		r.failing[key] = time.Now().Add(-res.Timings.Total)
+	}
+	if _, ok := r.targets[key]; ok && res.TLS != nil && !res.TLS.NotAfter.IsZero() {
+		r.certs[key] = res.TLS.NotAfter
 	}
 }
 
@@ -418,6 +433,9 @@ func (r *Runner) Report() *v1alpha1.ProbeReport {
 			continue
 		}
 		obs := agent.Observation(s, ti.host, r.failing[s.Key])
+		if na, ok := r.certs[s.Key]; ok && obs.CertNotAfter == nil {
+			obs.CertNotAfter = agent.CertTime(na)
+		}
 		if obs.State == v1alpha1.StateDown {
 			rep.Status.Down++
 		}
@@ -502,7 +520,6 @@ func (r *Runner) recordPoll(logger klog.Logger, p Peer, rep *v1alpha1.ProbeRepor
 func (r *Runner) evaluate(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	own := r.Report()
-	snap := r.sched.Snapshot()
 	now := time.Now()
 
 	r.mu.Lock()
@@ -547,12 +564,7 @@ func (r *Runner) evaluate(ctx context.Context) {
 	views := viewReports(reports, now)
 	var zone []dnsexport.Service
 	var services []dashboard.Service
-	certs := map[string]time.Time{}
-	for _, s := range snap {
-		if s.Last.TLS != nil {
-			certs[s.Key] = s.Last.TLS.NotAfter
-		}
-	}
+	certs := r.certs
 	for _, svc := range cfg.Services {
 		prev := r.publishedHosts[svc.Name]
 		var healthy []string

@@ -456,7 +456,7 @@ func Observation(s prober.TargetStatus, node string, failingSince time.Time) v1a
 		obs.Latency = &metav1.Duration{Duration: s.RTT}
 	}
 	if s.Last.TLS != nil && !s.Last.TLS.NotAfter.IsZero() {
-		obs.CertNotAfter = certTime(s.Last.TLS.NotAfter)
+		obs.CertNotAfter = CertTime(s.Last.TLS.NotAfter)
 	}
 	return obs
 }
@@ -475,7 +475,7 @@ func (a *Agent) Report() v1alpha1.ProbeReportStatus {
 		}
 		obs := Observation(s, m.node, a.failing[s.Key])
 		if na, ok := a.certs[s.Key]; ok && obs.CertNotAfter == nil && speaksTLS(m.protocol) {
-			obs.CertNotAfter = certTime(na)
+			obs.CertNotAfter = CertTime(na)
 		}
 		if m.beacon {
 			st.Beacons = append(st.Beacons, v1alpha1.BeaconResult{Observation: obs})
@@ -568,10 +568,10 @@ func cmpOr[T comparable](a, b T) T {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// certTime is a certificate's NotAfter as a report carries it: in UTC and
+// CertTime is a certificate's NotAfter as a report carries it: in UTC and
 // whole seconds, as X.509 encodes it and the API server stores it, so the
 // value read back equals the one written and a report shows a change only
 // when the certificate does.
-func certTime(t time.Time) *metav1.Time {
+func CertTime(t time.Time) *metav1.Time {
 	return &metav1.Time{Time: t.UTC().Truncate(time.Second)}
 }
