@@ -193,20 +193,7 @@ func TestRunReportsRealProbes(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	proxyLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxyLn.Close()
-	go func() {
-		for {
-			c, err := proxyLn.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	proxyLn := acceptAndClose(t)
 	beaconLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -53,6 +53,27 @@ func selfSigned(t *testing.T, notAfter time.Time) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
 }
 
+// acceptAndClose accepts connections on a loopback port and closes them at
+// once, until the test ends.
+func acceptAndClose(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln
+}
+
 // serveTLS accepts connections on a loopback port, completes a TLS
 // handshake with cert and closes them, until the returned listener is closed.
 func serveTLS(t *testing.T, cert tls.Certificate) net.Listener {
@@ -122,20 +143,7 @@ func TestRunReportsCertNotAfter(t *testing.T) {
 	httpsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{httpsCert}}
 	httpsSrv.StartTLS()
 	defer httpsSrv.Close()
-	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tcpLn.Close()
-	go func() {
-		for {
-			c, err := tcpLn.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	tcpLn := acceptAndClose(t)
 
 	type target struct {
 		name, probe string
