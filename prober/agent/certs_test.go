@@ -61,27 +61,28 @@ func acceptAndClose(t *testing.T) net.Listener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	return ln
+	return serve(t, ln, func(c net.Conn) { c.Close() })
 }
 
 // serveTLS accepts connections on a loopback port, completes a TLS
-// handshake with cert and closes them, until the returned listener is closed.
+// handshake with cert and closes them, until the test ends.
 func serveTLS(t *testing.T, cert tls.Certificate) net.Listener {
 	t.Helper()
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serve(t, ln, func(c net.Conn) {
+		go func() {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			_ = c.(*tls.Conn).Handshake()
+		}()
+	})
+}
+
+// serve hands every connection ln accepts to handle until the test ends.
+func serve(t *testing.T, ln net.Listener, handle func(net.Conn)) net.Listener {
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -89,11 +90,7 @@ func serveTLS(t *testing.T, cert tls.Certificate) net.Listener {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				_ = c.(*tls.Conn).Handshake()
-			}()
+			handle(c)
 		}
 	}()
 	return ln
