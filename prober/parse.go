@@ -215,8 +215,13 @@ var options = map[string]option{
 		if _, ok := dns.IsDomainName(v); !ok || v == "" {
 			return errors.New("not a domain name")
 		}
-		s.Name = dns.Fqdn(v)
-		return nil
+		// A name ending in a lone backslash passes IsDomainName, but the
+		// dot Fqdn appends is then escaped: the result is no FQDN.
+		if fq := dns.Fqdn(v); dns.IsFqdn(fq) {
+			s.Name = fq
+			return nil
+		}
+		return errors.New("not a domain name: ends with a lone backslash")
 	}},
 	"type": {name: "type", set: func(s *Spec, v string) error {
 		t, ok := dns.StringToType[strings.ToUpper(v)]
