@@ -100,6 +100,7 @@ func main() {
 	}{
 		{"direct (no proxy)", clusterIP, nil, true},
 		{"pod hop, 2 DNAT rules", nodeIP, func() (*exec.Cmd, error) { return nil, tp.minimalDNAT(true) }, true},
+		{"node netns DNAT, no pod hop", nodeIP, func() (*exec.Cmd, error) { return nil, tp.nodeDNAT(true) }, true},
 		{"pulselb iptables", nodeIP, func() (*exec.Cmd, error) { return tp.startPulselb(bin, "iptables") }, true},
 		{"pulselb userspace", nodeIP, func() (*exec.Cmd, error) { return tp.startPulselb(bin, "userspace") }, true},
 		{"haproxy (tcp mode)", nodeIP, func() (*exec.Cmd, error) { return tp.startHAProxy(tmp) }, false},
@@ -136,6 +137,11 @@ func main() {
 		}
 		if strings.HasPrefix(c.name, "pod hop") {
 			if err := tp.minimalDNAT(false); err != nil {
+				log.Fatalf("bench/proxy: %v", err)
+			}
+		}
+		if strings.HasPrefix(c.name, "node netns") {
+			if err := tp.nodeDNAT(false); err != nil {
 				log.Fatalf("bench/proxy: %v", err)
 			}
 		}
@@ -176,8 +182,11 @@ func report(w io.Writer, rs []result) {
 		return nil
 	}
 	direct, ipt, user, ha := get("direct"), get("pulselb iptables"), get("pulselb userspace"), get("haproxy")
-	floor := get("pod hop")
+	floor, hostNet := get("pod hop"), get("node netns")
 	fmt.Fprintln(w)
+	if hostNet != nil && direct != nil && direct.tcpGbps > 0 {
+		fmt.Fprintf(w, "node netns DNAT, no pod hop / direct, TCP throughput: %.2f (what rules in the node's namespace would give)\n", hostNet.tcpGbps/direct.tcpGbps)
+	}
 	if floor != nil && ipt != nil && floor.tcpGbps > 0 {
 		fmt.Fprintf(w, "iptables / pod hop with 2 DNAT rules, TCP throughput: %.2f\n", ipt.tcpGbps/floor.tcpGbps)
 		if direct != nil && direct.tcpGbps > 0 {
@@ -433,6 +442,34 @@ func (tp topology) minimalDNAT(install bool) error {
 		"-d", clusterIP, "-j", "MASQUERADE"})
 	for _, c := range cmds {
 		if err := sh(c...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeDNAT installs (or removes) what a proxy in the node's own network
+// namespace (hostNetwork) would: one DNAT rule per port from nodeIP:port
+// straight to the ClusterIP, ahead of the hostPort rules, so that traffic
+// never enters the pod. pulselb does not run this way (its rules live in
+// the pod, away from the host's firewall); the case measures what that
+// design choice costs.
+func (tp topology) nodeDNAT(install bool) error {
+	op := "-I"
+	if !install {
+		op = "-D"
+	}
+	for _, pp := range []struct {
+		proto string
+		port  int
+	}{{"tcp", iperfPort}, {"udp", iperfPort}, {"tcp", rrPort}} {
+		rule := []string{"ip", "netns", "exec", tp.ns("node"), "iptables", "-t", "nat", op, "PREROUTING"}
+		if install {
+			rule = append(rule, "1")
+		}
+		rule = append(rule, "-d", nodeIP, "-p", pp.proto, "--dport", strconv.Itoa(pp.port),
+			"-j", "DNAT", "--to-destination", fmt.Sprintf("%s:%d", clusterIP, pp.port))
+		if err := sh(rule...); err != nil {
 			return err
 		}
 	}
