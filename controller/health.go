@@ -176,6 +176,13 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 	c.verdicts.mu.Lock()
 	since := make(map[string]time.Time, len(c.verdicts.downSince))
 	c.verdicts.damper.Retain(func(k string) bool { _, ok := next[k]; return ok })
+	held := 0
+	for _, j := range next {
+		if j.Reason == status.ReasonFlapping {
+			held++
+		}
+	}
+	flappingTargets.Set(float64(held))
 	for k, j := range next {
 		if j.Verdict != status.VerdictDown || j.Reason == status.ReasonFlapping {
 			continue

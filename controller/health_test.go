@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -439,6 +440,13 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 			if d := c.verdicts.downFor(tk, now); d != 0 {
 				t.Errorf("step %d: held Down counts as down for %s toward a proxy restart", i, d)
 			}
+		}
+		wantHeld := 0.0
+		if j.Reason == status.ReasonFlapping {
+			wantHeld = 1
+		}
+		if got := testutil.ToFloat64(flappingTargets); got != wantHeld {
+			t.Errorf("step %d: pulselb_controller_flapping_targets = %v, want %v", i, got, wantHeld)
 		}
 	}
 }

@@ -40,6 +40,11 @@ var (
 		Name: "verdict_changes_total",
 		Help: "Quorum verdict changes, by kind (target or beacon) and new verdict.",
 	}, []string{"kind", "verdict"})
+	flappingTargets = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+		Name: "flapping_targets",
+		Help: "Targets and beacons whose verdict flap damping holds Down while a majority says Up.",
+	})
 	failoverDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 		Name:    "failover_duration_seconds",
@@ -88,7 +93,7 @@ var (
 // included, with r.
 func RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{syncDuration, syncErrors, writes, managedServices, verdictChanges, failoverDuration, proxyRestarts,
+	for _, c := range []prometheus.Collector{syncDuration, syncErrors, writes, managedServices, verdictChanges, flappingTargets, failoverDuration, proxyRestarts,
 		queueDepth, queueAdds, queueLatency, queueWork, queueUnfinished, queueLongest, queueRetries} {
 		errs = append(errs, r.Register(c))
 	}
