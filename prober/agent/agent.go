@@ -163,7 +163,13 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		certs:    map[string]time.Time{},
 	}
 	sc := cfg.Scheduler
-	sc.OnChange = func(prober.Transition) { poke(a.dirty) }
+	sc.OnChange = func(tr prober.Transition) {
+		// The scheduler calls OnResult only after OnChange; record the
+		// result first, so that the report this change triggers carries
+		// its failingSince. onResult is idempotent.
+		a.onResult(tr.Key, tr.Result)
+		poke(a.dirty)
+	}
 	sc.OnResult = a.onResult
 	a.sched = prober.NewScheduler(sc)
 
