@@ -142,7 +142,12 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		Rise:     cfg.Rise,
 		Fall:     cfg.Fall,
 		Metrics:  r.proberMetrics,
-		OnChange: func(prober.Transition) { poke(r.wake) },
+		// The scheduler calls OnResult only after OnChange: record the
+		// result first, so the evaluation the change wakes sees it.
+		OnChange: func(tr prober.Transition) {
+			r.onResult(tr.Key, tr.Result)
+			poke(r.wake)
+		},
 		OnResult: r.onResult,
 	})
 	targets, infos, probers, err := r.buildTargets(cfg)
