@@ -177,14 +177,12 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 	since := make(map[string]time.Time, len(c.verdicts.downSince))
 	c.verdicts.damper.Retain(func(k string) bool { _, ok := next[k]; return ok })
 	held := 0
-	for _, j := range next {
+	for k, j := range next {
 		if j.Reason == status.ReasonFlapping {
 			held++
+			continue
 		}
-	}
-	flappingTargets.Set(float64(held))
-	for k, j := range next {
-		if j.Verdict != status.VerdictDown || j.Reason == status.ReasonFlapping {
+		if j.Verdict != status.VerdictDown {
 			continue
 		}
 		if t, ok := c.verdicts.downSince[k]; ok && prev[k].Verdict == status.VerdictDown {
@@ -193,6 +191,7 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 			since[k] = now
 		}
 	}
+	flappingTargets.Set(float64(held))
 	c.verdicts.m, c.verdicts.downSince = next, since
 	c.verdicts.mu.Unlock()
 

@@ -54,24 +54,7 @@ func TestController(t *testing.T) {
 	dnsAddr := freeLoopbackPort(t)
 	ctl := startController(t, c, dnsAddr)
 
-	labels := map[string]string{"app": "web"}
-	if _, err := cs.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(2)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "echo", Image: "registry.example/echo:1",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-				}}},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating deployment: %v", err)
-	}
-	waitPodsRunningIn(ctx, t, cs, "shop", "app=web", 2)
+	labels := createWeb(ctx, t, cs, "shop")
 	if _, err := cs.CoreV1().Services("shop").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
 		Spec: corev1.ServiceSpec{
@@ -391,4 +374,29 @@ func describePods(ctx context.Context, cs kubernetes.Interface, ns string) strin
 		}
 	}
 	return b.String()
+}
+
+// createWeb creates Deployment "web" in ns: two echo pods labelled
+// app=web with port "http" 8080, and waits until both run.
+func createWeb(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) map[string]string {
+	t.Helper()
+	labels := map[string]string{"app": "web"}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "echo", Image: "registry.example/echo:1",
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				}}},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating deployment: %v", err)
+	}
+	waitPodsRunningIn(ctx, t, cs, ns, "app=web", 2)
+	return labels
 }

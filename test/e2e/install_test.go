@@ -9,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
@@ -141,24 +139,7 @@ func TestInstall(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	labels := map[string]string{"app": "web"}
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(2)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "echo", Image: "registry.example/echo:1",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-				}}},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating deployment: %v", err)
-	}
-	waitPodsRunningIn(ctx, t, cs, ns, "app=web", 2)
+	labels := createWeb(ctx, t, cs, ns)
 	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 		Spec: corev1.ServiceSpec{

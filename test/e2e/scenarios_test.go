@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -256,7 +254,7 @@ func TestScenarios(t *testing.T) {
 		// queued.
 		poll(ctx, t, 60*time.Second, fmt.Sprintf("the restarted controller idle after reconciling %d Services", len(services.Items)), func() bool {
 			ctl.alive(t)
-			m, err := scrape("http://" + metricsAddr + "/metrics")
+			m, err := cluster.ScrapeMetrics("http://" + metricsAddr + "/metrics")
 			if err != nil {
 				return false
 			}
@@ -270,7 +268,7 @@ func TestScenarios(t *testing.T) {
 				t.Errorf("%s: resourceVersion %s before the restart, %s after", k, rv, after[k])
 			}
 		}
-		m, err := scrape("http://" + metricsAddr + "/metrics")
+		m, err := cluster.ScrapeMetrics("http://" + metricsAddr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -513,37 +511,6 @@ func resourceVersions(ctx context.Context, t *testing.T, cs kubernetes.Interface
 		t.Fatalf("nothing to compare: %d Services, %d Deployments", len(svcs.Items), len(deps.Items))
 	}
 	return out
-}
-
-// scrape reads a Prometheus text exposition into series → value.
-func scrape(url string) (map[string]float64, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
 }
 
 // runController starts `pulselb controller` with the admin kubeconfig, no

@@ -250,7 +250,7 @@ func run() error {
 	} else {
 		fmt.Println("  anchor: not every proxy Deployment reported ready replicas; no ratio")
 	}
-	if m, err := scrape("http://" + ctl.metrics + "/metrics"); err == nil {
+	if m, err := cluster.ScrapeMetrics("http://" + ctl.metrics + "/metrics"); err == nil {
 		var writes, syncs float64
 		var detail []string
 		for series, v := range m {
@@ -953,33 +953,4 @@ func (m machineCPU) busyPercent(before machineCPU) float64 {
 		return 0
 	}
 	return 100 * float64(m.busy-before.busy) / float64(m.total-before.total)
-}
-
-// scrape reads a Prometheus text exposition into series → value.
-func scrape(url string) (map[string]float64, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out, sc.Err()
 }
