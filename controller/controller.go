@@ -32,12 +32,10 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/prober"
 )
-
-// Class is the spec.loadBalancerClass pulselb serves.
-const Class = "pulselb.io/node-proxy"
 
 // Finalizer stays on a served Service until its proxy workload is gone.
 const Finalizer = "pulselb.io/load-balancer-cleanup"
@@ -55,9 +53,8 @@ const (
 // Config is the controller's configuration.
 type Config struct {
 	Placement placement.Config
-	// ClassOnly serves only Services whose loadBalancerClass is Class;
-	// otherwise Services without a class are served too.
-	ClassOnly bool
+	// Services says which Services are served (--class-only).
+	Services contract.Selection
 	// Health feeds probe verdicts into placement and status.
 	Health HealthConfig
 	// DNSEndpoints, when set, keeps each served Service's external-dns
@@ -231,7 +228,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			return nil, fmt.Errorf("adding event handler: %w", err)
 		}
 	}
-	logger.V(2).Info("Set up controller", "namespace", ns, "classOnly", cfg.ClassOnly, "dnsEndpoints", cfg.DNSEndpoints != nil)
+	logger.V(2).Info("Set up controller", "namespace", ns, "classOnly", cfg.Services.ClassOnly, "dnsEndpoints", cfg.DNSEndpoints != nil)
 	return c, nil
 }
 
@@ -331,7 +328,7 @@ func serviceIndexFunc(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	key, ok := placement.ServiceOf(pod.Labels)
+	key, ok := contract.ServiceOf(pod.Labels)
 	if !ok {
 		return nil, nil
 	}
@@ -344,7 +341,7 @@ func (c *Controller) proxyPods(svc *corev1.Service) ([]*corev1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing proxy pods: %w", err)
 	}
-	sel := labels.SelectorFromSet(placement.Selector(svc))
+	sel := labels.SelectorFromSet(contract.ProxySelector(svc))
 	ns := c.cfg.Placement.Namespace
 	var own []*corev1.Pod
 	for _, o := range objs {
@@ -356,15 +353,7 @@ func (c *Controller) proxyPods(svc *corev1.Service) ([]*corev1.Pod, error) {
 }
 
 // wants reports whether pulselb serves svc.
-func (c *Controller) wants(svc *corev1.Service) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		return false
-	}
-	if svc.Spec.LoadBalancerClass == nil {
-		return !c.cfg.ClassOnly
-	}
-	return *svc.Spec.LoadBalancerClass == Class
-}
+func (c *Controller) wants(svc *corev1.Service) bool { return c.cfg.Services.Serves(svc) }
 
 func unwrap(obj any) any {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -431,7 +420,7 @@ func (c *Controller) enqueueOwner(obj any) {
 	default:
 		return
 	}
-	if key, ok := placement.ServiceOf(l); ok {
+	if key, ok := contract.ServiceOf(l); ok {
 		c.queue.Add(cache.NewObjectName(key.Namespace, key.Name))
 	}
 }

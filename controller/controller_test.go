@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/status"
 )
@@ -185,7 +186,7 @@ func newNode(name, ip string) *corev1.Node {
 
 func readyPod(svc *corev1.Service, node string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: placement.Name(svc.Namespace, svc.Name) + "-" + node, Labels: placement.Selector(svc)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: placement.Name(svc.Namespace, svc.Name) + "-" + node, Labels: contract.ProxySelector(svc)},
 		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "proxy"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning,
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
@@ -290,7 +291,7 @@ func TestSyncRelease(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			w, _ := placement.Desired(newService("web"), nil, placement.Config{Namespace: systemNS, Image: "x"})
 			f := newFixture(t, tt.svc, w.Deployment)
-			f.cfg.ClassOnly = tt.classOnly
+			f.cfg.Services.ClassOnly = tt.classOnly
 			c := f.controller(ctx)
 			if err := c.sync(ctx, key(tt.svc)); err != nil {
 				t.Fatal(err)
@@ -329,7 +330,7 @@ func TestSyncDeletedServiceRemovesWorkload(t *testing.T) {
 func TestSyncInvalidAnnotation(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := newService("web", func(s *corev1.Service) {
-		s.Annotations = map[string]string{placement.AnnotationReplicas: "two"}
+		s.Annotations = map[string]string{contract.AnnotationReplicas: "two"}
 	})
 	f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), newNode("n3", "10.0.0.3"))
 	c := f.controller(ctx)
@@ -342,7 +343,7 @@ func TestSyncInvalidAnnotation(t *testing.T) {
 			warning = e
 		}
 	}
-	if !strings.Contains(warning, placement.AnnotationReplicas) || !strings.Contains(warning, `"two"`) || !strings.Contains(warning, "using 2") {
+	if !strings.Contains(warning, contract.AnnotationReplicas) || !strings.Contains(warning, `"two"`) || !strings.Contains(warning, "using 2") {
 		t.Errorf("warning %q does not name key, value and default", warning)
 	}
 	s := f.service(ctx, "shop", "web")
@@ -391,7 +392,7 @@ func TestCollectOrphans(t *testing.T) {
 	cfg := placement.Config{Namespace: systemNS, Image: "x"}
 	kept, _ := placement.Desired(newService("kept"), nil, cfg)
 	gone, _ := placement.Desired(newService("gone"), nil, cfg)
-	moved, _ := placement.Desired(newService("moved", func(s *corev1.Service) { s.Annotations = map[string]string{placement.AnnotationProxyMode: "daemonset"} }), nil, cfg)
+	moved, _ := placement.Desired(newService("moved", func(s *corev1.Service) { s.Annotations = map[string]string{contract.AnnotationProxyMode: "daemonset"} }), nil, cfg)
 	foreign := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: "pulselb-controller", Labels: map[string]string{"app": "pulselb"}}}
 	f := newFixture(t, newService("kept"), newService("moved", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort }),
 		kept.Deployment, gone.Deployment, moved.DaemonSet, foreign)
@@ -410,10 +411,10 @@ func TestSyncNodeLabel(t *testing.T) {
 	external := newNode("ext", "10.0.0.1")
 	external.Status.Addresses = append(external.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "203.0.113.1"})
 	labelled := newNode("lost", "10.0.0.2")
-	labelled.Labels[placement.LabelExternalIP] = "true"
+	labelled.Labels[contract.LabelExternalIP] = "true"
 	steady := external.DeepCopy()
 	steady.Name = "steady"
-	steady.Labels[placement.LabelExternalIP] = "true"
+	steady.Labels[contract.LabelExternalIP] = "true"
 	tests := []struct {
 		node *corev1.Node
 		want string // "" for no write

@@ -16,11 +16,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
-	"github.com/pulselb/pulselb/dnsexport"
-	"github.com/pulselb/pulselb/placement"
-	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -166,7 +164,7 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 	unhealthy := map[string]bool{}
 	for _, n := range nodes {
 		nodeAddr[n.Name] = nodeAddress(n)
-		if _, ok := n.Labels[placement.LabelUnhealthy]; ok {
+		if _, ok := n.Labels[contract.LabelUnhealthy]; ok {
 			unhealthy[n.Name] = true
 		}
 	}
@@ -229,8 +227,8 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		state := j.Verdict.String()
 		switch {
 		case unhealthy[t.Node]:
-			state, reason = status.VerdictDown.String(), "node is labelled "+placement.LabelUnhealthy
-		case !t.Beacon && next[prober.BeaconKey(t.Node)].state == status.VerdictDown.String():
+			state, reason = status.VerdictDown.String(), "node is labelled "+contract.LabelUnhealthy
+		case !t.Beacon && next[contract.BeaconKey(t.Node)].state == status.VerdictDown.String():
 			state, reason = status.VerdictDown.String(), "node beacon is down"
 		}
 		results := vantageResults(views, t)
@@ -291,7 +289,7 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 
 // service returns svc's part of the State, with its targets.
 func (f *DashboardFeed) service(svc *corev1.Service, targets []dashboard.Target) dashboard.Service {
-	settings, _ := placement.Parse(svc) // sync reports the problems
+	settings, _ := contract.Parse(svc) // sync reports the problems
 	out := dashboard.Service{Name: cache.MetaObjectToName(svc).String(), Published: []string{}, Targets: targets}
 	for _, in := range svc.Status.LoadBalancer.Ingress {
 		if a := cmp.Or(in.IP, in.Hostname); a != "" {
@@ -310,14 +308,9 @@ func (f *DashboardFeed) service(svc *corev1.Service, targets []dashboard.Target)
 		out.DNSNames = dnsNames(svc, f.cfg.Zone)
 	}
 	probes := map[status.PortKey]string{}
-	for _, sp := range svc.Spec.Ports {
-		proto := cmp.Or(sp.Protocol, corev1.ProtocolTCP)
-		text := placement.ProbeSpec(settings, sp)
-		if spec, err := prober.Parse(text); err == nil {
-			// The canonical form: it names Secrets, never holds their values.
-			text = spec.String()
-		}
-		probes[status.PortKey{Protocol: proto, Port: sp.Port}] = text
+	for _, p := range settings.Probes {
+		// The canonical form: it names Secrets, never holds their values.
+		probes[status.PortKey(p.Port)] = p.Spec.String()
 	}
 	if out.Targets == nil {
 		out.Targets = []dashboard.Target{}
@@ -341,8 +334,8 @@ func dnsNames(svc *corev1.Service, zone string) []string {
 		return nil
 	}
 	out := []string{strings.ToLower(svc.Name + "." + svc.Namespace + "." + zone + ".")}
-	d, _ := dnsexport.FromService(svc)
-	for _, h := range d.Hostnames {
+	settings, _ := contract.Parse(svc)
+	for _, h := range settings.Hostnames {
 		h = strings.TrimSuffix(h, ".")
 		if (h == zone || strings.HasSuffix(h, "."+zone)) && !slices.Contains(out, h+".") {
 			out = append(out, h+".")
@@ -374,7 +367,7 @@ func indexViews(reports []*v1alpha1.ProbeReport, now time.Time) map[string]repor
 		}
 		for i := range r.Status.Results {
 			res := &r.Status.Results[i]
-			v.results[prober.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
+			v.results[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
 		}
 		for i := range r.Status.Beacons {
 			v.beacons[r.Status.Beacons[i].Node] = &r.Status.Beacons[i].Observation

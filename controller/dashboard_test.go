@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/placement"
@@ -50,8 +51,8 @@ func TestDashboardState(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := published(newService("web", func(s *corev1.Service) {
 		s.Annotations = map[string]string{
-			placement.Prefix + "probe":    "mysql user=monitor secret=db-cred",
-			placement.Prefix + "hostname": "www.lb.example.test,www.elsewhere.test",
+			contract.Prefix + "probe":    "mysql user=monitor secret=db-cred",
+			contract.Prefix + "hostname": "www.lb.example.test,www.elsewhere.test",
 		}
 		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}}
 		s.Status.Conditions = []metav1.Condition{{Type: status.ConditionHealthy, Status: metav1.ConditionTrue}}
@@ -182,12 +183,12 @@ func TestDashboardStateWithoutHealthChecks(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := published(newService("web", func(s *corev1.Service) {
 		s.Status.Conditions = []metav1.Condition{{Type: status.ConditionHealthy, Status: metav1.ConditionFalse}}
-		s.Annotations = map[string]string{placement.Prefix + "all-down": "publish-none"}
+		s.Annotations = map[string]string{contract.Prefix + "all-down": "publish-none"}
 	}), "n1,n2")
 	objs := cluster(svc)
 	for _, o := range objs {
 		if n, ok := o.(*corev1.Node); ok && n.Name == "n2" {
-			n.Labels[placement.LabelUnhealthy] = "true"
+			n.Labels[contract.LabelUnhealthy] = "true"
 		}
 	}
 	f := newFixture(t, objs...)
@@ -296,7 +297,7 @@ func withCert(r *v1alpha1.ProbeReport, node string, notAfter time.Time) *v1alpha
 func TestDashboardCertNotAfter(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := published(newService("web", func(s *corev1.Service) {
-		s.Annotations = map[string]string{placement.Prefix + "probe": "https verify=false"}
+		s.Annotations = map[string]string{contract.Prefix + "probe": "https verify=false"}
 	}), "n1,n2")
 	f := newFixture(t, cluster(svc)...)
 	soon, later, latest := testNow.Add(10*24*time.Hour), testNow.Add(30*24*time.Hour), testNow.Add(90*24*time.Hour)

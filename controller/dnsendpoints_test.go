@@ -18,8 +18,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/dnsexport"
-	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -148,7 +148,7 @@ func TestSyncDNSEndpoints(t *testing.T) {
 func TestSyncDNSEndpointObject(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := newService("web", func(s *corev1.Service) {
-		s.Annotations = map[string]string{placement.AnnotationHostname: "web.example.com"}
+		s.Annotations = map[string]string{contract.AnnotationHostname: "web.example.com"}
 	})
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{dnsexport.DNSEndpointResource: "DNSEndpointList"})
@@ -191,7 +191,7 @@ func TestSyncDNSEndpointObject(t *testing.T) {
 func TestSyncInvalidDNSTTL(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := newService("web", func(s *corev1.Service) {
-		s.Annotations = map[string]string{placement.AnnotationDNSTTL: "0"}
+		s.Annotations = map[string]string{contract.AnnotationDNSTTL: "0"}
 	})
 	f := newFixture(t, svc, newNode("n1", "10.0.0.1"))
 	c := f.controller(ctx)
@@ -200,9 +200,9 @@ func TestSyncInvalidDNSTTL(t *testing.T) {
 	}
 	var found bool
 	for _, e := range f.events() {
-		found = found || strings.HasPrefix(e, "Warning "+status.ReasonInvalidAnnotation) && strings.Contains(e, placement.AnnotationDNSTTL)
+		found = found || strings.HasPrefix(e, "Warning "+status.ReasonInvalidAnnotation) && strings.Contains(e, contract.AnnotationDNSTTL)
 	}
 	if !found {
-		t.Errorf("no InvalidAnnotation Warning naming %s", placement.AnnotationDNSTTL)
+		t.Errorf("no InvalidAnnotation Warning naming %s", contract.AnnotationDNSTTL)
 	}
 }

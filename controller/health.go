@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
 )
@@ -49,7 +49,7 @@ const (
 // ErrNoProbeReportCRD says the API server does not serve ProbeReports.
 var ErrNoProbeReportCRD = errors.New("the ProbeReport CRD (probereports." + v1alpha1.GroupName + ") is not installed: " +
 	"apply deploy/crds/pulselb.io_probereports.yaml, or run the controller with --probe-reports=false " +
-	"(then a node is down only while labelled " + placement.LabelUnhealthy + ")")
+	"(then a node is down only while labelled " + contract.LabelUnhealthy + ")")
 
 // WaitForProbeReportCRD returns nil once the API server serves
 // ProbeReports, checking every interval for at most timeout (so a CRD
@@ -241,19 +241,19 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 		zone[n.Name] = n.Labels[corev1.LabelTopologyZone]
 		ready[n.Name] = nodeReady(n)
 	}
-	probers, err := c.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: prober.AppName}))
+	probers, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProberAppName}))
 	if err != nil {
 		return nil, fmt.Errorf("listing prober pods: %w", err)
 	}
-	cands := prober.Candidates(probers, ready, zone)
+	cands := contract.Candidates(probers, ready, zone)
 	k := c.cfg.Health.Vantages
 
 	var out []healthTarget
 	for _, v := range cands {
-		out = append(out, healthTarget{Target: status.Target{Key: prober.BeaconKey(v.Node), Node: v.Node, Beacon: true,
-			Vantages: prober.Vantages(prober.BeaconKey(v.Node), v.Node, v.Zone, cands, k)}})
+		out = append(out, healthTarget{Target: status.Target{Key: contract.BeaconKey(v.Node), Node: v.Node, Beacon: true,
+			Vantages: prober.Vantages(contract.BeaconKey(v.Node), v.Node, v.Zone, cands, k)}})
 	}
-	proxies, err := c.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: placement.AppName}))
+	proxies, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
 	if err != nil {
 		return nil, fmt.Errorf("listing proxy pods: %w", err)
 	}
@@ -262,7 +262,7 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
 			continue
 		}
-		key, ok := placement.ServiceOf(p.Labels)
+		key, ok := contract.ServiceOf(p.Labels)
 		if !ok {
 			continue
 		}
@@ -276,7 +276,7 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 			if proto == "" {
 				proto = corev1.ProtocolTCP
 			}
-			tk := prober.TargetKey(name.String(), string(proto), sp.Port, p.Spec.NodeName)
+			tk := contract.TargetKey(name.String(), string(proto), sp.Port, p.Spec.NodeName)
 			if seen[tk] {
 				continue
 			}
@@ -293,7 +293,7 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 
 // servicesOnNode returns the Services with a proxy pod on node.
 func (c *Controller) servicesOnNode(node string) []cache.ObjectName {
-	pods, err := c.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: placement.AppName}))
+	pods, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
 	if err != nil {
 		return nil
 	}
@@ -302,7 +302,7 @@ func (c *Controller) servicesOnNode(node string) []cache.ObjectName {
 		if p.Spec.NodeName != node {
 			continue
 		}
-		if key, ok := placement.ServiceOf(p.Labels); ok {
+		if key, ok := contract.ServiceOf(p.Labels); ok {
 			n := cache.NewObjectName(key.Namespace, key.Name)
 			if !slices.Contains(out, n) {
 				out = append(out, n)
@@ -327,7 +327,7 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 	for _, n := range nodes {
 		// A labelled node is down even before (or without) verdicts, such
 		// as right after a controller restart.
-		if _, ok := n.Labels[placement.LabelUnhealthy]; ok {
+		if _, ok := n.Labels[contract.LabelUnhealthy]; ok {
 			out[n.Name] = status.Health{Down: true}
 		}
 	}
@@ -347,13 +347,13 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 		if _, done := out[n]; done {
 			continue
 		}
-		v := status.NodeVerdicts{Beacon: c.verdicts.get(prober.BeaconKey(n)), Ports: map[status.PortKey]status.Judgement{}, Published: published[n]}
+		v := status.NodeVerdicts{Beacon: c.verdicts.get(contract.BeaconKey(n)), Ports: map[status.PortKey]status.Judgement{}, Published: published[n]}
 		for _, sp := range svc.Spec.Ports {
 			proto := sp.Protocol
 			if proto == "" {
 				proto = corev1.ProtocolTCP
 			}
-			v.Ports[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.get(prober.TargetKey(name, string(proto), sp.Port, n))
+			v.Ports[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.get(contract.TargetKey(name, string(proto), sp.Port, n))
 		}
 		out[n] = status.NodeHealth(v, publishWhen)
 	}
@@ -375,13 +375,13 @@ func (c *Controller) failedOver(ctx context.Context, svc *corev1.Service, r stat
 		}
 		dropped = append(dropped, n)
 		name := cache.MetaObjectToName(svc).String()
-		cands := []status.Judgement{c.verdicts.get(prober.BeaconKey(n))}
+		cands := []status.Judgement{c.verdicts.get(contract.BeaconKey(n))}
 		for _, sp := range svc.Spec.Ports {
 			proto := sp.Protocol
 			if proto == "" {
 				proto = corev1.ProtocolTCP
 			}
-			cands = append(cands, c.verdicts.get(prober.TargetKey(name, string(proto), sp.Port, n)))
+			cands = append(cands, c.verdicts.get(contract.TargetKey(name, string(proto), sp.Port, n)))
 		}
 		for _, j := range cands {
 			if !j.FirstFailure.IsZero() && (first.IsZero() || j.FirstFailure.Before(first)) {
@@ -410,7 +410,7 @@ func (c *Controller) failedOver(ctx context.Context, svc *corev1.Service, r stat
 // pods are left to the DaemonSet controller, which removes them when the
 // node stops matching their affinity.
 func (c *Controller) evictFailed(ctx context.Context, node string) error {
-	pods, err := c.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: placement.AppName}))
+	pods, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
 	if err != nil {
 		return fmt.Errorf("listing proxy pods: %w", err)
 	}

@@ -18,9 +18,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/placement"
-	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -43,7 +42,7 @@ func (f *fixture) healthController(ctx context.Context, reports ...*v1alpha1.Pro
 func proberPod(node string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: "pulselb-prober-" + node,
-			Labels: map[string]string{placement.LabelAppName: prober.AppName}},
+			Labels: map[string]string{contract.LabelAppName: contract.ProberAppName}},
 		Spec: corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning,
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
@@ -126,7 +125,7 @@ func TestNodeFailoverByQuorum(t *testing.T) {
 	if err := c.evaluate(ctx, healthKey); err != nil {
 		t.Fatal(err)
 	}
-	if j := c.verdicts.get(prober.BeaconKey("n1")); j.Verdict != status.VerdictDown {
+	if j := c.verdicts.get(contract.BeaconKey("n1")); j.Verdict != status.VerdictDown {
 		t.Fatalf("beacon n1: %v (%s), want Down by 2 of 3", j.Verdict, j.Summary())
 	}
 	if ev := f.events(); !hasEvent(ev, ReasonNodeFailed) {
@@ -147,7 +146,7 @@ func TestNodeFailoverByQuorum(t *testing.T) {
 			}
 		}
 		if p, ok := a.(core.PatchAction); ok && !strings.Contains(string(p.GetPatch()), `"pulselb.io/unhealthy":"true"`) {
-			t.Errorf("node patch %s does not set %s", p.GetPatch(), placement.LabelUnhealthy)
+			t.Errorf("node patch %s does not set %s", p.GetPatch(), contract.LabelUnhealthy)
 		}
 	}
 
@@ -210,7 +209,7 @@ func TestPortDownSetsPortError(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := published(newService("web", func(s *corev1.Service) {
 		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, NodePort: 30443})
-		s.Annotations = map[string]string{placement.AnnotationPublishWhen: placement.PublishAnyPort}
+		s.Annotations = map[string]string{contract.AnnotationPublishWhen: contract.PublishAnyPort}
 	}), "n1,n2")
 	var reports []*v1alpha1.ProbeReport
 	for _, by := range []string{"n2", "n3", "n4"} {
@@ -289,7 +288,7 @@ func TestRecoveredNodeUnlabelled(t *testing.T) {
 	objs := cluster(svc)
 	for _, o := range objs {
 		if n, ok := o.(*corev1.Node); ok && n.Name == "n1" {
-			n.Labels[placement.LabelUnhealthy] = "true"
+			n.Labels[contract.LabelUnhealthy] = "true"
 		}
 	}
 	tests := []struct {
@@ -380,10 +379,10 @@ func TestProberOnDownNodeIgnored(t *testing.T) {
 	if err := c.evaluate(ctx, healthKey); err != nil {
 		t.Fatal(err)
 	}
-	if j := c.verdicts.get(prober.BeaconKey("n1")); j.Verdict != status.VerdictDown {
+	if j := c.verdicts.get(contract.BeaconKey("n1")); j.Verdict != status.VerdictDown {
 		t.Fatalf("beacon n1: %v (%s), want Down", j.Verdict, j.Summary())
 	}
-	tk := prober.TargetKey("shop/web", "TCP", 80, "n2")
+	tk := contract.TargetKey("shop/web", "TCP", 80, "n2")
 	if j := c.verdicts.get(tk); j.Verdict != status.VerdictUp {
 		t.Fatalf("%s: %v (%s), want Up from n3 alone, n1 ignored", tk, j.Verdict, j.Summary())
 	}
@@ -400,7 +399,7 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 	store := c.cfg.Health.Reports.GetStore()
 	now := testNow
 	c.now = func() time.Time { return now }
-	tk := prober.TargetKey("shop/web", "TCP", 80, "n1")
+	tk := contract.TargetKey("shop/web", "TCP", 80, "n1")
 	step := func(at time.Duration, state v1alpha1.State) status.Judgement {
 		t.Helper()
 		now = testNow.Add(at)

@@ -11,8 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/pulselb/pulselb/placement"
-	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -30,27 +29,27 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	}
 	patchLabels := map[string]any{} // a nil value removes the label in a merge patch
 	want := hasExternalIP(node)
-	if value, present := node.Labels[placement.LabelExternalIP]; want != (value == "true") || !want && present {
+	if value, present := node.Labels[contract.LabelExternalIP]; want != (value == "true") || !want && present {
 		if want {
-			patchLabels[placement.LabelExternalIP] = "true"
+			patchLabels[contract.LabelExternalIP] = "true"
 		} else {
-			patchLabels[placement.LabelExternalIP] = nil
+			patchLabels[contract.LabelExternalIP] = nil
 		}
 	}
 	beacon := status.VerdictUnknown
 	var summary string
 	if c.reports != nil {
-		j := c.verdicts.get(prober.BeaconKey(name))
+		j := c.verdicts.get(contract.BeaconKey(name))
 		beacon, summary = j.Verdict, j.Summary()
 	}
-	_, unhealthy := node.Labels[placement.LabelUnhealthy]
+	_, unhealthy := node.Labels[contract.LabelUnhealthy]
 	switch {
 	case beacon == status.VerdictDown && !unhealthy:
-		patchLabels[placement.LabelUnhealthy] = "true"
+		patchLabels[contract.LabelUnhealthy] = "true"
 	case beacon == status.VerdictUp && unhealthy:
 		// Only an Up verdict clears the label: without fresh reports the
 		// node stays out rather than flapping back in.
-		patchLabels[placement.LabelUnhealthy] = nil
+		patchLabels[contract.LabelUnhealthy] = nil
 	}
 	if len(patchLabels) > 0 {
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": patchLabels}})
@@ -65,11 +64,11 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 		}
 		writes.WithLabelValues("nodes", "patch").Inc()
 		klog.FromContext(ctx).Info("Updated node labels", "node", klog.KObj(node), "labels", patchLabels)
-		if v, ok := patchLabels[placement.LabelUnhealthy]; ok {
+		if v, ok := patchLabels[contract.LabelUnhealthy]; ok {
 			if v != nil {
-				c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonNodeFailed, "labelled %s: %s", placement.LabelUnhealthy, summary)
+				c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonNodeFailed, "labelled %s: %s", contract.LabelUnhealthy, summary)
 			} else {
-				c.recorder.Eventf(node, corev1.EventTypeNormal, "NodeRecovered", "removed %s: %s", placement.LabelUnhealthy, summary)
+				c.recorder.Eventf(node, corev1.EventTypeNormal, "NodeRecovered", "removed %s: %s", contract.LabelUnhealthy, summary)
 			}
 		}
 	}

@@ -15,8 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/pulselb/pulselb/placement"
-	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -224,7 +223,7 @@ func (r *restartBackoffs) forget(keep map[string]bool) {
 func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	now := c.now()
-	proxies, err := c.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: placement.AppName}))
+	proxies, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
 	if err != nil {
 		return fmt.Errorf("listing proxy pods: %w", err)
 	}
@@ -233,7 +232,7 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 		if p.Spec.NodeName == "" {
 			continue
 		}
-		if key, ok := placement.ServiceOf(p.Labels); ok {
+		if key, ok := contract.ServiceOf(p.Labels); ok {
 			n := cache.NewObjectName(key.Namespace, key.Name)
 			bySvc[n] = append(bySvc[n], p)
 		}
@@ -253,14 +252,14 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 			if _, done := ports[n]; done {
 				continue
 			}
-			beacons[n] = c.verdicts.get(prober.BeaconKey(n)).Verdict
+			beacons[n] = c.verdicts.get(contract.BeaconKey(n)).Verdict
 			m := map[status.PortKey]status.Verdict{}
 			for _, sp := range svc.Spec.Ports {
 				proto := sp.Protocol
 				if proto == "" {
 					proto = corev1.ProtocolTCP
 				}
-				tk := prober.TargetKey(name.String(), string(proto), sp.Port, n)
+				tk := contract.TargetKey(name.String(), string(proto), sp.Port, n)
 				m[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.get(tk).Verdict
 				downFor[n] = max(downFor[n], c.verdicts.downFor(tk, now))
 			}

@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -213,7 +213,7 @@ func TestBackendDownNoRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"n1", "n2"} {
-		if j := c.verdicts.get(prober.TargetKey(svc.Namespace+"/"+svc.Name, "TCP", 80, n)); j.Verdict != status.VerdictDown {
+		if j := c.verdicts.get(contract.TargetKey(svc.Namespace+"/"+svc.Name, "TCP", 80, n)); j.Verdict != status.VerdictDown {
 			t.Fatalf("port 80 on %s: %v (%s), want Down", n, j.Verdict, j.Summary())
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/status"
 )
@@ -98,7 +98,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	in.Health = c.health(svc, nodes, own, want.Settings.PublishWhen)
 	for _, p := range problems {
 		reason := status.ReasonInvalidAnnotation
-		if !isAnnotationKey(p.Key) {
+		if !p.IsAnnotation() {
 			reason = "InvalidSpec"
 		}
 		in.Problems = append(in.Problems, status.Problem{Reason: reason, Message: p.String()})
@@ -121,10 +121,6 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	c.failedOver(ctx, svc, r, in.Health)
 	return c.syncDNSEndpoint(ctx, written)
-}
-
-func isAnnotationKey(k string) bool {
-	return strings.HasPrefix(k, placement.Prefix) || k == placement.AnnotationExternalDNSHostname || k == placement.AnnotationExternalDNSAlphaHostname
 }
 
 // writeStatus writes r's annotations and status where they differ from svc,
@@ -257,7 +253,7 @@ func (c *Controller) applyWorkload(ctx context.Context, svc *corev1.Service, wan
 		c.recorder.Eventf(svc, corev1.EventTypeNormal, ReasonProxyApplied, "%s %s %s/%s with %d replicas", verb, kind, ns, want.Name, want.Replicas)
 	}
 	taken := func(l map[string]string) bool {
-		k, ok := placement.ServiceOf(l)
+		k, ok := contract.ServiceOf(l)
 		if ok && k.Namespace == svc.Namespace && k.Name == svc.Name {
 			return false
 		}
@@ -283,7 +279,7 @@ func (c *Controller) applyWorkload(ctx context.Context, svc *corev1.Service, wan
 		case err != nil:
 			return fmt.Errorf("getting deployment %s/%s: %w", ns, want.Name, err)
 		case taken(cur.Labels):
-		case cur.Annotations[placement.AnnotationSpecHash] != want.Deployment.Annotations[placement.AnnotationSpecHash]:
+		case cur.Annotations[contract.AnnotationSpecHash] != want.Deployment.Annotations[contract.AnnotationSpecHash]:
 			d := want.Deployment.DeepCopy()
 			d.ResourceVersion = cur.ResourceVersion
 			if _, err := apps.Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
@@ -308,7 +304,7 @@ func (c *Controller) applyWorkload(ctx context.Context, svc *corev1.Service, wan
 		case err != nil:
 			return fmt.Errorf("getting daemonset %s/%s: %w", ns, want.Name, err)
 		case taken(cur.Labels):
-		case cur.Annotations[placement.AnnotationSpecHash] != want.DaemonSet.Annotations[placement.AnnotationSpecHash]:
+		case cur.Annotations[contract.AnnotationSpecHash] != want.DaemonSet.Annotations[contract.AnnotationSpecHash]:
 			d := want.DaemonSet.DeepCopy()
 			d.ResourceVersion = cur.ResourceVersion
 			if _, err := apps.DaemonSets(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
@@ -328,9 +324,9 @@ type workloadRef struct {
 // workloadsOf returns the cached proxy workloads labelled for key.
 func (c *Controller) workloadsOf(key cache.ObjectName) ([]workloadRef, error) {
 	sel := labels.SelectorFromSet(labels.Set{
-		placement.LabelAppName:          placement.AppName,
-		placement.LabelServiceNamespace: key.Namespace,
-		placement.LabelServiceName:      key.Name,
+		contract.LabelAppName:          contract.ProxyAppName,
+		contract.LabelServiceNamespace: key.Namespace,
+		contract.LabelServiceName:      key.Name,
 	})
 	deps, err := c.deployments.List(sel)
 	if err != nil {
@@ -455,10 +451,10 @@ func (c *Controller) collectOrphans(ctx context.Context) error {
 	}
 	var errs []error
 	for _, it := range items {
-		if it.labels[placement.LabelManagedBy] != placement.ManagedBy {
+		if it.labels[contract.LabelManagedBy] != contract.ManagedBy {
 			continue
 		}
-		key, ok := placement.ServiceOf(it.labels)
+		key, ok := contract.ServiceOf(it.labels)
 		if !ok {
 			continue
 		}

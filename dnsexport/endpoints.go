@@ -35,10 +35,9 @@ var ErrNotManaged = errors.New("dnsendpoint exists and is not managed by pulselb
 // and address family whose targets are the healthy IPs and whose
 // recordTTL is pulselb.io/dns-ttl, or defaultTTL (0: DefaultTTL) when
 // unset. It returns nil when none should exist:
-// no hostnames, or no IPs. Annotation problems are FromService's to
-// report; here invalid values are just not used.
+// no hostnames, or no IPs. Invalid annotation values are not used.
 func DesiredEndpoint(svc *corev1.Service, defaultTTL uint32) *unstructured.Unstructured {
-	s, _ := FromService(svc)
+	s := FromService(svc)
 	s.TTL = orDefault(s.TTL, orDefault(defaultTTL, DefaultTTL))
 	ips := normaliseIPs(s.IPs)
 	if len(s.Hostnames) == 0 || len(ips) == 0 {

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 func endpointService(ann map[string]string, ips ...string) *corev1.Service {
@@ -26,7 +28,7 @@ func endpointService(ann map[string]string, ips ...string) *corev1.Service {
 }
 
 func TestDesiredEndpoint(t *testing.T) {
-	svc := endpointService(map[string]string{AnnotationHostname: "web.example.com,www.example.com", AnnotationTTL: "30"},
+	svc := endpointService(map[string]string{contract.AnnotationHostname: "web.example.com,www.example.com", contract.AnnotationDNSTTL: "30"},
 		"192.0.2.2", "192.0.2.1", "2001:db8::1")
 	u := DesiredEndpoint(svc, 0)
 	if u == nil {
@@ -54,20 +56,20 @@ func TestDesiredEndpoint(t *testing.T) {
 	if _, err := runtime.DefaultUnstructuredConverter.ToUnstructured(u); err != nil {
 		t.Errorf("not convertible: %v", err)
 	}
-	dflt := DesiredEndpoint(endpointService(map[string]string{AnnotationHostname: "a.example.com"}, "192.0.2.1"), 60)
+	dflt := DesiredEndpoint(endpointService(map[string]string{contract.AnnotationHostname: "a.example.com"}, "192.0.2.1"), 60)
 	if eps, _, _ := unstructured.NestedSlice(dflt.Object, "spec", "endpoints"); eps[0].(map[string]any)["recordTTL"] != int64(60) {
 		t.Errorf("recordTTL without annotation = %v, want the default 60", eps[0].(map[string]any)["recordTTL"])
 	}
 	if DesiredEndpoint(endpointService(nil, "192.0.2.1"), 0) != nil {
 		t.Error("DNSEndpoint without hostnames")
 	}
-	if DesiredEndpoint(endpointService(map[string]string{AnnotationHostname: "a.example.com"}), 0) != nil {
+	if DesiredEndpoint(endpointService(map[string]string{contract.AnnotationHostname: "a.example.com"}), 0) != nil {
 		t.Error("DNSEndpoint without IPs")
 	}
 }
 
 func TestEndpointWriterSync(t *testing.T) {
-	ann := map[string]string{AnnotationHostname: "web.example.com"}
+	ann := map[string]string{contract.AnnotationHostname: "web.example.com"}
 	current := func(mut func(u *unstructured.Unstructured)) *unstructured.Unstructured {
 		u := DesiredEndpoint(endpointService(ann, "192.0.2.1"), 0)
 		u.SetResourceVersion("7")

@@ -14,6 +14,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 // DefaultDebounce is how long a Feed waits after a Service change before
@@ -23,19 +25,16 @@ const DefaultDebounce = 100 * time.Millisecond
 
 // FeedConfig says which Services a Feed serves and how.
 type FeedConfig struct {
-	// Class is the spec.loadBalancerClass served, "pulselb.io/node-proxy".
-	Class string
-	// ClassOnly serves only Services of Class; otherwise LoadBalancer
-	// Services without a class are served too (the controller's rule).
-	ClassOnly bool
+	// Services says which Services the zone holds (the controller's
+	// --class-only).
+	Services contract.Selection
 	// Debounce coalesces changes; default DefaultDebounce.
 	Debounce time.Duration
 	// RetryInterval is the pause before retrying a failed Update (the
 	// serial file could not be written); default one second.
 	RetryInterval time.Duration
 	// Report, when set, is called from Run's goroutine with a Service and
-	// its problems (*AnnotationError from FromService, *ServiceError from
-	// the zone) whenever that Service's set of problems changes to a
+	// its zone problems (*ServiceError) whenever that Service's set of problems changes to a
 	// non-empty one, so a problem is reported once, not at every rebuild.
 	Report func(svc *corev1.Service, problems []error)
 }
@@ -57,9 +56,6 @@ type Feed struct {
 // NewFeed returns a Feed that fills server from informer. The caller
 // starts the informer's factory and then calls Run.
 func NewFeed(server *Server, informer coreinformers.ServiceInformer, cfg FeedConfig) (*Feed, error) {
-	if cfg.Class == "" {
-		return nil, errors.New("dns feed: no load balancer class")
-	}
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = DefaultDebounce
 	}
@@ -92,18 +88,12 @@ func NewFeed(server *Server, informer coreinformers.ServiceInformer, cfg FeedCon
 	return f, nil
 }
 
-// Serves reports whether the zone holds svc: a LoadBalancer Service of the
-// configured class (or of none unless ClassOnly) that is not being deleted.
-// A Service being deleted loses its names at once, while the controller
-// still holds it with its finalizer to remove the proxies.
-func (cfg FeedConfig) Serves(svc *corev1.Service) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil {
-		return false
-	}
-	if svc.Spec.LoadBalancerClass == nil {
-		return !cfg.ClassOnly
-	}
-	return *svc.Spec.LoadBalancerClass == cfg.Class
+// serves reports whether the zone holds svc: a Service pulselb serves that
+// is not being deleted. A Service being deleted loses its names at once,
+// while the controller still holds it with its finalizer to remove the
+// proxies.
+func (f *Feed) serves(svc *corev1.Service) bool {
+	return svc.DeletionTimestamp == nil && f.cfg.Services.Serves(svc)
 }
 
 // Run waits for the informer cache, serves the first zone, and then
@@ -153,16 +143,12 @@ func (f *Feed) sync(ctx context.Context) error {
 	problems := map[cache.ObjectName][]error{}
 	services := make([]Service, 0, len(all))
 	for _, svc := range all {
-		if !f.cfg.Serves(svc) {
+		if !f.serves(svc) {
 			continue
 		}
 		key := cache.MetaObjectToName(svc)
 		byName[key] = svc
-		s, errs := FromService(svc)
-		services = append(services, s)
-		if len(errs) > 0 {
-			problems[key] = append(problems[key], errs...)
-		}
+		services = append(services, FromService(svc))
 	}
 	zoneProblems, err := f.server.Update(services)
 	for _, p := range zoneProblems {

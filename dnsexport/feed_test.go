@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,9 +16,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
-const testClass = "pulselb.io/node-proxy"
+const testClass = contract.Class
 
 func lbService(name string, class *string, annotations map[string]string) *corev1.Service {
 	return &corev1.Service{
@@ -74,7 +77,6 @@ func startFeed(t *testing.T, cfg FeedConfig, objs ...*corev1.Service) (kubernete
 		t.Fatal(err)
 	}
 	rep := &reports{got: map[string][]error{}}
-	cfg.Class = testClass
 	cfg.Report = rep.add
 	factory := informers.NewSharedInformerFactory(client, 0)
 	feed, err := NewFeed(srv, factory.Core().V1().Services(), cfg)
@@ -191,7 +193,7 @@ func TestFeedServesOnlyItsClass(t *testing.T) {
 		{"class-only", true, []string{"ours"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, srv, _ := startFeed(t, FeedConfig{ClassOnly: tc.classOnly}, services...)
+			_, srv, _ := startFeed(t, FeedConfig{Services: contract.Selection{ClassOnly: tc.classOnly}}, services...)
 			// The first zone is served once the cache synced.
 			waitFor(t, srv, testOrigin, dns.TypeSOA, "the SOA", rcodeIs(dns.RcodeSuccess))
 			for _, svc := range services {
@@ -206,13 +208,18 @@ func TestFeedServesOnlyItsClass(t *testing.T) {
 }
 
 func TestFeedReportsProblemsOnce(t *testing.T) {
-	bad := withIngress(lbService("bad", nil, map[string]string{AnnotationTTL: "forever"}), "192.0.2.1")
-	client, srv, rep := startFeed(t, FeedConfig{}, bad)
+	// Two Services claim one name: the second in namespace/name order is
+	// refused it, and that is a zone problem of that Service.
+	name := map[string]string{contract.AnnotationHostname: "shared." + strings.TrimSuffix(testOrigin, ".")}
+	first := withIngress(lbService("a", nil, name), "192.0.2.1")
+	second := withIngress(lbService("b", nil, name), "192.0.2.3")
+	client, srv, rep := startFeed(t, FeedConfig{}, first, second)
 	ctx := t.Context()
-	waitFor(t, srv, "bad.default."+testOrigin, dns.TypeA, "the IP despite the bad TTL", hasAnswers("192.0.2.1"))
-	got := rep.of("default/bad")
-	if len(got) != 1 || !errors.Is(got[0], ErrInvalidAnnotation) {
-		t.Fatalf("reported %v, want one invalid annotation", got)
+	waitFor(t, srv, "shared."+testOrigin, dns.TypeA, "the first Service's IP", hasAnswers("192.0.2.1"))
+	waitFor(t, srv, "b.default."+testOrigin, dns.TypeA, "the second Service under its own name", hasAnswers("192.0.2.3"))
+	got := rep.of("default/b")
+	if len(got) != 1 || !errors.Is(got[0], ErrHostnameConflict) {
+		t.Fatalf("reported %v, want one hostname conflict", got)
 	}
 
 	// Other changes rebuild the zone without reporting the same problem again.
@@ -220,10 +227,27 @@ func TestFeedReportsProblemsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, srv, "good.default."+testOrigin, dns.TypeA, "the new Service", hasAnswers("192.0.2.2"))
-	if got := rep.of("default/bad"); len(got) != 1 {
+	if got := rep.of("default/b"); len(got) != 1 {
 		t.Errorf("reported %v after an unrelated change, want the first report only", got)
 	}
-	if got := rep.of("default/good"); len(got) != 0 {
-		t.Errorf("reported %v for a valid Service", got)
+	for _, ok := range []string{"default/a", "default/good"} {
+		if got := rep.of(ok); len(got) != 0 {
+			t.Errorf("reported %v for %s, which has no problem", got, ok)
+		}
+	}
+}
+
+// TestFeedIgnoresInvalidAnnotations: an invalid TTL is not used, the rest
+// of the Service is served, and the feed does not report it: the
+// controller's reconcile does, from the same parse.
+func TestFeedIgnoresInvalidAnnotations(t *testing.T) {
+	bad := withIngress(lbService("bad", nil, map[string]string{contract.AnnotationDNSTTL: "forever"}), "192.0.2.1")
+	_, srv, rep := startFeed(t, FeedConfig{}, bad)
+	r := waitFor(t, srv, "bad.default."+testOrigin, dns.TypeA, "the IP despite the bad TTL", hasAnswers("192.0.2.1"))
+	if ttl := r.Answer[0].Header().Ttl; ttl != testZoneConfig.DefaultTTL && ttl != DefaultTTL {
+		t.Errorf("TTL %d, want the zone's default", ttl)
+	}
+	if got := rep.of("default/bad"); len(got) != 0 {
+		t.Errorf("reported %v, want nothing", got)
 	}
 }

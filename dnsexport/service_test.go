@@ -1,13 +1,15 @@
 package dnsexport
 
 import (
-	"errors"
 	"net/netip"
 	"slices"
 	"testing"
 
+	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 func TestFromService(t *testing.T) {
@@ -25,27 +27,26 @@ func TestFromService(t *testing.T) {
 		ann       map[string]string
 		hostnames []string
 		ttl       uint32
-		errKeys   []string
 	}{
 		{name: "defaults", ttl: 0},
 		{name: "all three hostname annotations, comma-separated, de-duplicated",
 			ann: map[string]string{
-				AnnotationHostname:                 "a.example.com, B.example.com.",
-				AnnotationExternalDNSHostname:      "b.example.com",
-				AnnotationExternalDNSAlphaHostname: "c.example.com,",
+				contract.AnnotationHostname:                 "a.example.com, B.example.com.",
+				contract.AnnotationExternalDNSHostname:      "b.example.com",
+				contract.AnnotationExternalDNSAlphaHostname: "c.example.com,",
 			},
 			hostnames: []string{"a.example.com", "b.example.com", "c.example.com"}},
-		{name: "ttl", ann: map[string]string{AnnotationTTL: "30"}, ttl: 30},
-		{name: "ttl with s suffix", ann: map[string]string{AnnotationTTL: "60s"}, ttl: 60},
-		{name: "ttl not a number", ann: map[string]string{AnnotationTTL: "soon"}, ttl: 0, errKeys: []string{AnnotationTTL}},
-		{name: "ttl zero", ann: map[string]string{AnnotationTTL: "0"}, ttl: 0, errKeys: []string{AnnotationTTL}},
-		{name: "ttl too large", ann: map[string]string{AnnotationTTL: "999999"}, ttl: 0, errKeys: []string{AnnotationTTL}},
-		{name: "bad hostname skipped, others kept", ann: map[string]string{AnnotationHostname: "ok.example.com,bad..name"},
-			hostnames: []string{"ok.example.com"}, ttl: 0, errKeys: []string{AnnotationHostname}},
+		{name: "ttl", ann: map[string]string{contract.AnnotationDNSTTL: "30"}, ttl: 30},
+		{name: "ttl with s suffix", ann: map[string]string{contract.AnnotationDNSTTL: "60s"}, ttl: 60},
+		{name: "ttl not a number", ann: map[string]string{contract.AnnotationDNSTTL: "soon"}, ttl: 0},
+		{name: "ttl zero", ann: map[string]string{contract.AnnotationDNSTTL: "0"}, ttl: 0},
+		{name: "ttl too large", ann: map[string]string{contract.AnnotationDNSTTL: "999999"}, ttl: 0},
+		{name: "bad hostname skipped, others kept", ann: map[string]string{contract.AnnotationHostname: "ok.example.com,bad..name"},
+			hostnames: []string{"ok.example.com"}, ttl: 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, errs := FromService(base(tc.ann))
+			got := FromService(base(tc.ann))
 			if got.Namespace != "shop" || got.Name != "web" {
 				t.Errorf("name = %s/%s", got.Namespace, got.Name)
 			}
@@ -61,19 +62,40 @@ func TestFromService(t *testing.T) {
 			if got.TTL != tc.ttl {
 				t.Errorf("TTL = %d, want %d", got.TTL, tc.ttl)
 			}
-			var keys []string
-			for _, err := range errs {
-				var ae *AnnotationError
-				if !errors.As(err, &ae) || !errors.Is(err, ErrInvalidAnnotation) {
-					t.Fatalf("error %v is not an AnnotationError", err)
-				}
-				if ae.Value != tc.ann[ae.Key] || ae.Reason == "" {
-					t.Errorf("error %v does not name the value and why", err)
-				}
-				keys = append(keys, ae.Key)
+		})
+	}
+}
+
+// TestHostnameReportedUnusedIsNotServed: a hostname the controller reports
+// as unused (ConfigValid=False, an InvalidAnnotation Event saying the name
+// is not used) must not be served either. Names with an underscore or a
+// label that starts or ends with a hyphen were once reported unused by the
+// annotation parser and served by the zone all the same.
+func TestHostnameReportedUnusedIsNotServed(t *testing.T) {
+	origin := "lb.example.test."
+	cfg := ZoneConfig{Origin: origin, NameServers: []NameServer{{Name: "ns1.example.net"}}}
+	for _, h := range []string{"foo_bar.lb.example.test", "-lead.lb.example.test", "trail-.lb.example.test", "ok.lb.example.test"} {
+		t.Run(h, func(t *testing.T) {
+			svc := &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Annotations: map[string]string{contract.AnnotationHostname: h}},
+				Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}},
+				Status:     corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "198.18.0.1"}}}},
 			}
-			if !slices.Equal(keys, tc.errKeys) {
-				t.Errorf("errors for %q, want %q (%v)", keys, tc.errKeys, errs)
+			_, problems := contract.Parse(svc)
+			unused := len(problems) > 0
+			// The zone serves what FromService hands it, and refuses a bad
+			// name handed to it directly (standalone mode builds Services
+			// itself).
+			for _, s := range []Service{FromService(svc), {Namespace: "shop", Name: "web", Hostnames: []string{h},
+				IPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")}}} {
+				z, zoneProblems, err := Build(cfg, []Service{s})
+				if err != nil {
+					t.Fatal(err)
+				}
+				served := z.lookup(dns.Fqdn(h), dns.TypeA).rcode == dns.RcodeSuccess && len(z.lookup(dns.Fqdn(h), dns.TypeA).answer) > 0
+				if served == unused {
+					t.Errorf("reported unused: %t (%v); served: %t (zone problems %v)", unused, problems, served, zoneProblems)
+				}
 			}
 		})
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 // DefaultTTL is the TTL, in seconds, of a Service's records when it sets none.
@@ -309,11 +311,14 @@ func (b *builder) addService(svc Service, name string, defaultTTL uint32) []erro
 	}
 	self := svc.Namespace + "/" + svc.Name
 	for _, h := range svc.Hostnames {
-		hn, err := canonicalName(h)
+		// The one hostname rule: a name the annotation parser or the
+		// standalone configuration refuses is never served.
+		hn, err := contract.Hostname(h)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("hostname %q: %w", h, err))
 			continue
 		}
+		hn = dns.Fqdn(hn)
 		if !dns.IsSubDomain(b.z.origin, hn) {
 			continue
 		}

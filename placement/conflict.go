@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 // Conflict is a host port a Service's proxy pod cannot get: its pods are
@@ -89,7 +91,7 @@ func PortConflicts(svc *corev1.Service, own, others []*corev1.Pod) []Conflict {
 			continue
 		}
 		holder := "pod " + p.Namespace + "/" + p.Name
-		if k, ok := ServiceOf(p.Labels); ok {
+		if k, ok := contract.ServiceOf(p.Labels); ok {
 			if k == ownKey {
 				continue
 			}

@@ -6,11 +6,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 func proxyPod(svc *corev1.Service, name, nodeName string, ports ...int32) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "pulselb-system", Name: name, Labels: Selector(svc)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "pulselb-system", Name: name, Labels: contract.ProxySelector(svc)},
 		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: ContainerProxy}}},
 	}
 	for _, port := range ports {

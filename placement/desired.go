@@ -20,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 // Config is the controller-wide part of every proxy workload.
@@ -74,9 +76,9 @@ const deploymentTolerationSeconds = 30
 type Workload struct {
 	Name      string
 	Namespace string
-	Mode      Mode
+	Mode      contract.Mode
 	// Settings are the Service's parsed annotations.
-	Settings   Settings
+	Settings   contract.Settings
 	Deployment *appsv1.Deployment
 	DaemonSet  *appsv1.DaemonSet
 	// EligibleNodes are the sorted names of nodes that may host proxies.
@@ -97,8 +99,8 @@ func (w Workload) Empty() bool { return w.Deployment == nil && w.DaemonSet == ni
 // nodes, and every problem with the Service's settings. It never fails: a
 // problem falls back to a default, or to no workload when nothing can be
 // served.
-func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, []Problem) {
-	s, problems := Parse(svc)
+func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, []contract.Problem) {
+	s, problems := contract.Parse(svc)
 	w := Workload{
 		Name:          Name(svc.Namespace, svc.Name),
 		Namespace:     cfg.Namespace,
@@ -122,7 +124,7 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 	if local {
 		for _, p := range ports {
 			if p.NodePort == 0 {
-				problems = append(problems, Problem{Key: "spec.allocateLoadBalancerNodePorts", Value: "false",
+				problems = append(problems, contract.Problem{Key: "spec.allocateLoadBalancerNodePorts", Value: "false",
 					Reason:  fmt.Sprintf("externalTrafficPolicy Local needs a NodePort, and port %s:%d has none", protocolOf(p), p.Port),
 					Default: "forwarding to the ClusterIP on every eligible node"})
 				nodePorts, local = nil, false
@@ -132,7 +134,7 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 		}
 	}
 	if local && len(svc.Spec.Selector) == 0 {
-		problems = append(problems, Problem{Key: "spec.selector", Value: "",
+		problems = append(problems, contract.Problem{Key: "spec.selector", Value: "",
 			Reason:  "externalTrafficPolicy Local without a selector: proxies cannot follow the endpoints",
 			Default: "proxies on any eligible node, published only where a ready endpoint runs"})
 	}
@@ -144,11 +146,11 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 		Name:        w.Name,
 		Namespace:   cfg.Namespace,
 		Labels:      workloadLabels(svc),
-		Annotations: map[string]string{AnnotationService: svc.Namespace + "/" + svc.Name},
+		Annotations: map[string]string{contract.AnnotationService: svc.Namespace + "/" + svc.Name},
 	}
-	selector := &metav1.LabelSelector{MatchLabels: Selector(svc)}
+	selector := &metav1.LabelSelector{MatchLabels: contract.ProxySelector(svc)}
 	switch s.Mode {
-	case ModeDaemonSet:
+	case contract.ModeDaemonSet:
 		w.Replicas = int32(len(w.EligibleNodes))
 		ds := &appsv1.DaemonSet{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
@@ -166,7 +168,7 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 				RevisionHistoryLimit: ptr.To[int32](2),
 			},
 		}
-		ds.Annotations[AnnotationSpecHash] = specHash(ds.Labels, ds.Spec)
+		ds.Annotations[contract.AnnotationSpecHash] = specHash(ds.Labels, ds.Spec)
 		w.DaemonSet = ds
 	default:
 		w.Replicas = min(s.Replicas, int32(len(w.EligibleNodes)))
@@ -181,7 +183,7 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 			WhenUnsatisfiable: corev1.ScheduleAnyway,
 			LabelSelector:     selector,
 		}}
-		pod.Spec.Tolerations = tolerations(ModeDeployment)
+		pod.Spec.Tolerations = tolerations(contract.ModeDeployment)
 		d := &appsv1.Deployment{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 			ObjectMeta: objMeta,
@@ -203,7 +205,7 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 				RevisionHistoryLimit: ptr.To[int32](2),
 			},
 		}
-		d.Annotations[AnnotationSpecHash] = specHash(d.Labels, d.Spec)
+		d.Annotations[contract.AnnotationSpecHash] = specHash(d.Labels, d.Spec)
 		w.Deployment = d
 	}
 	return w, problems
@@ -223,8 +225,8 @@ func withDefaults(cfg Config) Config {
 }
 
 func workloadLabels(svc *corev1.Service) map[string]string {
-	l := Selector(svc)
-	l[LabelManagedBy] = ManagedBy
+	l := contract.ProxySelector(svc)
+	l[contract.LabelManagedBy] = contract.ManagedBy
 	return l
 }
 
@@ -250,26 +252,26 @@ func protocolOf(p corev1.ServicePort) corev1.Protocol {
 }
 
 // proxyPorts returns the Service ports the proxy can forward (TCP and UDP).
-func proxyPorts(svc *corev1.Service) ([]corev1.ServicePort, []Problem) {
+func proxyPorts(svc *corev1.Service) ([]corev1.ServicePort, []contract.Problem) {
 	var ports []corev1.ServicePort
-	var problems []Problem
+	var problems []contract.Problem
 	for _, p := range svc.Spec.Ports {
 		switch protocolOf(p) {
 		case corev1.ProtocolTCP, corev1.ProtocolUDP:
 			ports = append(ports, p)
 		default:
-			problems = append(problems, Problem{Key: "spec.ports", Value: fmt.Sprintf("%s:%d", p.Protocol, p.Port),
+			problems = append(problems, contract.Problem{Key: "spec.ports", Value: fmt.Sprintf("%s:%d", p.Protocol, p.Port),
 				Reason: "pulselb forwards TCP and UDP only", Default: "not exposing this port"})
 		}
 	}
 	if len(svc.Spec.Ports) > 0 && len(ports) == 0 {
-		problems = append(problems, Problem{Key: "spec.ports", Reason: "no TCP or UDP port", Default: "no proxies"})
+		problems = append(problems, contract.Problem{Key: "spec.ports", Reason: "no TCP or UDP port", Default: "no proxies"})
 	}
 	return ports, problems
 }
 
 // clusterIPs returns the Service's ClusterIPs the proxy forwards to.
-func clusterIPs(svc *corev1.Service) ([]string, *Problem) {
+func clusterIPs(svc *corev1.Service) ([]string, *contract.Problem) {
 	ips := svc.Spec.ClusterIPs
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
@@ -283,7 +285,7 @@ func clusterIPs(svc *corev1.Service) ([]string, *Problem) {
 	if len(out) == 0 {
 		// A new Service's ClusterIP is allocated on creation, so this
 		// is a headless Service or an unfinished object.
-		return nil, &Problem{Key: "spec.clusterIP", Value: svc.Spec.ClusterIP,
+		return nil, &contract.Problem{Key: "spec.clusterIP", Value: svc.Spec.ClusterIP,
 			Reason: "the proxy forwards to the ClusterIP, and there is none", Default: "no proxies"}
 	}
 	return out, nil
@@ -298,13 +300,13 @@ func hasIPv6(ips []string) bool {
 	return false
 }
 
-func tolerations(mode Mode) []corev1.Toleration {
+func tolerations(mode contract.Mode) []corev1.Toleration {
 	t := []corev1.Toleration{
 		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 		{Key: "node-role.kubernetes.io/master", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 		{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists},
 	}
-	if mode == ModeDeployment {
+	if mode == contract.ModeDeployment {
 		for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
 			t = append(t, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists,
 				Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](deploymentTolerationSeconds)})
@@ -328,7 +330,7 @@ func healthPort(ports []corev1.ServicePort, want int32) int32 {
 	return want
 }
 
-func podTemplate(svc *corev1.Service, s Settings, cfg Config, ports []corev1.ServicePort, clusterIPs, nodePorts []string) corev1.PodTemplateSpec {
+func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []corev1.ServicePort, clusterIPs, nodePorts []string) corev1.PodTemplateSpec {
 	var portFlags []string
 	var containerPorts []corev1.ContainerPort
 	for _, p := range ports {
@@ -371,9 +373,9 @@ func podTemplate(svc *corev1.Service, s Settings, cfg Config, ports []corev1.Ser
 	}
 
 	required := []corev1.NodeSelectorRequirement{
-		{Key: LabelExcludeFromLB, Operator: corev1.NodeSelectorOpDoesNotExist},
-		{Key: LabelExclude, Operator: corev1.NodeSelectorOpDoesNotExist},
-		{Key: LabelUnhealthy, Operator: corev1.NodeSelectorOpDoesNotExist},
+		{Key: contract.LabelExcludeFromLB, Operator: corev1.NodeSelectorOpDoesNotExist},
+		{Key: contract.LabelExclude, Operator: corev1.NodeSelectorOpDoesNotExist},
+		{Key: contract.LabelUnhealthy, Operator: corev1.NodeSelectorOpDoesNotExist},
 	}
 	required = append(required, s.NodeSelector...)
 	affinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
@@ -383,7 +385,7 @@ func podTemplate(svc *corev1.Service, s Settings, cfg Config, ports []corev1.Ser
 		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
 			Weight: 100,
 			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
-				{Key: LabelExternalIP, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}},
+				{Key: contract.LabelExternalIP, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}},
 			}},
 		}},
 	}}
@@ -403,7 +405,7 @@ func podTemplate(svc *corev1.Service, s Settings, cfg Config, ports []corev1.Ser
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{
 			Labels:      workloadLabels(svc),
-			Annotations: map[string]string{AnnotationService: svc.Namespace + "/" + svc.Name},
+			Annotations: map[string]string{contract.AnnotationService: svc.Namespace + "/" + svc.Name},
 		},
 		Spec: corev1.PodSpec{
 			AutomountServiceAccountToken:  ptr.To(false),
@@ -411,7 +413,7 @@ func podTemplate(svc *corev1.Service, s Settings, cfg Config, ports []corev1.Ser
 			PriorityClassName:             cfg.PriorityClassName,
 			TerminationGracePeriodSeconds: ptr.To[int64](15),
 			Affinity:                      affinity,
-			Tolerations:                   tolerations(ModeDaemonSet),
+			Tolerations:                   tolerations(contract.ModeDaemonSet),
 			InitContainers: []corev1.Container{{
 				Name:            ContainerProxyInit,
 				Image:           cfg.Image,

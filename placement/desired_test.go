@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 func TestName(t *testing.T) {
@@ -58,7 +60,7 @@ func TestDesired(t *testing.T) {
 		name     string
 		svc      *corev1.Service
 		nodes    []*corev1.Node
-		mode     Mode
+		mode     contract.Mode
 		replicas int32
 		eligible []string
 		problems []string // keys
@@ -66,42 +68,42 @@ func TestDesired(t *testing.T) {
 	}{
 		{
 			name: "defaults", svc: service(), nodes: three,
-			mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			mode: contract.ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
 		},
 		{
-			name: "replicas capped by eligible nodes", svc: service(annotate(AnnotationReplicas, "5")), nodes: three,
-			mode: ModeDeployment, replicas: 3, eligible: []string{"n1", "n2", "n3"},
+			name: "replicas capped by eligible nodes", svc: service(annotate(contract.AnnotationReplicas, "5")), nodes: three,
+			mode: contract.ModeDeployment, replicas: 3, eligible: []string{"n1", "n2", "n3"},
 		},
 		{
 			name: "exclusion labels, not ready, cordoned, unhealthy and untolerated taints are not eligible",
-			svc:  service(annotate(AnnotationReplicas, "5")),
+			svc:  service(annotate(contract.AnnotationReplicas, "5")),
 			nodes: []*corev1.Node{
 				node("ok"),
 				node("cp", taint("node-role.kubernetes.io/control-plane", corev1.TaintEffectNoSchedule)),
-				node("excluded", label(LabelExcludeFromLB, "")),
-				node("excluded2", label(LabelExclude, "true")),
-				node("unhealthy", label(LabelUnhealthy, "true")),
+				node("excluded", label(contract.LabelExcludeFromLB, "")),
+				node("excluded2", label(contract.LabelExclude, "true")),
+				node("unhealthy", label(contract.LabelUnhealthy, "true")),
 				node("down", notReady),
 				node("cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }),
 				node("gpu", taint("gpu", corev1.TaintEffectNoSchedule)),
 				node("soft", taint("gpu", corev1.TaintEffectPreferNoSchedule)),
 			},
-			mode: ModeDeployment, replicas: 3, eligible: []string{"cp", "ok", "soft"},
+			mode: contract.ModeDeployment, replicas: 3, eligible: []string{"cp", "ok", "soft"},
 		},
 		{
-			name: "node selector", svc: service(annotate(AnnotationNodeSelector, "role in (edge),zone!=b")),
+			name: "node selector", svc: service(annotate(contract.AnnotationNodeSelector, "role in (edge),zone!=b")),
 			nodes: []*corev1.Node{
 				node("e1", label("role", "edge"), label("zone", "a")),
 				node("e2", label("role", "edge"), label("zone", "b")),
 				node("w1", label("role", "worker")),
 			},
-			mode: ModeDeployment, replicas: 1, eligible: []string{"e1"},
+			mode: contract.ModeDeployment, replicas: 1, eligible: []string{"e1"},
 			check: func(t *testing.T, w Workload) {
 				reqs := w.Deployment.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions
 				want := []corev1.NodeSelectorRequirement{
-					{Key: LabelExcludeFromLB, Operator: corev1.NodeSelectorOpDoesNotExist},
-					{Key: LabelExclude, Operator: corev1.NodeSelectorOpDoesNotExist},
-					{Key: LabelUnhealthy, Operator: corev1.NodeSelectorOpDoesNotExist},
+					{Key: contract.LabelExcludeFromLB, Operator: corev1.NodeSelectorOpDoesNotExist},
+					{Key: contract.LabelExclude, Operator: corev1.NodeSelectorOpDoesNotExist},
+					{Key: contract.LabelUnhealthy, Operator: corev1.NodeSelectorOpDoesNotExist},
 					{Key: "role", Operator: corev1.NodeSelectorOpIn, Values: []string{"edge"}},
 					{Key: "zone", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"b"}},
 				}
@@ -112,11 +114,11 @@ func TestDesired(t *testing.T) {
 		},
 		{
 			name: "no eligible node keeps one pending replica", svc: service(), nodes: []*corev1.Node{node("n1", notReady)},
-			mode: ModeDeployment, replicas: 1,
+			mode: contract.ModeDeployment, replicas: 1,
 		},
 		{
-			name: "daemonset", svc: service(annotate(AnnotationProxyMode, "daemonset")), nodes: three,
-			mode: ModeDaemonSet, replicas: 3, eligible: []string{"n1", "n2", "n3"},
+			name: "daemonset", svc: service(annotate(contract.AnnotationProxyMode, "daemonset")), nodes: three,
+			mode: contract.ModeDaemonSet, replicas: 3, eligible: []string{"n1", "n2", "n3"},
 			check: func(t *testing.T, w Workload) {
 				if w.Deployment != nil || w.DaemonSet == nil {
 					t.Fatalf("want only a DaemonSet")
@@ -128,16 +130,16 @@ func TestDesired(t *testing.T) {
 		},
 		{
 			name:  "invalid annotations fall back to defaults",
-			svc:   service(annotate(AnnotationProxyMode, "statefulset", AnnotationReplicas, "two", AnnotationNodeSelector, "role in (", AnnotationAddressType, "public")),
-			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
-			problems: []string{AnnotationAddressType, AnnotationNodeSelector, AnnotationProxyMode, AnnotationReplicas},
+			svc:   service(annotate(contract.AnnotationProxyMode, "statefulset", contract.AnnotationReplicas, "two", contract.AnnotationNodeSelector, "role in (", contract.AnnotationAddressType, "public")),
+			nodes: three, mode: contract.ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			problems: []string{contract.AnnotationAddressType, contract.AnnotationNodeSelector, contract.AnnotationProxyMode, contract.AnnotationReplicas},
 		},
 		{
 			name: "SCTP port is skipped",
 			svc: service(func(s *corev1.Service) {
 				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Port: 9, Protocol: corev1.ProtocolSCTP})
 			}),
-			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			nodes: three, mode: contract.ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
 			problems: []string{"spec.ports"},
 			check: func(t *testing.T, w Workload) {
 				if got := containerArg(w, "--ports="); got != "--ports=TCP:80,UDP:53" {
@@ -148,7 +150,7 @@ func TestDesired(t *testing.T) {
 		{
 			name:  "headless Service gets no workload",
 			svc:   service(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "None", []string{"None"} }),
-			nodes: three, mode: ModeDeployment, eligible: []string{"n1", "n2", "n3"},
+			nodes: three, mode: contract.ModeDeployment, eligible: []string{"n1", "n2", "n3"},
 			problems: []string{"spec.clusterIP"},
 			check: func(t *testing.T, w Workload) {
 				if !w.Empty() {
@@ -162,7 +164,7 @@ func TestDesired(t *testing.T) {
 				s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00::10"}
 				s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24", "2001:db8::/32"}
 			}),
-			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			nodes: three, mode: contract.ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
 			check: func(t *testing.T, w Workload) {
 				if got := containerArg(w, "--cluster-ips="); got != "--cluster-ips=10.96.0.10,fd00::10" {
 					t.Errorf("cluster-ips flag = %q", got)
@@ -178,7 +180,7 @@ func TestDesired(t *testing.T) {
 		{
 			name:  "externalTrafficPolicy Local targets NodePorts next to the backends",
 			svc:   service(func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal }),
-			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			nodes: three, mode: contract.ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
 			check: func(t *testing.T, w Workload) {
 				if !w.NodePortTarget {
 					t.Errorf("NodePortTarget = false")
@@ -208,7 +210,7 @@ func TestDesired(t *testing.T) {
 				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 				s.Spec.Ports[1].NodePort = 0
 			}),
-			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			nodes: three, mode: contract.ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
 			problems: []string{"spec.allocateLoadBalancerNodePorts"},
 			check: func(t *testing.T, w Workload) {
 				if w.NodePortTarget || w.Deployment.Spec.Template.Spec.Affinity.PodAffinity != nil {
@@ -221,7 +223,7 @@ func TestDesired(t *testing.T) {
 			svc: service(func(s *corev1.Service) {
 				s.Spec.Ports = []corev1.ServicePort{{Port: 9470, Protocol: corev1.ProtocolTCP}, {Port: 9471, Protocol: corev1.ProtocolTCP}}
 			}),
-			nodes: three, mode: ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
+			nodes: three, mode: contract.ModeDeployment, replicas: 2, eligible: []string{"n1", "n2", "n3"},
 			check: func(t *testing.T, w Workload) {
 				c := w.Deployment.Spec.Template.Spec.Containers[0]
 				if got := c.ReadinessProbe.HTTPGet.Port.IntValue(); got != 9472 {
@@ -273,10 +275,10 @@ func checkInvariants(t *testing.T, svc *corev1.Service, w Workload) {
 	if meta.Name != Name(svc.Namespace, svc.Name) || meta.Namespace != "pulselb-system" {
 		t.Errorf("workload %s/%s", meta.Namespace, meta.Name)
 	}
-	if k, ok := ServiceOf(meta.Labels); !ok || k.Namespace != svc.Namespace || k.Name != svc.Name {
+	if k, ok := contract.ServiceOf(meta.Labels); !ok || k.Namespace != svc.Namespace || k.Name != svc.Name {
 		t.Errorf("workload labels %v do not point back to the Service", meta.Labels)
 	}
-	if k, ok := ServiceOf(spec.Labels); !ok || k.Name != svc.Name {
+	if k, ok := contract.ServiceOf(spec.Labels); !ok || k.Name != svc.Name {
 		t.Errorf("pod labels %v do not point back to the Service", spec.Labels)
 	}
 	for k, v := range sel.MatchLabels {
@@ -284,7 +286,7 @@ func checkInvariants(t *testing.T, svc *corev1.Service, w Workload) {
 			t.Errorf("selector %v does not match pod labels %v", sel.MatchLabels, spec.Labels)
 		}
 	}
-	if meta.Annotations[AnnotationSpecHash] == "" {
+	if meta.Annotations[contract.AnnotationSpecHash] == "" {
 		t.Errorf("no spec hash annotation")
 	}
 	ps := spec.Spec
@@ -330,8 +332,8 @@ func checkInvariants(t *testing.T, svc *corev1.Service, w Workload) {
 		t.Errorf("control-plane taint not tolerated: %+v", ps.Tolerations)
 	}
 	pref := ps.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
-	if len(pref) != 1 || pref[0].Preference.MatchExpressions[0].Key != LabelExternalIP {
-		t.Errorf("preferred affinity %+v, want %s", pref, LabelExternalIP)
+	if len(pref) != 1 || pref[0].Preference.MatchExpressions[0].Key != contract.LabelExternalIP {
+		t.Errorf("preferred affinity %+v, want %s", pref, contract.LabelExternalIP)
 	}
 	if w.Deployment != nil {
 		tsc := ps.TopologySpreadConstraints
@@ -360,19 +362,19 @@ func TestDesiredStable(t *testing.T) {
 	nodes := []*corev1.Node{node("n1"), node("n2")}
 	a, _ := Desired(service(), nodes, testCfg)
 	b, _ := Desired(service(), []*corev1.Node{node("n2"), node("n1")}, testCfg)
-	if a.Deployment.Annotations[AnnotationSpecHash] != b.Deployment.Annotations[AnnotationSpecHash] {
+	if a.Deployment.Annotations[contract.AnnotationSpecHash] != b.Deployment.Annotations[contract.AnnotationSpecHash] {
 		t.Errorf("the spec hash depends on node order")
 	}
 	// Health labels change eligibility (replicas) but never the pod
 	// template, so failing nodes never start a rollout.
-	c, _ := Desired(service(annotate(AnnotationReplicas, "1")), []*corev1.Node{node("n1", label(LabelUnhealthy, "true")), node("n2")}, testCfg)
-	d, _ := Desired(service(annotate(AnnotationReplicas, "1")), nodes, testCfg)
+	c, _ := Desired(service(annotate(contract.AnnotationReplicas, "1")), []*corev1.Node{node("n1", label(contract.LabelUnhealthy, "true")), node("n2")}, testCfg)
+	d, _ := Desired(service(annotate(contract.AnnotationReplicas, "1")), nodes, testCfg)
 	if c.Deployment.Spec.Template.String() != d.Deployment.Spec.Template.String() {
 		t.Errorf("pod template changes with node health")
 	}
 	// A port change must change the hash so the controller updates.
 	e, _ := Desired(service(func(s *corev1.Service) { s.Spec.Ports[0].Port = 8080 }), nodes, testCfg)
-	if e.Deployment.Annotations[AnnotationSpecHash] == a.Deployment.Annotations[AnnotationSpecHash] {
+	if e.Deployment.Annotations[contract.AnnotationSpecHash] == a.Deployment.Annotations[contract.AnnotationSpecHash] {
 		t.Errorf("the spec hash ignores a port change")
 	}
 }

@@ -4,10 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"slices"
-	"strconv"
 	"strings"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 // DefaultVantages is how many prober nodes probe each target.
@@ -20,19 +17,6 @@ type Vantage struct {
 	// Zone is the node's topology.kubernetes.io/zone label; "" when unset.
 	Zone string
 }
-
-// TargetKey names a Service port on a node, the unit of vantage assignment
-// and of verdicts: "namespace/name:PROTOCOL/port@node". Every prober and
-// the controller compute the same key.
-func TargetKey(service, portProtocol string, port int32, node string) string {
-	if portProtocol == "" {
-		portProtocol = "TCP"
-	}
-	return service + ":" + portProtocol + "/" + strconv.Itoa(int(port)) + "@" + node
-}
-
-// BeaconKey names the beacon of node.
-func BeaconKey(node string) string { return "beacon@" + node }
 
 // Vantages returns the k prober nodes that probe the target key on
 // targetNode, best first: rendezvous hashing, the k highest
@@ -97,28 +81,4 @@ func score(node, key string) uint64 {
 	b.WriteString(key)
 	sum := sha256.Sum256([]byte(b.String()))
 	return binary.BigEndian.Uint64(sum[:8])
-}
-
-// AppName is the app.kubernetes.io/name label of prober pods.
-const AppName = "pulselb-prober"
-
-// Candidates returns the vantages among pods (prober pods): those Running,
-// Ready and not terminating, on a node that ready reports Ready, with the
-// node's zone from zone. Each node counts once; the order is pods'.
-func Candidates(pods []*corev1.Pod, ready map[string]bool, zone map[string]string) []Vantage {
-	var out []Vantage
-	seen := map[string]bool{}
-	for _, p := range pods {
-		n := p.Spec.NodeName
-		if n == "" || seen[n] || !ready[n] || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
-			continue
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				seen[n] = true
-				out = append(out, Vantage{Node: n, Zone: zone[n]})
-			}
-		}
-	}
-	return out
 }

@@ -81,7 +81,7 @@ func TestVantageBalance(t *testing.T) {
 	targets := make([]target, targetCount)
 	for i := range targets {
 		n := nodes[i%nodeCount].Node
-		targets[i] = target{TargetKey(fmt.Sprintf("ns%d/svc%d", i%17, i), "TCP", 80, n), n}
+		targets[i] = target{fmt.Sprintf("ns%d/svc%d:TCP/80@%s", i%17, i, n), n}
 	}
 	assign := func(cands []Vantage) map[string][]string {
 		out := make(map[string][]string, len(targets))

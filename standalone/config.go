@@ -24,6 +24,7 @@ import (
 	"github.com/miekg/dns"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
@@ -154,7 +155,7 @@ type Port struct {
 // Key returns the target key of port p of service svc on host, the key
 // every instance's report uses.
 func Key(svc string, p Port, host string) string {
-	return prober.TargetKey(svc, p.Protocol, int32(p.Port), host)
+	return contract.TargetKey(svc, p.Protocol, int32(p.Port), host)
 }
 
 // PortKey is p as the status package names ports.
@@ -501,7 +502,7 @@ func (d *decoder) dns(n *yaml.Node, cfg *Config) {
 		cfg.DNS.Listen = d.listenAddr(v, "dns.listen")
 	}
 	if v := m["ttl"]; v != nil {
-		ttl, _ := d.integer(v, "dns.ttl", 1, dnsexport.MaxTTL)
+		ttl, _ := d.integer(v, "dns.ttl", 1, contract.MaxDNSTTL)
 		cfg.DNS.TTL = uint32(ttl)
 	}
 	if v := m["nameservers"]; v != nil {
@@ -625,8 +626,13 @@ func (d *decoder) services(n *yaml.Node, cfg *Config) {
 			for j, h := range d.list(v, p+".hostnames") {
 				hp := fmt.Sprintf("%s.hostnames[%d]", p, j)
 				if s, ok := d.str(h, hp); ok {
-					fq := strings.ToLower(dns.Fqdn(s))
-					if _, ok := dns.IsDomainName(fq); !ok || (cfg.Zone != "" && !dns.IsSubDomain(cfg.Zone, fq)) {
+					name, err := contract.Hostname(s)
+					if err != nil {
+						d.errorf(h, hp, "%q is not a hostname: %v", s, err)
+						continue
+					}
+					fq := dns.Fqdn(name)
+					if cfg.Zone != "" && !dns.IsSubDomain(cfg.Zone, fq) {
 						d.errorf(h, hp, "%q is not a name inside zone %s", s, cfg.Zone)
 						continue
 					}
@@ -635,7 +641,7 @@ func (d *decoder) services(n *yaml.Node, cfg *Config) {
 			}
 		}
 		if v := m["ttl"]; v != nil {
-			ttl, _ := d.integer(v, p+".ttl", 1, dnsexport.MaxTTL)
+			ttl, _ := d.integer(v, p+".ttl", 1, contract.MaxDNSTTL)
 			svc.TTL = uint32(ttl)
 		}
 		if v := m["publish-when"]; v != nil {

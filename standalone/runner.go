@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
@@ -738,7 +739,7 @@ func viewReports(reports []*v1alpha1.ProbeReport, now time.Time) map[string]*rep
 		}
 		for i := range rep.Status.Results {
 			res := &rep.Status.Results[i]
-			v.results[prober.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
+			v.results[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
 		}
 		out[rep.Name] = v
 	}

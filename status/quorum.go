@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/prober"
 )
 
 // Verdict is the controller's conclusion about a target or a node beacon,
@@ -129,7 +129,7 @@ func IndexReports(reports []*v1alpha1.ProbeReport, now time.Time) Reports {
 		}
 		for i := range r.Status.Results {
 			res := &r.Status.Results[i]
-			ir.results[prober.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
+			ir.results[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
 		}
 		for i := range r.Status.Beacons {
 			b := &r.Status.Beacons[i]
@@ -141,7 +141,7 @@ func IndexReports(reports []*v1alpha1.ProbeReport, now time.Time) Reports {
 }
 
 // Target is what Judge decides about: a Service port on a node (Key from
-// prober.TargetKey) or, with Beacon set, Node's beacon.
+// contract.TargetKey) or, with Beacon set, Node's beacon.
 type Target struct {
 	Key    string
 	Node   string

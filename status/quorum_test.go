@@ -7,8 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/prober"
 )
 
 var quorumNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -75,7 +75,7 @@ func TestJudge(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				idx := IndexReports(reportsOf(tt.votes...), quorumNow)
-				target := Target{Key: prober.TargetKey("shop/web", "TCP", 80, "n1"), Node: "n1", Beacon: beacon, Vantages: tt.vantages, MinDown: tt.minDown}
+				target := Target{Key: contract.TargetKey("shop/web", "TCP", 80, "n1"), Node: "n1", Beacon: beacon, Vantages: tt.vantages, MinDown: tt.minDown}
 				j := Judge(idx, target, tt.prev)
 				if j.Verdict != tt.want || j.Reason != tt.reason {
 					t.Fatalf("Judge = %v (%s: %s), want %v (%s)", j.Verdict, j.Reason, j.Summary(), tt.want, tt.reason)
@@ -95,7 +95,7 @@ func TestReportHeartbeatInterval(t *testing.T) {
 	for _, rep := range r {
 		rep.Status.HeartbeatSeconds = 2 // stale after 6s
 	}
-	j := Judge(IndexReports(r, quorumNow), Target{Key: prober.TargetKey("shop/web", "TCP", 80, "n1"), Node: "n1", Vantages: []string{"a", "b"}}, VerdictUp)
+	j := Judge(IndexReports(r, quorumNow), Target{Key: contract.TargetKey("shop/web", "TCP", 80, "n1"), Node: "n1", Vantages: []string{"a", "b"}}, VerdictUp)
 	if j.Verdict != VerdictUp || j.Reason != ReasonNoFreshVantage {
 		t.Fatalf("got %v (%s), want reports stale after 3 of their own heartbeats", j.Verdict, j.Reason)
 	}
@@ -148,7 +148,7 @@ func TestNodeHealth(t *testing.T) {
 // Down vote can neither fail a target nor hold one back.
 func TestJudgeIgnoresVantagesOnDownNodes(t *testing.T) {
 	const up, down = v1alpha1.StateUp, v1alpha1.StateDown
-	key := prober.TargetKey("shop/web", "TCP", 80, "n1")
+	key := contract.TargetKey("shop/web", "TCP", 80, "n1")
 	tests := []struct {
 		name   string
 		votes  []vote

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/controller"
 	"github.com/pulselb/pulselb/dashboard"
@@ -71,7 +72,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	pullPolicy := fs.String("proxy-image-pull-policy", string(corev1.PullIfNotPresent), "Always, IfNotPresent or Never")
 	priorityClass := fs.String("proxy-priority-class", placement.DefaultPriorityClassName, "priority class of proxy pods; empty for none")
 	proxyMode := fs.String("proxy-mode", placement.DefaultProxyMode, "the proxies' --mode: auto, iptables or userspace")
-	classOnly := fs.Bool("class-only", false, "serve only Services with loadBalancerClass "+controller.Class+", not those without a class")
+	classOnly := fs.Bool("class-only", false, "serve only Services with loadBalancerClass "+contract.Class+", not those without a class")
 	workers := fs.Int("workers", 16, "Services reconciled in parallel; most of a sync is waiting on the API server")
 	probeReports := fs.Bool("probe-reports", true, "judge health from the probers' ProbeReports (needs the ProbeReport CRD from deploy/crds/ and the prober DaemonSet); false: a node is down only while labelled pulselb.io/unhealthy")
 	vantages := fs.Int("vantages", prober.DefaultVantages, "probers per target; must equal the probers' --vantages")
@@ -89,7 +90,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	dnsZone := fs.String("dns-zone", "", "serve this DNS zone from Service status on every replica, e.g. lb.example.com; empty turns DNS off")
 	fs.Var(&dnsNS, "dns-ns", "name server of the zone, repeatable: ns1.lb.example.com=192.0.2.53 (addresses, comma-separated, required inside the zone) or ns.example.net; required with --dns-zone")
 	dnsListen := fs.String("dns-listen", ":53", "UDP and TCP address of the DNS server")
-	dnsTTL := fs.Uint("dns-ttl", uint(dnsexport.DefaultTTL), "TTL of a Service's records when it sets no "+dnsexport.AnnotationTTL)
+	dnsTTL := fs.Uint("dns-ttl", uint(dnsexport.DefaultTTL), "TTL of a Service's records when it sets no "+contract.AnnotationDNSTTL)
 	dnsHostmaster := fs.String("dns-hostmaster", "", "SOA RNAME; default hostmaster.<zone>")
 	dnsMaxUDP := fs.Uint("dns-max-udp-size", 1232, "largest UDP response")
 	dnsSecondaries := fs.String("dns-secondaries", "", "NOTIFY targets, comma-separated ip:port[/keyname]")
@@ -132,8 +133,8 @@ func runController(args []string, _, stderr io.Writer) int {
 		}
 		dnsCfg = &cfg
 	}
-	if *dnsEndpoints && (*dnsTTL < 1 || *dnsTTL > dnsexport.MaxTTL) {
-		fmt.Fprintf(stderr, "pulselb controller: --dns-ttl=%d: want 1 to %d seconds\n", *dnsTTL, dnsexport.MaxTTL)
+	if *dnsEndpoints && (*dnsTTL < 1 || *dnsTTL > contract.MaxDNSTTL) {
+		fmt.Fprintf(stderr, "pulselb controller: --dns-ttl=%d: want 1 to %d seconds\n", *dnsTTL, contract.MaxDNSTTL)
 		return 2
 	}
 	if *probeReports && *vantages < 1 {
@@ -239,7 +240,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	cluster := informers.NewSharedInformerFactory(client, 0)
 	system := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(*namespace))
 	ctl, err := controller.New(ctx, client, cluster, system, recorder, controller.Config{
-		ClassOnly:    *classOnly,
+		Services:     contract.Selection{ClassOnly: *classOnly},
 		Health:       health,
 		DNSEndpoints: endpointWriter,
 		Placement: placement.Config{
@@ -285,9 +286,8 @@ func runController(args []string, _, stderr io.Writer) int {
 			return 1
 		}
 		feed, err := dnsexport.NewFeed(dnsSrv, cluster.Core().V1().Services(), dnsexport.FeedConfig{
-			Class:     controller.Class,
-			ClassOnly: *classOnly,
-			Report:    dnsProblemReporter(logger, recorder, &leading),
+			Services: contract.Selection{ClassOnly: *classOnly},
+			Report:   dnsProblemReporter(logger, recorder, &leading),
 		})
 		if err != nil {
 			logger.Error(err, "Creating DNS feed failed")
@@ -397,8 +397,8 @@ func dnsConfig(zone string, nameServers []string, listen string, ttl uint, hostm
 		}
 		cfg.Zone.NameServers = append(cfg.Zone.NameServers, ns)
 	}
-	if ttl < 1 || ttl > dnsexport.MaxTTL {
-		return cfg, fmt.Errorf("--dns-ttl=%d: want 1 to %d seconds", ttl, dnsexport.MaxTTL)
+	if ttl < 1 || ttl > contract.MaxDNSTTL {
+		return cfg, fmt.Errorf("--dns-ttl=%d: want 1 to %d seconds", ttl, contract.MaxDNSTTL)
 	}
 	cfg.Zone.DefaultTTL = uint32(ttl)
 	if maxUDP < 512 || maxUDP > 65535 {

@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/controller"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/agent"
 )
@@ -51,7 +51,7 @@ func runProber(args []string, _, stderr io.Writer) int {
 	heartbeat := fs.Duration("heartbeat", agent.DefaultHeartbeat, "report heartbeat interval")
 	minWrite := fs.Duration("min-write-interval", agent.DefaultMinWriteInterval, "least time between report writes caused by state changes")
 	concurrency := fs.Int("concurrency", prober.DefaultConcurrency, "probes in flight at most")
-	classOnly := fs.Bool("class-only", false, "probe only Services with loadBalancerClass "+controller.Class+", as the controller's --class-only")
+	classOnly := fs.Bool("class-only", false, "probe only Services with loadBalancerClass "+contract.Class+", as the controller's --class-only")
 	metricsAddr := fs.String("metrics-address", ":9473", "address for /metrics and /healthz; empty disables")
 	qps := fs.Float64("kube-api-qps", 5, "API requests per second")
 	burst := fs.Int("kube-api-burst", 10, "API request burst")
@@ -133,8 +133,7 @@ func runProber(args []string, _, stderr io.Writer) int {
 	a, err := agent.New(ctx, cluster, system, v1alpha1.NewClient(dyn), agent.Config{
 		Node:             *nodeName,
 		Namespace:        *namespace,
-		Class:            controller.Class,
-		ClassOnly:        *classOnly,
+		Services:         contract.Selection{ClassOnly: *classOnly},
 		Vantages:         *vantages,
 		BeaconPort:       uint16(*beaconPort),
 		Heartbeat:        *heartbeat,

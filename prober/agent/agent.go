@@ -3,8 +3,8 @@
 // keeps those the vantage assignment gives its node, probes them with the
 // prober engine, answers its own node's beacon, and writes its node's
 // ProbeReport on every state change (coalesced) and as a heartbeat. It is
-// a subpackage of prober because it reads Service annotations through
-// placement, which itself imports prober.
+// a subpackage of prober because it reads Services through the contract
+// package, which itself imports prober.
 package agent
 
 import (
@@ -29,15 +29,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/prober"
 )
-
-// AnnotationAllowedNamespaces on a Secret in the pulselb namespace lists
-// (comma-separated) the namespaces whose Services may use it in a mysql
-// probe's secret= option.
-const AnnotationAllowedNamespaces = placement.Prefix + "allowed-namespaces"
 
 // Defaults of Config.
 const (
@@ -54,10 +49,9 @@ type Config struct {
 	// Namespace holds the proxy and prober pods, the reports and the
 	// probe Secrets (pulselb-system).
 	Namespace string
-	// Class is the loadBalancerClass served; ClassOnly skips Services
-	// without a class, as the controller's --class-only does.
-	Class     string
-	ClassOnly bool
+	// Services says which Services are probed; it must equal the
+	// controller's (--class-only).
+	Services contract.Selection
 	// Vantages is K, the probers per target; it must equal the controller's.
 	Vantages int
 	// BeaconPort is the hostPort every prober pod's beacon listens on.
@@ -329,17 +323,13 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]target
 	for _, n := range nodes {
 		zone[n.Name] = n.Labels[corev1.LabelTopologyZone]
 		addr[n.Name] = nodeAddr(n)
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				ready[n.Name] = c.Status == corev1.ConditionTrue
-			}
-		}
+		ready[n.Name] = contract.NodeReady(n)
 	}
-	proberPods, err := a.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: prober.AppName}))
+	proberPods, err := a.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProberAppName}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing prober pods: %w", err)
 	}
-	cands := prober.Candidates(proberPods, ready, zone)
+	cands := contract.Candidates(proberPods, ready, zone)
 	self := a.cfg.Node
 	mine := func(key, node string) bool {
 		return slices.Contains(prober.Vantages(key, node, zone[node], cands, a.cfg.Vantages), self)
@@ -348,7 +338,7 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]target
 	var out []prober.Target
 	meta := map[string]targetMeta{}
 	for _, v := range cands {
-		key := prober.BeaconKey(v.Node)
+		key := contract.BeaconKey(v.Node)
 		if v.Node == self || !addr[v.Node].IsValid() || !mine(key, v.Node) {
 			continue
 		}
@@ -360,7 +350,7 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]target
 		meta[key] = targetMeta{beacon: true, node: v.Node, protocol: prober.TCP}
 	}
 
-	proxies, err := a.pods.List(labels.SelectorFromSet(labels.Set{placement.LabelAppName: placement.AppName}))
+	proxies, err := a.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing proxy pods: %w", err)
 	}
@@ -369,38 +359,29 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]target
 		if node == "" || node == self || pod.DeletionTimestamp != nil || !addr[node].IsValid() {
 			continue
 		}
-		name, ok := placement.ServiceOf(pod.Labels)
+		name, ok := contract.ServiceOf(pod.Labels)
 		if !ok {
 			continue
 		}
 		svc, err := a.services.Services(name.Namespace).Get(name.Name)
-		if err != nil || !a.serves(svc) {
+		if err != nil || svc.DeletionTimestamp != nil || !a.cfg.Services.Serves(svc) {
 			continue
 		}
-		settings, _ := placement.Parse(svc) // the controller reports the problems
-		for _, sp := range svc.Spec.Ports {
-			proto := string(sp.Protocol)
-			if proto == "" {
-				proto = string(corev1.ProtocolTCP)
-			}
-			key := prober.TargetKey(name.String(), proto, sp.Port, node)
-			if _, dup := meta[key]; dup || sp.Port <= 0 || sp.Port > 65535 || !mine(key, node) {
+		settings, _ := contract.Parse(svc) // the controller reports the problems
+		for _, pr := range settings.Probes {
+			port := pr.Port
+			key := contract.TargetKey(name.String(), string(port.Protocol), port.Port, node)
+			if _, dup := meta[key]; dup || port.Port <= 0 || port.Port > 65535 || !mine(key, node) {
 				continue
 			}
-			text := placement.ProbeSpec(settings, sp)
-			spec, err := prober.Parse(text)
-			if err != nil {
-				continue // Parse in placement already refused it
-			}
-			p, err := a.prober(ctx, key, text, svc.Namespace)
+			p, err := a.prober(ctx, key, pr.Text, svc.Namespace)
 			if err != nil {
 				return nil, nil, err
 			}
-			t := prober.Target{Key: key, Addr: netip.AddrPortFrom(addr[node], uint16(sp.Port)), Protocol: spec.Protocol, Prober: p,
-				Interval: cmpOr(spec.Interval, settings.ProbeInterval), Timeout: cmpOr(spec.Timeout, settings.ProbeTimeout),
-				Rise: cmpOr(spec.Rise, settings.Rise), Fall: cmpOr(spec.Fall, settings.Fall)}
+			t := prober.Target{Key: key, Addr: netip.AddrPortFrom(addr[node], uint16(port.Port)), Protocol: pr.Spec.Protocol, Prober: p,
+				Interval: pr.Interval, Timeout: pr.Timeout, Rise: pr.Rise, Fall: pr.Fall}
 			out = append(out, t)
-			meta[key] = targetMeta{service: name.String(), port: sp.Port, portProtocol: proto, protocol: spec.Protocol, node: node}
+			meta[key] = targetMeta{service: name.String(), port: port.Port, portProtocol: string(port.Protocol), protocol: pr.Spec.Protocol, node: node}
 		}
 	}
 	return out, meta, nil
@@ -426,16 +407,6 @@ func (a *Agent) prober(_ context.Context, key, text, namespace string) (prober.P
 	// A new spec may probe another name or port: forget what the old one saw.
 	delete(a.certs, key)
 	return p, nil
-}
-
-func (a *Agent) serves(svc *corev1.Service) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil {
-		return false
-	}
-	if svc.Spec.LoadBalancerClass == nil {
-		return !a.cfg.ClassOnly
-	}
-	return *svc.Spec.LoadBalancerClass == a.cfg.Class
 }
 
 // Observation turns a concluded target status (Up or Down) into the
@@ -499,7 +470,7 @@ func (a *Agent) Report() v1alpha1.ProbeReportStatus {
 		}
 	}
 	slices.SortFunc(st.Results, func(x, y v1alpha1.ProbeResult) int {
-		return strings.Compare(prober.TargetKey(x.Service, x.PortProtocol, x.Port, x.Node), prober.TargetKey(y.Service, y.PortProtocol, y.Port, y.Node))
+		return strings.Compare(contract.TargetKey(x.Service, x.PortProtocol, x.Port, x.Node), contract.TargetKey(y.Service, y.PortProtocol, y.Port, y.Node))
 	})
 	slices.SortFunc(st.Beacons, func(x, y v1alpha1.BeaconResult) int { return strings.Compare(x.Node, y.Node) })
 	return st
@@ -562,14 +533,6 @@ func truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "..."
-}
-
-func cmpOr[T comparable](a, b T) T {
-	var zero T
-	if a != zero {
-		return a
-	}
-	return b
 }
 
 func ptrTo[T any](v T) *T { return &v }

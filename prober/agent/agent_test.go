@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/prober"
 )
 
@@ -47,11 +47,11 @@ func readyPod(name, node string, labels map[string]string) *corev1.Pod {
 }
 
 func proberPod(node string) *corev1.Pod {
-	return readyPod("prober-"+node, node, map[string]string{placement.LabelAppName: prober.AppName})
+	return readyPod("prober-"+node, node, map[string]string{contract.LabelAppName: contract.ProberAppName})
 }
 
 func proxyPod(svc *corev1.Service, node string) *corev1.Pod {
-	return readyPod(placement.Name(svc.Namespace, svc.Name)+"-"+node, node, placement.Selector(svc))
+	return readyPod("pulselb-"+svc.Name+"-"+node, node, contract.ProxySelector(svc))
 }
 
 func service(name string, annotations map[string]string, ports ...corev1.ServicePort) *corev1.Service {
@@ -70,7 +70,7 @@ func newAgent(t *testing.T, ctx context.Context, self string, cfg Config, objs .
 	system := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(systemNS))
 	reports := v1alpha1.NewClient(dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{v1alpha1.Resource: "ProbeReportList"}))
-	cfg.Node, cfg.Namespace, cfg.Class = self, systemNS, "pulselb.io/node-proxy"
+	cfg.Node, cfg.Namespace, cfg.Services = self, systemNS, contract.Selection{}
 	a, err := New(ctx, cluster, system, reports, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestTargetsFollowVantageAssignment(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	web := service("web", map[string]string{placement.AnnotationProbe: "http path=/healthz"},
+	web := service("web", map[string]string{contract.AnnotationProbe: "http path=/healthz"},
 		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
 		corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})
 	other := service("other", nil, corev1.ServicePort{Port: 81, Protocol: corev1.ProtocolTCP})
@@ -117,14 +117,14 @@ func TestTargetsFollowVantageAssignment(t *testing.T) {
 				got[tg.Key] = tg
 			}
 			for _, v := range cands {
-				keys := []string{prober.BeaconKey(v.Node), prober.TargetKey("shop/web", "TCP", 80, v.Node), prober.TargetKey("shop/web", "UDP", 53, v.Node)}
+				keys := []string{contract.BeaconKey(v.Node), contract.TargetKey("shop/web", "TCP", 80, v.Node), contract.TargetKey("shop/web", "UDP", 53, v.Node)}
 				for _, key := range keys {
 					want := v.Node != "nc" && slices.Contains(prober.Vantages(key, v.Node, v.Zone, cands, k), "nc")
 					if _, ok := got[key]; ok != want {
 						t.Errorf("%s probed = %v, want %v", key, ok, want)
 					}
 				}
-				if _, ok := got[prober.TargetKey("shop/other", "TCP", 81, v.Node)]; ok {
+				if _, ok := got[contract.TargetKey("shop/other", "TCP", 81, v.Node)]; ok {
 					t.Errorf("probes a Service of another class on %s", v.Node)
 				}
 			}
@@ -153,7 +153,7 @@ func TestSecretsAllowedNamespaces(t *testing.T) {
 	const password = "s3cret-value"
 	secret := func(name, allowed string, data map[string][]byte) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: name,
-			Annotations: map[string]string{AnnotationAllowedNamespaces: allowed}}, Data: data}
+			Annotations: map[string]string{contract.AnnotationAllowedNamespaces: allowed}}, Data: data}
 	}
 	a, _ := newAgent(t, ctx, "n1", Config{},
 		secret("db", "shop, billing", map[string][]byte{"password": []byte(password)}),
@@ -201,7 +201,7 @@ func TestRunReportsRealProbes(t *testing.T) {
 	go func() { _ = ServeBeacon(ctx, beaconLn) }()
 
 	port := int32(netip.MustParseAddrPort(proxyLn.Addr().String()).Port())
-	web := service("web", map[string]string{placement.AnnotationProbeInterval: "100ms", placement.AnnotationRise: "1", placement.AnnotationFall: "1"},
+	web := service("web", map[string]string{contract.AnnotationProbeInterval: "100ms", contract.AnnotationRise: "1", contract.AnnotationFall: "1"},
 		corev1.ServicePort{Name: "http", Port: port, Protocol: corev1.ProtocolTCP})
 	a, reports := newAgent(t, ctx, "n2", Config{
 		BeaconPort:       netip.MustParseAddrPort(beaconLn.Addr().String()).Port(),
@@ -211,7 +211,7 @@ func TestRunReportsRealProbes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 
-	key := prober.TargetKey("shop/web", "TCP", port, "n1")
+	key := contract.TargetKey("shop/web", "TCP", port, "n1")
 	waitFor := func(what string, ok func(*v1alpha1.ProbeReport) bool) *v1alpha1.ProbeReport {
 		t.Helper()
 		var last *v1alpha1.ProbeReport
@@ -231,7 +231,7 @@ func TestRunReportsRealProbes(t *testing.T) {
 	result := func(r *v1alpha1.ProbeReport) *v1alpha1.ProbeResult {
 		for i := range r.Status.Results {
 			res := &r.Status.Results[i]
-			if prober.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node) == key {
+			if contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node) == key {
 				return res
 			}
 		}

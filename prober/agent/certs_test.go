@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/prober"
 )
 
@@ -157,11 +157,11 @@ func TestRunReportsCertNotAfter(t *testing.T) {
 	keys := map[string]string{}
 	for _, tg := range targets {
 		port := int32(netip.MustParseAddrPort(tg.addr.String()).Port())
-		svc := service(tg.name, map[string]string{placement.AnnotationProbe: tg.probe, placement.AnnotationProbeInterval: "100ms",
-			placement.AnnotationRise: "1", placement.AnnotationFall: "1"},
+		svc := service(tg.name, map[string]string{contract.AnnotationProbe: tg.probe, contract.AnnotationProbeInterval: "100ms",
+			contract.AnnotationRise: "1", contract.AnnotationFall: "1"},
 			corev1.ServicePort{Name: "p", Port: port, Protocol: corev1.ProtocolTCP})
 		objs = append(objs, svc, proxyPod(svc, "n1"))
-		keys[tg.name] = prober.TargetKey("shop/"+tg.name, "TCP", port, "n1")
+		keys[tg.name] = contract.TargetKey("shop/"+tg.name, "TCP", port, "n1")
 	}
 	a, reports := newAgent(t, ctx, "n2", Config{
 		BeaconPort:       1, // nothing listens: the beacon is not under test
@@ -175,7 +175,7 @@ func TestRunReportsCertNotAfter(t *testing.T) {
 		out := map[string]*v1alpha1.ProbeResult{}
 		for i := range r.Status.Results {
 			res := &r.Status.Results[i]
-			out[prober.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = res
+			out[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = res
 		}
 		return out
 	}

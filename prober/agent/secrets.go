@@ -8,6 +8,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 // Secrets resolves a mysql probe's secret= for the Services of one
@@ -28,12 +30,12 @@ func (s Secrets) Password(_ context.Context, name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("getting secret %q: %w", name, err)
 	}
-	allowed := strings.Split(sec.Annotations[AnnotationAllowedNamespaces], ",")
+	allowed := strings.Split(sec.Annotations[contract.AnnotationAllowedNamespaces], ",")
 	for i := range allowed {
 		allowed[i] = strings.TrimSpace(allowed[i])
 	}
 	if s.Namespace == "" || !slices.Contains(allowed, s.Namespace) {
-		return "", fmt.Errorf("secret %q does not list namespace %q in %s", name, s.Namespace, AnnotationAllowedNamespaces)
+		return "", fmt.Errorf("secret %q does not list namespace %q in %s", name, s.Namespace, contract.AnnotationAllowedNamespaces)
 	}
 	pw, ok := sec.Data["password"]
 	if !ok {

@@ -259,7 +259,7 @@ func TestManifestsDefaults(t *testing.T) {
 	t.Run("Prober", func(t *testing.T) {
 		ds := decode[appsv1.DaemonSet](t, docs, "DaemonSet", "pulselb-prober")
 		pod := ds.Spec.Template.Spec
-		// prober.AppName: the controller and the probers pick vantages
+		// contract.ProberAppName: the controller and the probers pick vantages
 		// among pods with this label.
 		if got := ds.Spec.Template.Labels["app.kubernetes.io/name"]; got != "pulselb-prober" {
 			t.Errorf("prober pod label app.kubernetes.io/name = %q, want pulselb-prober", got)

@@ -1,7 +1,9 @@
-package placement
+package contract
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -10,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/pulselb/pulselb/prober"
 )
@@ -57,9 +58,8 @@ const (
 	ModeDaemonSet  Mode = "daemonset"
 )
 
-// Values of address-type, publish-when and all-down. The status package
-// interprets them; they are validated here so that every annotation problem
-// of a Service is found in one place.
+// Values of address-type, publish-when and all-down; Parse accepts these
+// and no others, and status and standalone mode act on them.
 const (
 	AddressAuto     = "auto"
 	AddressExternal = "external"
@@ -73,17 +73,14 @@ const (
 	AllDownPublishNone = "publish-none"
 )
 
-// Defaults of the annotations.
+// Defaults of the annotations. The DNS TTL has none here: an unset
+// dns-ttl means the server's --dns-ttl.
 const (
 	DefaultReplicas      = 2
 	DefaultProbeInterval = time.Second
 	DefaultRise          = 2
 	DefaultFall          = 2
-	DefaultDNSTTL        = 5
 )
-
-// MaxDNSTTL is the largest pulselb.io/dns-ttl (one day), as in dnsexport.
-const MaxDNSTTL = 86400
 
 // Problem is a Service setting pulselb cannot use: an invalid annotation or
 // a spec field the proxy cannot serve. Key names the annotation or field,
@@ -104,7 +101,8 @@ func (p Problem) String() string {
 	return s
 }
 
-// Settings is a Service's pulselb configuration with defaults applied.
+// Settings is a Service's pulselb configuration with defaults applied:
+// every value Parse could use, typed.
 type Settings struct {
 	Mode     Mode
 	Replicas int32
@@ -115,17 +113,50 @@ type Settings struct {
 	nodeSelector labels.Selector
 
 	AddressType string
-	// Probes maps a port key (port name or number, or "" for every port) to
-	// its validated probe spec text.
-	Probes        map[string]string
+	// Probes holds the probe of each of the Service's ports, in the
+	// order of spec.ports (a port listed twice once).
+	Probes        []Probe
 	ProbeInterval time.Duration
 	// ProbeTimeout is zero for adaptive.
 	ProbeTimeout time.Duration
 	Rise, Fall   int
 	PublishWhen  string
 	AllDown      string
-	Hostnames    []string
-	DNSTTL       uint32
+	// Hostnames are the valid names of the hostname annotations, sorted,
+	// each once, lower case, without the final dot.
+	Hostnames []string
+	// DNSTTL is pulselb.io/dns-ttl; zero when unset or invalid, for the
+	// server's default.
+	DNSTTL uint32
+}
+
+// Probe is how one Service port is probed.
+type Probe struct {
+	Port PortKey
+	// Text is the spec as the annotation wrote it, or the protocol's
+	// default ("tcp", "udp"); Spec is its parsed form.
+	Text string
+	Spec prober.Spec
+	// Interval, Timeout, Rise and Fall are the spec's own, else the
+	// Service's (Timeout zero: adaptive).
+	Interval, Timeout time.Duration
+	Rise, Fall        int
+}
+
+// SelectsNode reports whether the node-selector annotation admits a node
+// with these labels; true without one.
+func (s Settings) SelectsNode(nodeLabels map[string]string) bool {
+	return s.nodeSelector == nil || s.nodeSelector.Matches(labels.Set(nodeLabels))
+}
+
+// Probe returns the probe of port k, and whether the Service has the port.
+func (s Settings) Probe(k PortKey) (Probe, bool) {
+	for _, p := range s.Probes {
+		if p.Port == k {
+			return p, true
+		}
+	}
+	return Probe{}, false
 }
 
 // Parse reads a Service's pulselb annotations. Every invalid value becomes
@@ -142,8 +173,6 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 		Fall:          DefaultFall,
 		PublishWhen:   PublishAllPorts,
 		AllDown:       AllDownPublishAll,
-		DNSTTL:        DefaultDNSTTL,
-		Probes:        map[string]string{},
 	}
 	var problems []Problem
 	bad := func(key, reason, def string) {
@@ -233,13 +262,10 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 		*c.dst = n
 	}
 	if v, ok := a[AnnotationDNSTTL]; ok {
-		// The same rule as dnsexport's, which uses the value: whole
-		// seconds, an optional "s", 1 to MaxDNSTTL.
-		n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), "s"), 10, 32)
-		if err != nil || n < 1 || n > MaxDNSTTL {
-			bad(AnnotationDNSTTL, fmt.Sprintf("want whole seconds from 1 to %d", MaxDNSTTL), "the --dns-ttl default")
+		if ttl, err := ParseTTL(v); err != nil {
+			bad(AnnotationDNSTTL, err.Error(), "the server's --dns-ttl")
 		} else {
-			s.DNSTTL = uint32(n)
+			s.DNSTTL = ttl
 		}
 	}
 	for _, key := range []string{AnnotationHostname, AnnotationExternalDNSHostname, AnnotationExternalDNSAlphaHostname} {
@@ -248,27 +274,36 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 			continue
 		}
 		for _, h := range strings.Split(v, ",") {
-			h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
-			if h == "" {
+			if strings.TrimSpace(h) == "" {
 				continue
 			}
-			if errs := validation.IsDNS1123Subdomain(strings.TrimPrefix(h, "*.")); len(errs) > 0 {
+			name, err := Hostname(h)
+			if err != nil {
 				problems = append(problems, Problem{Key: key, Value: v,
-					Reason: fmt.Sprintf("%q is not a DNS name", h), Default: "the other names"})
+					Reason: fmt.Sprintf("%q is not a hostname: %v", strings.TrimSpace(h), err), Default: "the other names"})
 				continue
 			}
-			s.Hostnames = append(s.Hostnames, h)
+			s.Hostnames = append(s.Hostnames, name)
 		}
 	}
-	s.Hostnames = sortedUnique(s.Hostnames)
-	problems = append(problems, parseProbes(svc, a, s.Probes)...)
+	slices.Sort(s.Hostnames)
+	s.Hostnames = slices.Compact(s.Hostnames)
+	if len(s.Hostnames) == 0 {
+		s.Hostnames = nil
+	}
+	texts, probeProblems := parseProbes(svc, a)
+	problems = append(problems, probeProblems...)
+	s.Probes = portProbes(svc, s, texts)
 	sort.SliceStable(problems, func(i, j int) bool { return problems[i].Key < problems[j].Key })
 	return s, problems
 }
 
-// parseProbes validates the probe and probe.<port> annotations into probes.
-func parseProbes(svc *corev1.Service, a map[string]string, probes map[string]string) []Problem {
+// parseProbes validates the probe and probe.<port> annotations. It returns
+// the valid spec texts by port name or number ("" for the Service-level
+// probe).
+func parseProbes(svc *corev1.Service, a map[string]string) (map[string]Probe, []Problem) {
 	var problems []Problem
+	probes := map[string]Probe{}
 	ports := map[string]corev1.ServicePort{}
 	for _, p := range svc.Spec.Ports {
 		ports[strconv.Itoa(int(p.Port))] = p
@@ -306,9 +341,9 @@ func parseProbes(svc *corev1.Service, a map[string]string, probes map[string]str
 				continue
 			}
 		}
-		probes[portKey] = v
+		probes[portKey] = Probe{Text: v, Spec: spec}
 	}
-	return problems
+	return probes, problems
 }
 
 // probeMismatch says why a probe protocol cannot check a port of the given
@@ -368,37 +403,58 @@ func parseNodeSelector(v string) ([]corev1.NodeSelectorRequirement, labels.Selec
 	return out, sel, nil
 }
 
-func sortedUnique(s []string) []string {
-	sort.Strings(s)
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
-			out = append(out, v)
+// portProbes resolves the probe of every port of svc: the probe.<name> or
+// probe.<number> annotation, else the Service-level probe when it can
+// check the port's protocol, else tcp for TCP ports and udp for UDP ports;
+// with the spec's own timing, else the Service's.
+func portProbes(svc *corev1.Service, s Settings, specs map[string]Probe) []Probe {
+	var out []Probe
+	for _, port := range svc.Spec.Ports {
+		k := PortKeyOf(port)
+		if slices.ContainsFunc(out, func(p Probe) bool { return p.Port == k }) {
+			continue
 		}
-	}
-	if len(out) == 0 {
-		return nil
+		p := portProbe(port, specs)
+		spec := p.Spec
+		out = append(out, Probe{Port: k, Text: p.Text, Spec: spec,
+			Interval: cmp.Or(spec.Interval, s.ProbeInterval), Timeout: cmp.Or(spec.Timeout, s.ProbeTimeout),
+			Rise: cmp.Or(spec.Rise, s.Rise), Fall: cmp.Or(spec.Fall, s.Fall)})
 	}
 	return out
 }
 
-// ProbeSpec returns the probe spec text for port under s: the probe.<name>
-// or probe.<number> annotation, else the Service-level probe when it can
-// check the port's protocol, else tcp for TCP ports and udp for UDP ports.
-// The text was validated by Parse.
-func ProbeSpec(s Settings, port corev1.ServicePort) string {
+// portProbe picks port's spec among the valid annotations in specs.
+func portProbe(port corev1.ServicePort, specs map[string]Probe) Probe {
 	for _, k := range []string{port.Name, strconv.Itoa(int(port.Port))} {
-		if v, ok := s.Probes[k]; ok && k != "" {
-			return v
+		if p, ok := specs[k]; ok && k != "" {
+			return p
 		}
 	}
-	if v, ok := s.Probes[""]; ok {
-		if spec, err := prober.Parse(v); err == nil && probeMismatch(spec.Protocol, port.Protocol) == "" {
-			return v
-		}
+	if p, ok := specs[""]; ok && probeMismatch(p.Spec.Protocol, port.Protocol) == "" {
+		return p
 	}
 	if port.Protocol == corev1.ProtocolUDP {
-		return string(prober.UDP)
+		return defaultUDP
 	}
-	return string(prober.TCP)
+	return defaultTCP
+}
+
+// The probes of ports without a probe annotation.
+var (
+	defaultTCP = mustProbe(string(prober.TCP))
+	defaultUDP = mustProbe(string(prober.UDP))
+)
+
+func mustProbe(text string) Probe {
+	spec, err := prober.Parse(text)
+	if err != nil {
+		panic(fmt.Sprintf("parsing the default probe %q: %v", text, err))
+	}
+	return Probe{Text: text, Spec: spec}
+}
+
+// IsAnnotation reports whether p is about an annotation rather than a spec
+// field (such as spec.ports): the first is an InvalidAnnotation Event.
+func (p Problem) IsAnnotation() bool {
+	return strings.HasPrefix(p.Key, Prefix) || p.Key == AnnotationExternalDNSHostname || p.Key == AnnotationExternalDNSAlphaHostname
 }

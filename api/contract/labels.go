@@ -1,0 +1,114 @@
+package contract
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/pulselb/pulselb/prober"
+)
+
+// Labels on every proxy workload and its pods. They point back to the
+// Service, so a workload can be found from its Service and a Service key
+// from a workload or pod, without owner references (which cannot cross
+// namespaces).
+const (
+	LabelAppName          = "app.kubernetes.io/name"
+	LabelManagedBy        = "app.kubernetes.io/managed-by"
+	LabelServiceName      = Prefix + "service-name"
+	LabelServiceNamespace = Prefix + "service-namespace"
+
+	// ProxyAppName and ProberAppName are the app.kubernetes.io/name of
+	// proxy and prober pods.
+	ProxyAppName  = "pulselb-proxy"
+	ProberAppName = "pulselb-prober"
+	ManagedBy     = "pulselb"
+
+	// AnnotationService names the Service as namespace/name on a workload.
+	AnnotationService = Prefix + "service"
+	// AnnotationSpecHash is the hash of the desired workload; the
+	// controller updates a workload only when it differs.
+	AnnotationSpecHash = Prefix + "spec-hash"
+)
+
+// Node labels pulselb reads and writes.
+const (
+	// LabelExcludeFromLB is Kubernetes' well-known exclusion label; any
+	// value excludes the node.
+	LabelExcludeFromLB = "node.kubernetes.io/exclude-from-external-load-balancers"
+	// LabelExclude excludes a node from pulselb only; any value.
+	LabelExclude = Prefix + "exclude"
+	// LabelUnhealthy is set by the controller on a node whose beacon is
+	// down by quorum.
+	LabelUnhealthy = Prefix + "unhealthy"
+	// LabelExternalIP is "true" on a node with an ExternalIP address; the
+	// controller maintains it and proxies prefer such nodes.
+	LabelExternalIP = Prefix + "external-ip"
+)
+
+// AnnotationAllowedNamespaces on a Secret in the pulselb namespace lists
+// (comma-separated) the namespaces whose Services may name it in a mysql
+// probe's secret= option.
+const AnnotationAllowedNamespaces = Prefix + "allowed-namespaces"
+
+// ProxySelector returns the labels selecting a Service's proxy pods. They
+// never change for a Service, as a Deployment's selector is immutable.
+func ProxySelector(svc *corev1.Service) map[string]string {
+	return map[string]string{
+		LabelAppName:          ProxyAppName,
+		LabelServiceNamespace: svc.Namespace,
+		LabelServiceName:      svc.Name,
+	}
+}
+
+// ServiceOf returns the Service a proxy workload or pod belongs to, from
+// its labels, and whether the labels name one.
+func ServiceOf(objLabels map[string]string) (types.NamespacedName, bool) {
+	if objLabels[LabelAppName] != ProxyAppName {
+		return types.NamespacedName{}, false
+	}
+	ns, name := objLabels[LabelServiceNamespace], objLabels[LabelServiceName]
+	if ns == "" || name == "" {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, true
+}
+
+// NodeReady reports whether node's Ready condition is True.
+func NodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// PodReady reports whether p runs, is not terminating and is Ready.
+func PodReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Candidates returns the vantages among pods (prober pods): those Running,
+// Ready and not terminating, on a node that ready reports Ready, with the
+// node's zone from zone. Each node counts once; the order is pods'.
+func Candidates(pods []*corev1.Pod, ready map[string]bool, zone map[string]string) []prober.Vantage {
+	var out []prober.Vantage
+	seen := map[string]bool{}
+	for _, p := range pods {
+		n := p.Spec.NodeName
+		if n == "" || seen[n] || !ready[n] || !PodReady(p) {
+			continue
+		}
+		seen[n] = true
+		out = append(out, prober.Vantage{Node: n, Zone: zone[n]})
+	}
+	return out
+}
