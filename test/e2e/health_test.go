@@ -28,6 +28,9 @@ import (
 const (
 	proxyAppSelector = "app.kubernetes.io/name=pulselb-proxy"
 	labelUnhealthy   = "pulselb.io/unhealthy"
+	// restartAfterDown is the controller's RestartAfterDown: how long a
+	// port must be Down before its proxy may be restarted.
+	restartAfterDown = 5 * time.Second
 	conditionHealthy = "pulselb.io/Healthy"
 )
 
@@ -275,13 +278,9 @@ func TestHealth(t *testing.T) {
 			return all > 0 && down == all
 		})
 		// A few more evaluations with the lone Down votes in.
-		deadline := time.Now().Add(3 * time.Second)
-		for time.Now().Before(deadline) {
-			if got := rec.last(); !slices.Equal(got, before) {
-				t.Fatalf("status changed to %v (was %v) while only the prober on %s was cut off", got, before, lone)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		holds(ctx, t, time.Now().Add(3*time.Second), "the status while only the prober on "+lone+" is cut off", func() bool {
+			return slices.Equal(rec.last(), before)
+		})
 		t.Logf("prober on %s cut off: reports %d targets and beacons Down; status writes meanwhile: %d", lone, down, rec.count()-writesBefore)
 		if podsAfter := podNames(listPods(ctx, t, cs, systemNamespace, proxyAppSelector)); !slices.Equal(podsAfter, podsBefore) {
 			t.Errorf("proxy pods changed from %v to %v: a single prober caused a migration", podsBefore, podsAfter)
@@ -310,6 +309,7 @@ func TestHealth(t *testing.T) {
 				scaleBackend(ctx, t, cs, "web", 2)
 			}
 		}()
+		var allDownAt time.Time
 		poll(ctx, t, 30*time.Second, "pulselb.io/Healthy=False (AllDown) with every proxy IP still published", func() bool {
 			ctl.alive(t)
 			svc, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
@@ -317,13 +317,20 @@ func TestHealth(t *testing.T) {
 				return false
 			}
 			cond := findCondition(svc.Status.Conditions, conditionHealthy)
-			return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "AllDown" && slices.Equal(ingressOf(svc), before)
+			if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "AllDown" || !slices.Equal(ingressOf(svc), before) {
+				return false
+			}
+			allDownAt = cond.LastTransitionTime.Time
+			return true
 		})
 		// The proxies are fine: none is restarted while the backend is down.
-		time.Sleep(3 * time.Second)
-		if n := countEvents(ctx, t, cs, "shop", "web", "ProxyRestarted"); n != restartsBefore {
-			t.Errorf("%d ProxyRestarted Events while the backend was down everywhere", n-restartsBefore)
-		}
+		// The controller restarts a proxy whose port has been Down for
+		// restartAfterDown while the port is Up on another proxy node; watch
+		// past that, and a few evaluations more, from when every node was
+		// down, so that a proxy wrongly blamed for the backend is seen.
+		holds(ctx, t, allDownAt.Add(restartAfterDown+3*time.Second), "no ProxyRestarted Event while the backend is down everywhere", func() bool {
+			return countEvents(ctx, t, cs, "shop", "web", "ProxyRestarted") == restartsBefore
+		})
 		restored = true
 		scaleBackend(ctx, t, cs, "web", 2)
 		poll(ctx, t, 60*time.Second, "pulselb.io/Healthy=True again", func() bool {

@@ -472,6 +472,27 @@ func poll(ctx context.Context, t *testing.T, timeout time.Duration, what string,
 	}
 }
 
+// holds checks cond every 200 ms until until, failing t at the first check
+// where it does not hold: the counterpart of poll for what must not happen.
+func holds(ctx context.Context, t *testing.T, until time.Time, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if !cond() {
+			t.Fatalf("%s no longer holds", what)
+		}
+		if time.Now().After(until) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("checking %s: %v", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
 // field returns the value of key=value in the echo backend's answer.
 func field(answer, key string) (string, bool) {
 	for _, f := range strings.Fields(answer) {
