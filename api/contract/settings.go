@@ -36,6 +36,7 @@ const (
 	AnnotationAllDown       = Prefix + "all-down"
 	AnnotationHostname      = Prefix + "hostname"
 	AnnotationDNSTTL        = Prefix + "dns-ttl"
+	AnnotationDrainDelay    = Prefix + "drain-delay"
 
 	// The external-dns hostname annotations, read as extra names.
 	AnnotationExternalDNSHostname      = "external-dns.kubernetes.io/hostname"
@@ -80,6 +81,15 @@ const (
 	DefaultProbeInterval = time.Second
 	DefaultRise          = 2
 	DefaultFall          = 2
+)
+
+// Drain delay: without pulselb.io/drain-delay, a proxy being removed keeps
+// forwarding for the Service's DNS TTL plus DrainMargin, the time
+// external-dns (with --events) and the provider take to publish a change.
+// MaxDrainDelay bounds the annotation.
+const (
+	DrainMargin   = 10 * time.Second
+	MaxDrainDelay = time.Hour
 )
 
 // Problem is a Service setting pulselb cannot use: an invalid annotation or
@@ -128,6 +138,19 @@ type Settings struct {
 	// DNSTTL is pulselb.io/dns-ttl; zero when unset or invalid, for the
 	// server's default.
 	DNSTTL uint32
+	// drainDelay is pulselb.io/drain-delay; nil when unset or invalid.
+	drainDelay *time.Duration
+}
+
+// DrainDelay is how long a proxy being removed keeps forwarding after its
+// address left the status: pulselb.io/drain-delay, else the Service's DNS
+// TTL (defaultTTL seconds, the server's --dns-ttl, when it sets none) plus
+// DrainMargin.
+func (s Settings) DrainDelay(defaultTTL uint32) time.Duration {
+	if s.drainDelay != nil {
+		return *s.drainDelay
+	}
+	return time.Duration(cmp.Or(s.DNSTTL, defaultTTL))*time.Second + DrainMargin
 }
 
 // Probe is how one Service port is probed.
@@ -244,6 +267,17 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 			bad(d.key, "want 100ms to 1m", d.def)
 		default:
 			*d.dst = dur
+		}
+	}
+	if v, ok := a[AnnotationDrainDelay]; ok {
+		dur, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			bad(AnnotationDrainDelay, "not a duration such as 15s or 0s", "the DNS TTL plus "+DrainMargin.String())
+		case dur < 0 || dur > MaxDrainDelay:
+			bad(AnnotationDrainDelay, "want 0s to "+strings.TrimSuffix(MaxDrainDelay.String(), "0m0s"), "the DNS TTL plus "+DrainMargin.String())
+		default:
+			s.drainDelay = &dur
 		}
 	}
 	for _, c := range []struct {

@@ -62,6 +62,13 @@ func TestParse(t *testing.T) {
 		{"zero dns-ttl", []string{AnnotationDNSTTL, "0"}, func(s Settings) bool { return s.DNSTTL == 0 }, AnnotationDNSTTL, "1 to 86400"},
 		{"dns-ttl over a day", []string{AnnotationDNSTTL, "86401"}, func(s Settings) bool { return s.DNSTTL == 0 }, AnnotationDNSTTL, "1 to 86400"},
 		{"bad dns-ttl", []string{AnnotationDNSTTL, "5m"}, func(s Settings) bool { return s.DNSTTL == 0 }, AnnotationDNSTTL, "seconds"},
+		{"drain-delay", []string{AnnotationDrainDelay, "45s"}, func(s Settings) bool { return s.DrainDelay(5) == 45*time.Second }, "", ""},
+		{"drain-delay zero", []string{AnnotationDrainDelay, "0s"}, func(s Settings) bool { return s.DrainDelay(5) == 0 }, "", ""},
+		{"drain-delay from the TTL", []string{AnnotationDNSTTL, "30"}, func(s Settings) bool { return s.DrainDelay(5) == 40*time.Second }, "", ""},
+		{"drain-delay from the default TTL", nil, func(s Settings) bool { return s.DrainDelay(7) == 17*time.Second }, "", ""},
+		{"bad drain-delay", []string{AnnotationDrainDelay, "15"}, func(s Settings) bool { return s.DrainDelay(5) == 15*time.Second }, AnnotationDrainDelay, "duration"},
+		{"negative drain-delay", []string{AnnotationDrainDelay, "-1s"}, func(s Settings) bool { return s.DrainDelay(5) == 15*time.Second }, AnnotationDrainDelay, "0s to 1h"},
+		{"drain-delay over an hour", []string{AnnotationDrainDelay, "2h"}, func(s Settings) bool { return s.DrainDelay(5) == 15*time.Second }, AnnotationDrainDelay, "0s to 1h"},
 		{"written annotations are not settings", []string{AnnotationNodes, "n1", AnnotationExternalIPs, "x"}, func(s Settings) bool { return true }, "", ""},
 	}
 	for _, tt := range tests {
