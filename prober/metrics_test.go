@@ -60,13 +60,7 @@ func TestMetricsScheduler(t *testing.T) {
 	}
 	wantTargets(3, 0, 0)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		recv(t, done, "Run to return")
-	}()
+	runScheduler(t, s)
 
 	clk.Step(time.Second)
 	waitFor(t, "three results", func() bool { return probesRun(t, m) == 3 })

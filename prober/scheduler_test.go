@@ -67,22 +67,25 @@ func newHarness(t *testing.T, cfg Config) *harness {
 		h.mu.Unlock()
 	}
 	h.s = NewScheduler(cfg)
+	runScheduler(t, h.s)
+	// Cleanups run last first: the probes waiting for a reply end before
+	// Run is stopped.
+	t.Cleanup(func() { close(h.stop) })
+	return h
+}
+
+// runScheduler runs s until the test ends, then waits for Run to return.
+func runScheduler(t *testing.T, s *Scheduler) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- h.s.Run(ctx) }()
+	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() {
-		close(h.stop)
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		case <-time.After(waitLimit):
-			t.Errorf("Run did not return after its context ended")
+		if err := recv(t, done, "Run to return"); err != nil {
+			t.Errorf("Run returned %v", err)
 		}
 	})
-	return h
 }
 
 // harnessProber answers each call with what the test sends on the call's
@@ -419,13 +422,7 @@ func TestSchedulerJitter(t *testing.T) {
 				t.Errorf("only %d distinct first due times for %d targets", len(firsts), n)
 			}
 
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- s.Run(ctx) }()
-			defer func() {
-				cancel()
-				recv(t, done, "Run to return")
-			}()
+			runScheduler(t, s)
 			clk.Step(interval)
 			waitFor(t, "every target's first result", func() bool { return probesRun(t, m) == n })
 
@@ -529,13 +526,7 @@ func TestSchedulerConcurrencyBound(t *testing.T) {
 		targets[i] = Target{Key: fmt.Sprintf("t%02d", i), Prober: block, Timeout: time.Minute}
 	}
 	s.Set(targets)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		recv(t, done, "Run to return")
-	}()
+	runScheduler(t, s)
 
 	clk.Step(time.Second) // every target is due
 	var held []chan struct{}
@@ -814,13 +805,7 @@ func TestSchedulerTCP(t *testing.T) {
 			})
 			addr := netip.MustParseAddrPort(ln.Addr().String())
 			s.Set([]Target{{Key: "svc", Addr: addr, Protocol: TCP, Prober: p}})
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- s.Run(ctx) }()
-			defer func() {
-				cancel()
-				recv(t, done, "Run to return")
-			}()
+			runScheduler(t, s)
 
 			if tr := recv(t, changes, "Up"); tr.To != StateUp {
 				t.Fatalf("first transition %v→%v (%v), want Up", tr.From, tr.To, tr.Result.Message())
@@ -1056,13 +1041,7 @@ func TestSchedulerStatusInOnChange(t *testing.T) {
 		},
 	})
 	s.Set([]Target{{Key: "svc", Addr: netip.MustParseAddrPort(srv.Listener.Addr().String()), Protocol: TLS, Prober: p}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		recv(t, done, "Run to return")
-	}()
+	runScheduler(t, s)
 
 	up := recv(t, changes, "Up")
 	if up.tr.To != StateUp || up.st.State != StateUp {
