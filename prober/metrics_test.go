@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,11 +38,7 @@ func TestMetricsRegister(t *testing.T) {
 func TestMetricsScheduler(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	m := NewMetrics()
-	var results atomic.Int64
-	s := NewScheduler(Config{
-		Interval: time.Second, Rise: 1, Fall: 1, Jitter: -1, Clock: clk, Metrics: m,
-		OnResult: func(string, Result) { results.Add(1) },
-	})
+	s := NewScheduler(Config{Interval: time.Second, Rise: 1, Fall: 1, Jitter: -1, Clock: clk, Metrics: m})
 	scripted := func(r Result) Prober {
 		return Func(func(context.Context, netip.AddrPort) Result { return r })
 	}
@@ -65,18 +60,12 @@ func TestMetricsScheduler(t *testing.T) {
 	}
 	wantTargets(3, 0, 0)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		recv(t, done, "Run to return")
-	}()
+	runScheduler(t, s)
 
 	clk.Step(time.Second)
-	waitFor(t, "three results", func() bool { return results.Load() == 3 })
+	waitFor(t, "three results", func() bool { return probesRun(t, m) == 3 })
 	clk.Step(time.Second)
-	waitFor(t, "six results", func() bool { return results.Load() == 6 })
+	waitFor(t, "six results", func() bool { return probesRun(t, m) == 6 })
 
 	const want = `
 # HELP pulselb_prober_probe_duration_seconds Duration of health probes by protocol and outcome.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -119,6 +120,17 @@ type TargetStatus struct {
 	Next time.Time
 	// Timeout is what the next probe's timeout would be now.
 	Timeout time.Duration
+	// FailingSince is when the current run of failed probes began: the
+	// start of the first of them. It is zero when the latest probe
+	// succeeded or none has finished. It survives the change to Down,
+	// so a report shows how long a target has really been failing.
+	FailingSince time.Time
+	// CertNotAfter is the NotAfter of the leaf certificate of the latest
+	// probe that completed a TLS handshake, kept while later probes fail so
+	// a target that is down still shows when its certificate expires. It
+	// is zero before such a probe and after Set replaced the Prober,
+	// which may probe another name, port or protocol.
+	CertNotAfter time.Time
 }
 
 // Config tunes a Scheduler. Zero fields take the documented defaults.
@@ -143,10 +155,10 @@ type Config struct {
 	Clock clock.WithTicker
 	// OnChange is called for every state change, in order, from a single
 	// goroutine. It must not block for long: later callbacks queue behind it.
+	// The target's status already holds the result that caused the change
+	// (its state, FailingSince and CertNotAfter), so a Snapshot taken in
+	// or after OnChange describes the new state.
 	OnChange func(Transition)
-	// OnResult, when set, is called after every probe, from the same
-	// goroutine as OnChange and after the OnChange the result caused.
-	OnResult func(key string, r Result)
 	// Metrics, when set, are updated by the scheduler.
 	Metrics *Metrics
 	// Coalesce starts the probes due within this long of the earliest one
@@ -183,8 +195,8 @@ type Scheduler struct {
 	mu      sync.Mutex
 	targets map[string]*entry
 	due     dueHeap
-	// events are the callbacks to deliver, in the order the state changed.
-	events []event
+	// changes are the OnChange calls to make, in the order the state changed.
+	changes []Transition
 }
 
 // entry is the scheduler's record of one target.
@@ -209,26 +221,27 @@ type entry struct {
 	srtt        time.Duration
 	rttvar      time.Duration
 	rttObserved bool
-}
-
-// event is one callback delivery.
-type event struct {
-	change *Transition
-	key    string
-	result Result
+	// failingSince and certNotAfter are TargetStatus's.
+	failingSince time.Time
+	certNotAfter time.Time
+	// proberGen changes whenever Set replaces the Prober, so a probe of
+	// the old one, which may have reached another name or port, does not
+	// set the certificate of the new one.
+	proberGen uint64
 }
 
 // job is what a probe goroutine needs, copied under the lock so a
 // concurrent Set does not change it mid-probe.
 type job struct {
-	e        *entry
-	gen      uint64
-	key      string
-	prober   Prober
-	addr     netip.AddrPort
-	protocol Protocol
-	timeout  time.Duration
-	start    time.Time
+	e         *entry
+	gen       uint64
+	proberGen uint64
+	key       string
+	prober    Prober
+	addr      netip.AddrPort
+	protocol  Protocol
+	timeout   time.Duration
+	start     time.Time
 }
 
 // NewScheduler returns a Scheduler with no targets; call Set and Run.
@@ -278,8 +291,9 @@ func NewScheduler(cfg Config) *Scheduler {
 // probe in flight for them is dropped. Keys already present keep their
 // state, streaks and RTT; a changed Prober, Addr or Timeout applies from
 // the next probe, and a shorter interval brings the next probe forward.
-// Targets with an empty Key or a nil Prober are ignored, as are repeats of
-// a key after its first occurrence.
+// A replaced Prober (one not == the old, which a Func never is) forgets
+// the target's CertNotAfter. Targets with an empty Key or a nil Prober are
+// ignored, as are repeats of a key after its first occurrence.
 func (s *Scheduler) Set(targets []Target) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -308,6 +322,10 @@ func (s *Scheduler) Set(targets []Target) {
 			s.reset(e, t, now)
 		default:
 			old := s.interval(e.t)
+			if !sameProber(e.t.Prober, t.Prober) {
+				e.proberGen++
+				e.certNotAfter = time.Time{}
+			}
 			e.t = t
 			if iv := s.interval(t); iv < old && e.index >= 0 {
 				if due := e.due.Add(iv - old); due.Before(e.due) {
@@ -331,6 +349,13 @@ func (s *Scheduler) Set(targets []Target) {
 		delete(s.targets, key)
 	}
 	s.poke(s.wake)
+}
+
+// sameProber reports whether a and b are the same Prober. Probers that
+// cannot be compared, such as a Func, are never the same: == would panic.
+func sameProber(a, b Prober) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.Comparable() && vb.Comparable() && a == b
 }
 
 // reset makes e a fresh Unknown target. s.mu is held.
@@ -432,14 +457,15 @@ func (s *Scheduler) start(ctx context.Context, e *entry) bool {
 		return true
 	}
 	j := job{
-		e:        e,
-		gen:      e.gen,
-		key:      e.t.Key,
-		prober:   e.t.Prober,
-		addr:     e.t.Addr,
-		protocol: e.t.Protocol,
-		timeout:  s.timeout(e),
-		start:    s.clock.Now(),
+		e:         e,
+		gen:       e.gen,
+		proberGen: e.proberGen,
+		key:       e.t.Key,
+		prober:    e.t.Prober,
+		addr:      e.t.Addr,
+		protocol:  e.t.Protocol,
+		timeout:   s.timeout(e),
+		start:     s.clock.Now(),
 	}
 	s.mu.Unlock()
 	s.probes.Add(1)
@@ -498,7 +524,9 @@ func (s *Scheduler) probe(ctx context.Context, j job) {
 }
 
 // record applies one result to its target and queues the target's next
-// probe and the callbacks. s.mu is held.
+// probe and the OnChange call. The status changes before the call is
+// queued, so the callback and whatever it triggers see the new status.
+// s.mu is held.
 func (s *Scheduler) record(j job, r Result, rtt time.Duration) {
 	e := j.e
 	now := s.clock.Now()
@@ -507,10 +535,17 @@ func (s *Scheduler) record(j job, r Result, rtt time.Duration) {
 	if up {
 		e.successes++
 		e.failures = 0
+		e.failingSince = time.Time{}
 		s.observeRTT(e, rtt)
 	} else {
+		if e.failures == 0 {
+			e.failingSince = now.Add(-r.Timings.Total)
+		}
 		e.failures++
 		e.successes = 0
+	}
+	if r.TLS != nil && !r.TLS.NotAfter.IsZero() && j.proberGen == e.proberGen {
+		e.certNotAfter = r.TLS.NotAfter
 	}
 
 	from := e.state
@@ -524,16 +559,9 @@ func (s *Scheduler) record(j job, r Result, rtt time.Duration) {
 		e.lastChange = now
 		s.cfg.Metrics.observeChange(from, e.state)
 		if s.cfg.OnChange != nil {
-			s.events = append(s.events, event{change: &Transition{
-				Key: j.key, From: from, To: e.state, Result: r, At: now,
-			}})
+			s.changes = append(s.changes, Transition{Key: j.key, From: from, To: e.state, Result: r, At: now})
+			s.poke(s.notify)
 		}
-	}
-	if s.cfg.OnResult != nil {
-		s.events = append(s.events, event{key: j.key, result: r})
-	}
-	if len(s.events) > 0 {
-		s.poke(s.notify)
 	}
 
 	iv := s.interval(e.t)
@@ -606,29 +634,25 @@ func (s *Scheduler) poke(ch chan struct{}) {
 	}
 }
 
-// dispatch delivers queued callbacks in order until stop is closed and the
-// queue is empty.
+// dispatch delivers queued OnChange calls in order until stop is closed
+// and the queue is empty.
 func (s *Scheduler) dispatch(stop <-chan struct{}) {
 	for {
 		s.mu.Lock()
-		events := s.events
-		s.events = nil
+		changes := s.changes
+		s.changes = nil
 		s.mu.Unlock()
-		for _, ev := range events {
-			if ev.change != nil {
-				s.cfg.OnChange(*ev.change)
-			} else {
-				s.cfg.OnResult(ev.key, ev.result)
-			}
+		for _, tr := range changes {
+			s.cfg.OnChange(tr)
 		}
-		if len(events) > 0 {
+		if len(changes) > 0 {
 			continue
 		}
 		select {
 		case <-s.notify:
 		case <-stop:
 			s.mu.Lock()
-			empty := len(s.events) == 0
+			empty := len(s.changes) == 0
 			s.mu.Unlock()
 			if empty {
 				return
@@ -665,17 +689,19 @@ func (s *Scheduler) Status(key string) (TargetStatus, bool) {
 // status summarises e. s.mu is held.
 func (s *Scheduler) status(e *entry) TargetStatus {
 	st := TargetStatus{
-		Key:        e.t.Key,
-		Addr:       e.t.Addr,
-		State:      e.state,
-		Since:      e.since,
-		LastChange: e.lastChange,
-		Last:       e.last,
-		LastAt:     e.lastAt,
-		RTT:        e.srtt,
-		Successes:  e.successes,
-		Failures:   e.failures,
-		Timeout:    s.timeout(e),
+		Key:          e.t.Key,
+		Addr:         e.t.Addr,
+		State:        e.state,
+		Since:        e.since,
+		LastChange:   e.lastChange,
+		Last:         e.last,
+		LastAt:       e.lastAt,
+		RTT:          e.srtt,
+		Successes:    e.successes,
+		Failures:     e.failures,
+		Timeout:      s.timeout(e),
+		FailingSince: e.failingSince,
+		CertNotAfter: e.certNotAfter,
 	}
 	if !e.inFlight {
 		st.Next = e.due

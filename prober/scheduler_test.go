@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -33,19 +36,14 @@ type probeCall struct {
 	reply  chan Result
 }
 
-type resultEvent struct {
-	key string
-	r   Result
-}
-
 // harness runs a Scheduler on a fake clock with a prober whose every call
 // the test receives and answers.
 type harness struct {
-	clk     *clocktesting.FakeClock
-	s       *Scheduler
-	calls   chan *probeCall
-	results chan resultEvent
-	stop    chan struct{}
+	clk   *clocktesting.FakeClock
+	s     *Scheduler
+	m     *Metrics
+	calls chan *probeCall
+	stop  chan struct{}
 
 	mu      sync.Mutex
 	changes []Transition
@@ -54,60 +52,70 @@ type harness struct {
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	h := &harness{
-		clk:     clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)),
-		calls:   make(chan *probeCall, 64),
-		results: make(chan resultEvent, 4096),
-		stop:    make(chan struct{}),
+		clk:   clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)),
+		calls: make(chan *probeCall, 64),
+		stop:  make(chan struct{}),
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	h.m = cfg.Metrics
 	cfg.Clock = h.clk
 	cfg.OnChange = func(tr Transition) {
 		h.mu.Lock()
 		h.changes = append(h.changes, tr)
 		h.mu.Unlock()
 	}
-	cfg.OnResult = func(key string, r Result) { h.results <- resultEvent{key, r} }
 	h.s = NewScheduler(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.s.Run(ctx) }()
-	t.Cleanup(func() {
-		close(h.stop)
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		case <-time.After(waitLimit):
-			t.Errorf("Run did not return after its context ended")
-		}
-	})
+	runScheduler(t, h.s)
+	// Cleanups run last first: the probes waiting for a reply end before
+	// Run is stopped.
+	t.Cleanup(func() { close(h.stop) })
 	return h
 }
 
-// prober answers each call with what the test sends on the call's reply.
-// It ignores its context on purpose: the tests decide the result, and a
-// slow test machine must not turn a reply into a timeout.
-func (h *harness) prober() Prober {
-	return Func(func(ctx context.Context, addr netip.AddrPort) Result {
-		var budget time.Duration
-		if dl, ok := ctx.Deadline(); ok {
-			budget = time.Until(dl)
-		}
-		c := &probeCall{addr: addr, at: h.clk.Now(), budget: budget, reply: make(chan Result, 1)}
-		select {
-		case h.calls <- c:
-		case <-h.stop:
-			return resDown
-		}
-		select {
-		case r := <-c.reply:
-			return r
-		case <-h.stop:
-			return resDown
+// runScheduler runs s until the test ends, then waits for Run to return.
+func runScheduler(t *testing.T, s *Scheduler) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := recv(t, done, "Run to return"); err != nil {
+			t.Errorf("Run returned %v", err)
 		}
 	})
 }
+
+// harnessProber answers each call with what the test sends on the call's
+// reply. It ignores its context on purpose: the tests decide the result,
+// and a slow test machine must not turn a reply into a timeout. It is a
+// pointer so that Set tells it apart from another harnessProber.
+type harnessProber struct{ h *harness }
+
+func (p *harnessProber) Probe(ctx context.Context, addr netip.AddrPort) Result {
+	h := p.h
+	var budget time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Until(dl)
+	}
+	c := &probeCall{addr: addr, at: h.clk.Now(), budget: budget, reply: make(chan Result, 1)}
+	select {
+	case h.calls <- c:
+	case <-h.stop:
+		return resDown
+	}
+	select {
+	case r := <-c.reply:
+		return r
+	case <-h.stop:
+		return resDown
+	}
+}
+
+// prober returns a new prober the test answers.
+func (h *harness) prober() Prober { return &harnessProber{h} }
 
 // target returns a target probed by the harness prober at 127.0.0.1:port,
 // with a long explicit timeout so real time never interferes.
@@ -126,9 +134,10 @@ func (h *harness) next(t *testing.T) *probeCall {
 	return recv(t, h.calls, "a probe call")
 }
 
-func (h *harness) result(t *testing.T) resultEvent {
+// waitProbes waits until the scheduler has finished n probes in all.
+func (h *harness) waitProbes(t *testing.T, n int) {
 	t.Helper()
-	return recv(t, h.results, "a probe result")
+	waitFor(t, fmt.Sprintf("%d probe results", n), func() bool { return probesRun(t, h.m) >= n })
 }
 
 // probe steps the clock by d, answers the probe that starts with r and
@@ -137,8 +146,9 @@ func (h *harness) probe(t *testing.T, d time.Duration, r Result) *probeCall {
 	t.Helper()
 	h.clk.Step(d)
 	c := h.next(t)
+	n := probesRun(t, h.m)
 	c.reply <- r
-	h.result(t)
+	h.waitProbes(t, n+1)
 	return c
 }
 
@@ -146,6 +156,37 @@ func (h *harness) transitions() []Transition {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]Transition(nil), h.changes...)
+}
+
+// waitTransitions waits until OnChange has been called n times and returns
+// its calls. OnChange runs after the status changed, on a goroutine of its
+// own, so a recorded result does not mean its transition was delivered.
+func (h *harness) waitTransitions(t *testing.T, n int) []Transition {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d transitions", n), func() bool { return len(h.transitions()) >= n })
+	return h.transitions()
+}
+
+// probesRun is how many probes the scheduler using m has finished. It
+// counts a probe under the lock under which it records the result, so a
+// Status read after the count grew sees that result.
+func probesRun(t *testing.T, m *Metrics) int {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(m.Probes); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range families {
+		for _, c := range f.GetMetric() {
+			n += c.GetCounter().GetValue()
+		}
+	}
+	return int(n)
 }
 
 func (h *harness) status(t *testing.T, key string) TargetStatus {
@@ -277,7 +318,7 @@ func TestSchedulerHysteresis(t *testing.T) {
 				}
 			}
 
-			got := h.transitions()
+			got := h.waitTransitions(t, len(tt.changes))
 			if len(got) != len(tt.changes) {
 				t.Fatalf("OnChange called %d times (%+v), want %d", len(got), got, len(tt.changes))
 			}
@@ -356,10 +397,9 @@ func TestSchedulerJitter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-			var results atomic.Int64
+			m := NewMetrics()
 			s := NewScheduler(Config{
-				Interval: interval, Rise: 1, Fall: 1, Jitter: tt.jitter, Clock: clk, Coalesce: -1,
-				OnResult: func(string, Result) { results.Add(1) },
+				Interval: interval, Rise: 1, Fall: 1, Jitter: tt.jitter, Clock: clk, Coalesce: -1, Metrics: m,
 			})
 			up := Func(func(context.Context, netip.AddrPort) Result { return resUp })
 			targets := make([]Target, n)
@@ -382,15 +422,9 @@ func TestSchedulerJitter(t *testing.T) {
 				t.Errorf("only %d distinct first due times for %d targets", len(firsts), n)
 			}
 
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- s.Run(ctx) }()
-			defer func() {
-				cancel()
-				recv(t, done, "Run to return")
-			}()
+			runScheduler(t, s)
 			clk.Step(interval)
-			waitFor(t, "every target's first result", func() bool { return results.Load() == n })
+			waitFor(t, "every target's first result", func() bool { return probesRun(t, m) == n })
 
 			gaps := map[time.Duration]bool{}
 			for _, st := range s.Snapshot() {
@@ -443,12 +477,11 @@ func TestSchedulerOneInFlight(t *testing.T) {
 	default:
 	}
 
+	n := probesRun(t, h.m)
 	for _, c := range pending {
 		c.reply <- resUp
 	}
-	for range keys {
-		h.result(t)
-	}
+	h.waitProbes(t, n+len(keys))
 	// Each target's next probe was due long ago, so it starts at once and
 	// exactly once per target.
 	seen := map[netip.AddrPort]int{}
@@ -493,13 +526,7 @@ func TestSchedulerConcurrencyBound(t *testing.T) {
 		targets[i] = Target{Key: fmt.Sprintf("t%02d", i), Prober: block, Timeout: time.Minute}
 	}
 	s.Set(targets)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		recv(t, done, "Run to return")
-	}()
+	runScheduler(t, s)
 
 	clk.Step(time.Second) // every target is due
 	var held []chan struct{}
@@ -591,8 +618,8 @@ func TestSchedulerSet(t *testing.T) {
 		h.clk.Step(time.Second)
 		for range 2 {
 			h.next(t).reply <- resUp
-			h.result(t)
 		}
+		h.waitProbes(t, 2)
 		h.s.Set([]Target{b})
 		if _, ok := h.s.Status("a"); ok {
 			t.Error("removed target still has a status")
@@ -622,11 +649,6 @@ func TestSchedulerSet(t *testing.T) {
 		}
 		if got := h.transitions(); len(got) != 0 {
 			t.Errorf("dropped result caused transitions %+v", got)
-		}
-		select {
-		case ev := <-h.results:
-			t.Errorf("dropped result delivered: %+v", ev)
-		default:
 		}
 	})
 
@@ -681,7 +703,7 @@ func TestSchedulerSet(t *testing.T) {
 		if after.Addr != moved.Addr {
 			t.Errorf("status address %v, want %v", after.Addr, moved.Addr)
 		}
-		if got := h.transitions(); len(got) != 1 {
+		if got := h.waitTransitions(t, 1); len(got) != 1 {
 			t.Errorf("re-Set caused transitions: %+v", got)
 		}
 		h.clk.Step(time.Second)
@@ -783,13 +805,7 @@ func TestSchedulerTCP(t *testing.T) {
 			})
 			addr := netip.MustParseAddrPort(ln.Addr().String())
 			s.Set([]Target{{Key: "svc", Addr: addr, Protocol: TCP, Prober: p}})
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- s.Run(ctx) }()
-			defer func() {
-				cancel()
-				recv(t, done, "Run to return")
-			}()
+			runScheduler(t, s)
 
 			if tr := recv(t, changes, "Up"); tr.To != StateUp {
 				t.Fatalf("first transition %v→%v (%v), want Up", tr.From, tr.To, tr.Result.Message())
@@ -900,5 +916,150 @@ func TestSchedulerCoalesce(t *testing.T) {
 			case <-time.After(100 * time.Millisecond):
 			}
 		})
+	}
+}
+
+func TestSchedulerFailingSince(t *testing.T) {
+	slow := resDown
+	slow.Timings.Total = 300 * time.Millisecond
+	h := newHarness(t, Config{Interval: time.Second, FastInterval: time.Second, Rise: 2, Fall: 2, Jitter: -1})
+	a := h.target("a", 1)
+	h.s.Set([]Target{a})
+	start := h.clk.Now()
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	steps := []struct {
+		name string
+		r    Result
+		want time.Time // FailingSince after the result
+	}{
+		{"success", resUp, time.Time{}},
+		{"first failure, started 300ms before it ended", slow, at(2*time.Second - 300*time.Millisecond)},
+		{"second failure keeps the start", resDown, at(2*time.Second - 300*time.Millisecond)},
+		{"third failure, while Down", slow, at(2*time.Second - 300*time.Millisecond)},
+		{"success ends the run", resUp, time.Time{}},
+		{"a new run starts afresh", resDown, at(6 * time.Second)},
+	}
+	for i, step := range steps {
+		h.probe(t, time.Second, step.r)
+		st := h.status(t, "a")
+		if !st.FailingSince.Equal(step.want) {
+			t.Errorf("step %d (%s): FailingSince %v, want %v", i, step.name, st.FailingSince, step.want)
+		}
+	}
+	if st := h.status(t, "a"); st.State != StateDown {
+		t.Errorf("state %v after the steps, want Down", st.State)
+	}
+
+	// A target removed and added again is a new target.
+	h.s.Set(nil)
+	h.s.Set([]Target{a})
+	if st := h.status(t, "a"); !st.FailingSince.IsZero() {
+		t.Errorf("re-added target: FailingSince %v, want zero", st.FailingSince)
+	}
+}
+
+func TestSchedulerCertNotAfter(t *testing.T) {
+	first := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	second := first.AddDate(0, 3, 0)
+	handshake := func(notAfter time.Time, up bool) Result {
+		r := Result{Outcome: L6OK, TLS: &CertInfo{NotAfter: notAfter}}
+		if !up {
+			r.Outcome, r.Err = L7STS, errors.New("HTTP 503")
+		}
+		return r
+	}
+	h := newHarness(t, Config{Interval: time.Second, FastInterval: time.Second, Jitter: -1})
+	a := h.target("a", 1)
+	h.s.Set([]Target{a})
+	want := func(what string, notAfter time.Time) {
+		t.Helper()
+		if got := h.status(t, "a").CertNotAfter; !got.Equal(notAfter) {
+			t.Errorf("%s: CertNotAfter %v, want %v", what, got, notAfter)
+		}
+	}
+
+	h.probe(t, time.Second, resUp)
+	want("no handshake yet", time.Time{})
+	h.probe(t, time.Second, handshake(first, true))
+	want("handshake", first)
+	h.probe(t, time.Second, resDown)
+	h.probe(t, time.Second, resDown)
+	want("down without a handshake", first)
+	h.probe(t, time.Second, handshake(second, false))
+	want("failed check after a handshake with a new certificate", second)
+	h.probe(t, time.Second, Result{Outcome: L6OK, TLS: &CertInfo{}})
+	want("handshake without an expiry", second)
+
+	h.s.Set([]Target{a, h.target("b", 2)})
+	want("Set with the same prober", second)
+	moved := h.target("a", 1)
+	h.s.Set([]Target{moved})
+	want("Set with a new prober", time.Time{})
+
+	// The old prober's probe, in flight while Set replaces it, reached the
+	// old name or port: its certificate is not the new prober's.
+	h.probe(t, time.Second, handshake(first, true))
+	want("new prober's handshake", first)
+	h.clk.Step(time.Second)
+	c := h.next(t)
+	h.s.Set([]Target{h.target("a", 1)})
+	n := probesRun(t, h.m)
+	c.reply <- handshake(second, true)
+	h.waitProbes(t, n+1)
+	want("late handshake of a replaced prober", time.Time{})
+}
+
+// TestSchedulerStatusInOnChange probes a real TLS server: the status read
+// inside OnChange already holds the result that caused the change, with
+// the certificate's expiry once Up, and when it goes Down the start of
+// its failures and the expiry still.
+func TestSchedulerStatusInOnChange(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	notAfter := srv.Certificate().NotAfter
+	spec, err := Parse("tls verify=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(spec, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type seen struct {
+		tr Transition
+		st TargetStatus
+	}
+	changes := make(chan seen, 16)
+	var s *Scheduler
+	s = NewScheduler(Config{
+		Interval:     100 * time.Millisecond,
+		FastInterval: 20 * time.Millisecond,
+		OnChange: func(tr Transition) {
+			st, _ := s.Status(tr.Key)
+			changes <- seen{tr, st}
+		},
+	})
+	s.Set([]Target{{Key: "svc", Addr: netip.MustParseAddrPort(srv.Listener.Addr().String()), Protocol: TLS, Prober: p}})
+	runScheduler(t, s)
+
+	up := recv(t, changes, "Up")
+	if up.tr.To != StateUp || up.st.State != StateUp {
+		t.Fatalf("first change to %v (%v), status %v; want Up", up.tr.To, up.tr.Result.Message(), up.st.State)
+	}
+	if !up.st.CertNotAfter.Equal(notAfter) || !up.st.FailingSince.IsZero() {
+		t.Errorf("status when Up: CertNotAfter %v, FailingSince %v; want %v and zero", up.st.CertNotAfter, up.st.FailingSince, notAfter)
+	}
+
+	srv.Close()
+	down := recv(t, changes, "Down")
+	if down.tr.To != StateDown || down.st.State != StateDown {
+		t.Fatalf("change to %v, status %v; want Down", down.tr.To, down.st.State)
+	}
+	if fs := down.st.FailingSince; !fs.After(up.tr.At) || fs.After(down.tr.At) {
+		t.Errorf("status when Down: FailingSince %v, want after Up at %v and by the change at %v", fs, up.tr.At, down.tr.At)
+	}
+	if !down.st.CertNotAfter.Equal(notAfter) {
+		t.Errorf("status when Down: CertNotAfter %v, want %v kept", down.st.CertNotAfter, notAfter)
 	}
 }

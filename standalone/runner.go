@@ -24,7 +24,7 @@ import (
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/prober"
-	"github.com/pulselb/pulselb/prober/agent"
+	"github.com/pulselb/pulselb/prober/report"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -61,14 +61,9 @@ type Runner struct {
 	targets  map[string]targetInfo
 	order    []string
 	probers  map[string]builtProber
-	failing  map[string]time.Time
 	peers    map[string]*peerState
 	verdicts map[string]*verdictState
 	damper   status.Damper
-	// certs holds the NotAfter of the leaf certificate of each target's
-	// latest probe that completed a TLS handshake, so the dashboard and the
-	// report keep showing when it expires while the target is down.
-	certs map[string]time.Time
 	// publishedHosts are, per service, the hosts in its DNS answer now.
 	publishedHosts map[string]map[string]bool
 	transitions    []dashboard.Transition
@@ -117,10 +112,8 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		wake:           make(chan struct{}, 1),
 		cfg:            cfg,
 		probers:        map[string]builtProber{},
-		failing:        map[string]time.Time{},
 		peers:          map[string]*peerState{},
 		verdicts:       map[string]*verdictState{},
-		certs:          map[string]time.Time{},
 		publishedHosts: map[string]map[string]bool{},
 		saved:          true,
 	}
@@ -143,13 +136,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		Rise:     cfg.Rise,
 		Fall:     cfg.Fall,
 		Metrics:  r.proberMetrics,
-		// The scheduler calls OnResult only after OnChange: record the
-		// result first, so the evaluation the change wakes sees it.
-		OnChange: func(tr prober.Transition) {
-			r.onResult(tr.Key, tr.Result)
-			poke(r.wake)
-		},
-		OnResult: r.onResult,
+		OnChange: func(prober.Transition) { poke(r.wake) },
 	})
 	targets, infos, probers, err := r.buildTargets(cfg)
 	if err != nil {
@@ -383,43 +370,17 @@ func (r *Runner) buildTargets(cfg *Config) ([]prober.Target, map[string]targetIn
 // setTargetsLocked installs the target details, forgetting what is known
 // about targets that are gone. r.mu is held.
 func (r *Runner) setTargetsLocked(infos map[string]targetInfo, probers map[string]builtProber) {
-	for k := range r.certs {
-		// Gone, or probed another way now (another name, port or SNI).
-		if old, now := r.probers[k], probers[k]; now.spec == "" || old.spec != now.spec {
-			delete(r.certs, k)
-		}
-	}
 	r.targets, r.probers = infos, probers
 	r.order = make([]string, 0, len(infos))
 	for k := range infos {
 		r.order = append(r.order, k)
 	}
 	slices.Sort(r.order)
-	for k := range r.failing {
-		if _, ok := infos[k]; !ok {
-			delete(r.failing, k)
-		}
-	}
 	for k := range r.verdicts {
 		if _, ok := infos[k]; !ok {
 			delete(r.verdicts, k)
 			r.saved = false
 		}
-	}
-}
-
-// onResult tracks when each target's current run of failures began and
-// the expiry of the certificate it last served.
-func (r *Runner) onResult(key string, res prober.Result) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if res.Up() {
-		delete(r.failing, key)
-	} else if _, ok := r.failing[key]; !ok {
-		r.failing[key] = time.Now().Add(-res.Timings.Total)
-	}
-	if _, ok := r.targets[key]; ok && res.TLS != nil && !res.TLS.NotAfter.IsZero() {
-		r.certs[key] = res.TLS.NotAfter
 	}
 }
 
@@ -431,25 +392,25 @@ func (r *Runner) Report() *v1alpha1.ProbeReport {
 	snap := r.sched.Snapshot()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Name: r.cfg.Instance}}
-	rep.Status = v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(now), HeartbeatSeconds: heartbeatSeconds(r.cfg.Interval)}
-	for _, s := range snap {
-		ti, ok := r.targets[s.Key]
-		if !ok || (s.State != prober.StateUp && s.State != prober.StateDown) {
-			continue
-		}
-		obs := agent.Observation(s, ti.host, r.failing[s.Key])
-		if na, ok := r.certs[s.Key]; ok && obs.CertNotAfter == nil {
-			obs.CertNotAfter = agent.CertTime(na)
-		}
-		if obs.State == v1alpha1.StateDown {
-			rep.Status.Down++
-		}
-		rep.Status.Results = append(rep.Status.Results, v1alpha1.ProbeResult{Service: ti.service, Port: int32(ti.port.Port),
-			PortProtocol: ti.port.Protocol, Protocol: string(ti.port.Spec.Protocol), Observation: obs})
-		rep.Status.Targets++
+	targets := make(map[string]report.Target, len(r.targets))
+	for k, ti := range r.targets {
+		targets[k] = report.Target{Service: ti.service, Port: int32(ti.port.Port), PortProtocol: ti.port.Protocol,
+			Protocol: ti.port.Spec.Protocol, Node: ti.host}
 	}
-	return rep
+	return &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Name: r.cfg.Instance},
+		Status: report.Status(now, heartbeatSeconds(r.cfg.Interval), snap, targets)}
+}
+
+// certExpiries returns the certificate expiry of each target that has
+// completed a TLS handshake, as the scheduler keeps it.
+func (r *Runner) certExpiries() map[string]time.Time {
+	certs := map[string]time.Time{}
+	for _, s := range r.sched.Snapshot() {
+		if !s.CertNotAfter.IsZero() {
+			certs[s.Key] = s.CertNotAfter
+		}
+	}
+	return certs
 }
 
 // pollPeers fetches every peer's report each interval until ctx is done.
@@ -570,7 +531,7 @@ func (r *Runner) evaluate(ctx context.Context) {
 	views := viewReports(reports, now)
 	var zone []dnsexport.Service
 	var services []dashboard.Service
-	certs := r.certs
+	certs := r.certExpiries()
 	for _, svc := range cfg.Services {
 		prev := r.publishedHosts[svc.Name]
 		var healthy []string

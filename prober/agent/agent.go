@@ -14,10 +14,8 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +30,7 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/prober/report"
 )
 
 // Defaults of Config.
@@ -39,7 +38,6 @@ const (
 	DefaultHeartbeat        = 10 * time.Second
 	DefaultMinWriteInterval = 250 * time.Millisecond
 	DefaultBeaconPort       = 9472
-	maxMessage              = 256
 )
 
 // Config configures an Agent.
@@ -60,8 +58,8 @@ type Config struct {
 	Heartbeat time.Duration
 	// MinWriteInterval spaces report writes caused by state changes.
 	MinWriteInterval time.Duration
-	// Scheduler tunes the probe scheduler; OnChange and OnResult are the
-	// agent's own and are overwritten.
+	// Scheduler tunes the probe scheduler; OnChange is the agent's own and
+	// is overwritten.
 	Scheduler prober.Config
 }
 
@@ -92,26 +90,11 @@ type Agent struct {
 
 	mu sync.Mutex
 	// meta describes each target the scheduler probes.
-	meta map[string]targetMeta
+	meta map[string]report.Target
 	// probers caches built probers by key and spec text.
 	probers map[string]builtProber
-	// failing holds the time of the first failure of each failing target.
-	failing map[string]time.Time
-	// certs holds, per target, the NotAfter of the leaf certificate of
-	// its latest probe that completed a TLS handshake, so that a report
-	// keeps showing when a certificate expires while the target is down.
-	certs map[string]time.Time
 
 	last *v1alpha1.ProbeReport
-}
-
-type targetMeta struct {
-	beacon       bool
-	service      string
-	port         int32
-	portProtocol string
-	protocol     prober.Protocol
-	node         string
 }
 
 type builtProber struct {
@@ -151,20 +134,15 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		secrets:  system.Core().V1().Secrets().Lister().Secrets(cfg.Namespace),
 		changed:  make(chan struct{}, 1),
 		dirty:    make(chan struct{}, 1),
-		meta:     map[string]targetMeta{},
+		meta:     map[string]report.Target{},
 		probers:  map[string]builtProber{},
-		failing:  map[string]time.Time{},
-		certs:    map[string]time.Time{},
 	}
 	sc := cfg.Scheduler
-	sc.OnChange = func(tr prober.Transition) {
-		// The scheduler calls OnResult only after OnChange; record the
-		// result first, so that the report this change triggers carries
-		// its failingSince. onResult is idempotent.
-		a.onResult(tr.Key, tr.Result)
-		poke(a.dirty)
-	}
-	sc.OnResult = a.onResult
+	// A new certificate expiry does not cause a write of its own: it goes
+	// out with the next one, at the latest the heartbeat, so a target
+	// whose backends serve different certificates does not turn every
+	// probe into a report write.
+	sc.OnChange = func(prober.Transition) { poke(a.dirty) }
 	a.sched = prober.NewScheduler(sc)
 
 	trigger := cache.ResourceEventHandlerFuncs{
@@ -261,32 +239,6 @@ func ServeBeacon(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// onResult tracks when each target's current run of failures began and
-// the expiry of the certificate it last served. A new expiry does not
-// cause a write of its own: it goes out with the next one, at the latest
-// the heartbeat, so a target whose backends serve different certificates
-// does not turn every probe into a report write.
-func (a *Agent) onResult(key string, r prober.Result) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if r.Up() {
-		delete(a.failing, key)
-	} else if _, ok := a.failing[key]; !ok {
-		a.failing[key] = a.clock.Now().Add(-r.Timings.Total)
-	}
-	// The protocol check drops a late result of a prober that a spec
-	// change has just replaced by one that never does TLS.
-	if m, ok := a.meta[key]; ok && speaksTLS(m.protocol) && r.TLS != nil && !r.TLS.NotAfter.IsZero() {
-		a.certs[key] = r.TLS.NotAfter
-	}
-}
-
-// speaksTLS reports whether probes of protocol p can complete a TLS
-// handshake: tls and https, and http when it follows a redirect to https.
-func speaksTLS(p prober.Protocol) bool {
-	return p == prober.TLS || p == prober.HTTPS || p == prober.HTTP
-}
-
 // refresh recomputes the targets and hands them to the scheduler.
 func (a *Agent) refresh(ctx context.Context) {
 	targets, meta, err := a.targets(ctx)
@@ -296,16 +248,6 @@ func (a *Agent) refresh(ctx context.Context) {
 	}
 	a.mu.Lock()
 	a.meta = meta
-	for k := range a.failing {
-		if _, ok := meta[k]; !ok {
-			delete(a.failing, k)
-		}
-	}
-	for k := range a.certs {
-		if m, ok := meta[k]; !ok || !speaksTLS(m.protocol) {
-			delete(a.certs, k)
-		}
-	}
 	a.mu.Unlock()
 	a.sched.Set(targets)
 	klog.FromContext(ctx).V(2).Info("Updated probe targets", "count", len(targets))
@@ -314,7 +256,7 @@ func (a *Agent) refresh(ctx context.Context) {
 
 // targets returns the targets assigned to this node: the beacons and the
 // Service ports on other nodes whose vantages include it.
-func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]targetMeta, error) {
+func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report.Target, error) {
 	nodes, err := a.nodes.List(labels.Everything())
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing nodes: %w", err)
@@ -336,7 +278,7 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]target
 	}
 
 	var out []prober.Target
-	meta := map[string]targetMeta{}
+	meta := map[string]report.Target{}
 	for _, v := range cands {
 		key := contract.BeaconKey(v.Node)
 		if v.Node == self || !addr[v.Node].IsValid() || !mine(key, v.Node) {
@@ -347,7 +289,7 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]target
 			return nil, nil, err
 		}
 		out = append(out, prober.Target{Key: key, Addr: netip.AddrPortFrom(addr[v.Node], a.cfg.BeaconPort), Protocol: prober.TCP, Prober: p})
-		meta[key] = targetMeta{beacon: true, node: v.Node, protocol: prober.TCP}
+		meta[key] = report.Target{Beacon: true, Node: v.Node, Protocol: prober.TCP}
 	}
 
 	proxies, err := a.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
@@ -381,7 +323,7 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]target
 			t := prober.Target{Key: key, Addr: netip.AddrPortFrom(addr[node], uint16(port.Port)), Protocol: pr.Spec.Protocol, Prober: p,
 				Interval: pr.Interval, Timeout: pr.Timeout, Rise: pr.Rise, Fall: pr.Fall}
 			out = append(out, t)
-			meta[key] = targetMeta{service: name.String(), port: port.Port, portProtocol: string(port.Protocol), protocol: pr.Spec.Protocol, node: node}
+			meta[key] = report.Target{Service: name.String(), Port: port.Port, PortProtocol: string(port.Protocol), Protocol: pr.Spec.Protocol, Node: node}
 		}
 	}
 	return out, meta, nil
@@ -403,39 +345,10 @@ func (a *Agent) prober(_ context.Context, key, text, namespace string) (prober.P
 	if err != nil {
 		return nil, fmt.Errorf("building prober of %s: %w", key, err)
 	}
+	// A new prober makes the scheduler forget the certificate the old one
+	// saw, which may have come from another name or port.
 	a.probers[key] = builtProber{spec: text + "\x00" + namespace, prober: p}
-	// A new spec may probe another name or port: forget what the old one saw.
-	delete(a.certs, key)
 	return p, nil
-}
-
-// Observation turns a concluded target status (Up or Down) into the
-// observation a ProbeReport carries for it: node is the target's node,
-// failingSince when the target's current run of failed probes began (zero
-// for none). Messages are cut to a bounded length. CertNotAfter is the
-// expiry of the leaf certificate of the latest probe when it completed a
-// TLS handshake; callers that remember an earlier handshake fill it in
-// when the latest probe did not get that far. Standalone mode builds its
-// reports with it too, so both are judged alike.
-func Observation(s prober.TargetStatus, node string, failingSince time.Time) v1alpha1.Observation {
-	obs := v1alpha1.Observation{Node: node, Address: s.Addr.String(), State: v1alpha1.StateUp,
-		Outcome: s.Last.Outcome.String(), Since: metav1.NewTime(s.Since), Message: truncate(s.Last.Message(), maxMessage)}
-	if s.State == prober.StateDown {
-		obs.State = v1alpha1.StateDown
-	}
-	if !s.LastChange.IsZero() {
-		obs.LastChange = ptrTo(metav1.NewTime(s.LastChange))
-	}
-	if !failingSince.IsZero() {
-		obs.FailingSince = ptrTo(metav1.NewTime(failingSince))
-	}
-	if s.RTT > 0 {
-		obs.Latency = &metav1.Duration{Duration: s.RTT}
-	}
-	if s.Last.TLS != nil && !s.Last.TLS.NotAfter.IsZero() {
-		obs.CertNotAfter = CertTime(s.Last.TLS.NotAfter)
-	}
-	return obs
 }
 
 // Report returns the report status the agent would write now.
@@ -444,36 +357,7 @@ func (a *Agent) Report() v1alpha1.ProbeReportStatus {
 	snap := a.sched.Snapshot()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st := v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(now), HeartbeatSeconds: int32(max(1, a.cfg.Heartbeat/time.Second))}
-	for _, s := range snap {
-		m, ok := a.meta[s.Key]
-		if !ok || (s.State != prober.StateUp && s.State != prober.StateDown) {
-			continue
-		}
-		obs := Observation(s, m.node, a.failing[s.Key])
-		if na, ok := a.certs[s.Key]; ok && obs.CertNotAfter == nil && speaksTLS(m.protocol) {
-			obs.CertNotAfter = CertTime(na)
-		}
-		if m.beacon {
-			st.Beacons = append(st.Beacons, v1alpha1.BeaconResult{Observation: obs})
-			st.BeaconCount++
-			if obs.State == v1alpha1.StateDown {
-				st.BeaconsDown++
-			}
-			continue
-		}
-		st.Results = append(st.Results, v1alpha1.ProbeResult{Service: m.service, Port: m.port, PortProtocol: m.portProtocol,
-			Protocol: string(m.protocol), Observation: obs})
-		st.Targets++
-		if obs.State == v1alpha1.StateDown {
-			st.Down++
-		}
-	}
-	slices.SortFunc(st.Results, func(x, y v1alpha1.ProbeResult) int {
-		return strings.Compare(contract.TargetKey(x.Service, x.PortProtocol, x.Port, x.Node), contract.TargetKey(y.Service, y.PortProtocol, y.Port, y.Node))
-	})
-	slices.SortFunc(st.Beacons, func(x, y v1alpha1.BeaconResult) int { return strings.Compare(x.Node, y.Node) })
-	return st
+	return report.Status(now, int32(max(1, a.cfg.Heartbeat/time.Second)), snap, a.meta)
 }
 
 // write writes the agent's report, creating it when missing.
@@ -522,25 +406,4 @@ func nodeAddr(n *corev1.Node) netip.Addr {
 		}
 	}
 	return netip.Addr{}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("...")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
-
-func ptrTo[T any](v T) *T { return &v }
-
-// CertTime is a certificate's NotAfter as a report carries it: in UTC and
-// whole seconds, as X.509 encodes it and the API server stores it, so the
-// value read back equals the one written and a report shows a change only
-// when the certificate does.
-func CertTime(t time.Time) *metav1.Time {
-	return &metav1.Time{Time: t.UTC().Truncate(time.Second)}
 }

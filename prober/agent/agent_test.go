@@ -96,7 +96,7 @@ func TestTargetsFollowVantageAssignment(t *testing.T) {
 		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
 		corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})
 	other := service("other", nil, corev1.ServicePort{Port: 81, Protocol: corev1.ProtocolTCP})
-	other.Spec.LoadBalancerClass = ptrTo("example.com/other")
+	other.Spec.LoadBalancerClass = new("example.com/other")
 	objs := []runtime.Object{web, other}
 	var cands []prober.Vantage
 	for i := range 12 {
@@ -131,11 +131,11 @@ func TestTargetsFollowVantageAssignment(t *testing.T) {
 			for key, tg := range got {
 				m := meta[key]
 				switch {
-				case m.beacon && (tg.Protocol != prober.TCP || tg.Addr.Port() != DefaultBeaconPort):
+				case m.Beacon && (tg.Protocol != prober.TCP || tg.Addr.Port() != DefaultBeaconPort):
 					t.Errorf("beacon %s: %s %s", key, tg.Protocol, tg.Addr)
-				case !m.beacon && m.port == 80 && tg.Protocol != prober.HTTP:
+				case !m.Beacon && m.Port == 80 && tg.Protocol != prober.HTTP:
 					t.Errorf("%s: protocol %s, want http from the annotation", key, tg.Protocol)
-				case !m.beacon && m.port == 53 && tg.Protocol != prober.UDP:
+				case !m.Beacon && m.Port == 53 && tg.Protocol != prober.UDP:
 					t.Errorf("%s: protocol %s, want udp: http cannot check a UDP port", key, tg.Protocol)
 				}
 			}
@@ -259,14 +259,5 @@ func TestRunReportsRealProbes(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestTruncate(t *testing.T) {
-	if got := truncate(strings.Repeat("é", 200), 256); len(got) > 256 || !strings.HasSuffix(got, "...") || !strings.HasPrefix(got, "é") {
-		t.Errorf("truncate: %d bytes %q", len(got), got[len(got)-8:])
-	}
-	if got := truncate("short", 256); got != "short" {
-		t.Errorf("truncate(short) = %q", got)
 	}
 }

@@ -96,34 +96,6 @@ func serve(t *testing.T, ln net.Listener, handle func(net.Conn)) net.Listener {
 	return ln
 }
 
-func TestObservationCertNotAfter(t *testing.T) {
-	notAfter := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
-	tests := []struct {
-		name string
-		last prober.Result
-		want *time.Time
-	}{
-		{"tls handshake", prober.Result{Outcome: prober.L6OK, TLS: &prober.CertInfo{NotAfter: notAfter}}, &notAfter},
-		{"failed check after handshake", prober.Result{Outcome: prober.L6ERR, TLS: &prober.CertInfo{NotAfter: notAfter}}, &notAfter},
-		{"local time zone", prober.Result{Outcome: prober.L7OK, TLS: &prober.CertInfo{NotAfter: notAfter.In(time.FixedZone("x", 3600))}}, &notAfter},
-		{"no handshake", prober.Result{Outcome: prober.L4CON}, nil},
-		{"tcp", prober.Result{Outcome: prober.L4OK}, nil},
-		{"no expiry", prober.Result{Outcome: prober.L6OK, TLS: &prober.CertInfo{}}, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := prober.TargetStatus{Key: "k", Addr: netip.MustParseAddrPort("10.0.0.1:443"), State: prober.StateUp, Last: tt.last}
-			obs := Observation(s, "n1", time.Time{})
-			switch {
-			case tt.want == nil && obs.CertNotAfter != nil:
-				t.Errorf("CertNotAfter = %v, want none", obs.CertNotAfter)
-			case tt.want != nil && (obs.CertNotAfter == nil || !obs.CertNotAfter.Time.Equal(*tt.want) || obs.CertNotAfter.Location() != time.UTC):
-				t.Errorf("CertNotAfter = %v, want %v in UTC", obs.CertNotAfter, *tt.want)
-			}
-		})
-	}
-}
-
 // TestRunReportsCertNotAfter runs the agent against loopback tls, https and
 // tcp servers on node n1, probed from n2: the tls and https results carry
 // the served certificate's expiry, kept while the target is down; the tcp

@@ -308,23 +308,25 @@ func runChild(specText string, addrs []string, n int, interval, runFor time.Dura
 		log.Fatal(err)
 	}
 	var up, down atomic.Int64
-	sched := prober.NewScheduler(prober.Config{
-		Interval: interval,
-		OnResult: func(_ string, r prober.Result) {
-			if r.Up() {
-				up.Add(1)
-			} else {
-				down.Add(1)
-			}
-		},
+	// The prober counts its own results: the scheduler reports only state
+	// changes, and counting here adds no work to the scheduler's.
+	counted := prober.Func(func(ctx context.Context, addr netip.AddrPort) prober.Result {
+		r := p.Probe(ctx, addr)
+		if r.Up() {
+			up.Add(1)
+		} else {
+			down.Add(1)
+		}
+		return r
 	})
+	sched := prober.NewScheduler(prober.Config{Interval: interval})
 	ts := make([]prober.Target, n)
 	for i := range ts {
 		ts[i] = prober.Target{
 			Key:      fmt.Sprintf("t%d", i),
 			Addr:     netip.MustParseAddrPort(addrs[i%len(addrs)]),
 			Protocol: spec.Protocol,
-			Prober:   p,
+			Prober:   counted,
 			Timeout:  2 * time.Second,
 		}
 	}

@@ -1,0 +1,192 @@
+package report
+
+import (
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/prober"
+)
+
+var (
+	now     = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	since   = now.Add(-time.Hour)
+	changed = now.Add(-time.Minute)
+	failing = now.Add(-70 * time.Second)
+	// notAfter has a fraction of a second and a zone, which a report drops.
+	notAfter = time.Date(2031, 3, 4, 5, 6, 7, 500, time.FixedZone("x", 3600))
+
+	resUp   = prober.Result{Outcome: prober.L4OK, Detail: "connected"}
+	resDown = prober.Result{Outcome: prober.L4CON, Err: errors.New("connecting: connection refused")}
+)
+
+// status returns a concluded status of key at addr.
+func status(key, addr string, state prober.State, last prober.Result) prober.TargetStatus {
+	return prober.TargetStatus{Key: key, Addr: netip.MustParseAddrPort(addr), State: state, Since: since, Last: last}
+}
+
+func TestStatus(t *testing.T) {
+	webA := contract.TargetKey("shop/web", "TCP", 443, "a")
+	webB := contract.TargetKey("shop/web", "TCP", 443, "b")
+	dnsA := contract.TargetKey("shop/dns", "UDP", 53, "a")
+	web := func(node string) Target {
+		return Target{Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: prober.HTTPS, Node: node}
+	}
+	targets := map[string]Target{
+		webA:                     web("a"),
+		webB:                     web("b"),
+		dnsA:                     {Service: "shop/dns", Port: 53, PortProtocol: "UDP", Protocol: prober.DNS, Node: "a"},
+		contract.BeaconKey("a"):  {Beacon: true, Node: "a", Protocol: prober.TCP},
+		contract.BeaconKey("b"):  {Beacon: true, Node: "b", Protocol: prober.TCP},
+		contract.BeaconKey("zz"): {Beacon: true, Node: "zz", Protocol: prober.TCP},
+	}
+	header := v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(now), HeartbeatSeconds: 10}
+	obs := func(node, addr string, state v1alpha1.State, last prober.Result) v1alpha1.Observation {
+		return v1alpha1.Observation{Node: node, Address: addr, State: state, Outcome: last.Outcome.String(),
+			Since: metav1.NewTime(since), Message: last.Message()}
+	}
+
+	tests := []struct {
+		name string
+		snap []prober.TargetStatus
+		want v1alpha1.ProbeReportStatus
+	}{
+		{name: "nothing probed", want: header},
+		{
+			name: "unknown and undescribed targets are left out",
+			snap: []prober.TargetStatus{
+				status(webA, "10.0.0.1:443", prober.StateUnknown, resUp),
+				status("shop/gone:TCP/80@a", "10.0.0.1:80", prober.StateUp, resUp),
+			},
+			want: header,
+		},
+		{
+			name: "results sorted by target key, beacons by node, with counts",
+			// In no particular order: the report's does not depend on it.
+			snap: []prober.TargetStatus{
+				status(contract.BeaconKey("zz"), "10.0.0.9:9472", prober.StateDown, resDown),
+				status(webB, "10.0.0.2:443", prober.StateDown, resDown),
+				status(contract.BeaconKey("b"), "10.0.0.2:9472", prober.StateUp, resUp),
+				status(webA, "10.0.0.1:443", prober.StateUp, resUp),
+				status(dnsA, "10.0.0.1:53", prober.StateUp, resUp),
+			},
+			want: func() v1alpha1.ProbeReportStatus {
+				st := header
+				st.Targets, st.Down, st.BeaconCount, st.BeaconsDown = 3, 1, 2, 1
+				st.Results = []v1alpha1.ProbeResult{
+					{Service: "shop/dns", Port: 53, PortProtocol: "UDP", Protocol: "dns", Observation: obs("a", "10.0.0.1:53", v1alpha1.StateUp, resUp)},
+					{Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: "https", Observation: obs("a", "10.0.0.1:443", v1alpha1.StateUp, resUp)},
+					{Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: "https", Observation: obs("b", "10.0.0.2:443", v1alpha1.StateDown, resDown)},
+				}
+				st.Beacons = []v1alpha1.BeaconResult{
+					{Observation: obs("b", "10.0.0.2:9472", v1alpha1.StateUp, resUp)},
+					{Observation: obs("zz", "10.0.0.9:9472", v1alpha1.StateDown, resDown)},
+				}
+				return st
+			}(),
+		},
+		{
+			name: "what the scheduler knows besides the state",
+			snap: []prober.TargetStatus{func() prober.TargetStatus {
+				s := status(webA, "10.0.0.1:443", prober.StateDown, resDown)
+				s.LastChange, s.FailingSince, s.RTT, s.CertNotAfter = changed, failing, 3*time.Millisecond, notAfter
+				return s
+			}()},
+			want: func() v1alpha1.ProbeReportStatus {
+				st := header
+				st.Targets, st.Down = 1, 1
+				o := obs("a", "10.0.0.1:443", v1alpha1.StateDown, resDown)
+				o.LastChange = new(metav1.NewTime(changed))
+				o.FailingSince = new(metav1.NewTime(failing))
+				o.Latency = &metav1.Duration{Duration: 3 * time.Millisecond}
+				o.CertNotAfter = &metav1.Time{Time: time.Date(2031, 3, 4, 4, 6, 7, 0, time.UTC)}
+				st.Results = []v1alpha1.ProbeResult{{Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: "https", Observation: o}}
+				return st
+			}(),
+		},
+		{
+			name: "long message cut",
+			snap: []prober.TargetStatus{status(webA, "10.0.0.1:443", prober.StateDown,
+				prober.Result{Outcome: prober.L7STS, Err: errors.New(strings.Repeat("x", 300))})},
+			want: func() v1alpha1.ProbeReportStatus {
+				st := header
+				st.Targets, st.Down = 1, 1
+				o := obs("a", "10.0.0.1:443", v1alpha1.StateDown, prober.Result{Outcome: prober.L7STS})
+				o.Message = strings.Repeat("x", 253) + "..."
+				st.Results = []v1alpha1.ProbeResult{{Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: "https", Observation: o}}
+				return st
+			}(),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Status(now, 10, tt.snap, targets)
+			if !reflect.DeepEqual(got, tt.want) {
+				g, _ := json.MarshalIndent(got, "", "  ")
+				w, _ := json.MarshalIndent(tt.want, "", "  ")
+				t.Errorf("Status() =\n%s\nwant\n%s", g, w)
+			}
+		})
+	}
+}
+
+func TestObservationCertNotAfter(t *testing.T) {
+	want := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
+	tests := []struct {
+		name     string
+		notAfter time.Time
+		want     *time.Time
+	}{
+		{"utc", want, &want},
+		{"local time zone", want.In(time.FixedZone("x", 3600)), &want},
+		{"fraction of a second", want.Add(999 * time.Millisecond), &want},
+		{"no handshake seen", time.Time{}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := status("k", "10.0.0.1:443", prober.StateUp, prober.Result{Outcome: prober.L4CON})
+			s.CertNotAfter = tt.notAfter
+			obs := Observation(s, "n1")
+			switch {
+			case tt.want == nil && obs.CertNotAfter != nil:
+				t.Errorf("CertNotAfter = %v, want none", obs.CertNotAfter)
+			case tt.want != nil && (obs.CertNotAfter == nil || !obs.CertNotAfter.Time.Equal(*tt.want) || obs.CertNotAfter.Location() != time.UTC):
+				t.Errorf("CertNotAfter = %v, want %v in UTC", obs.CertNotAfter, *tt.want)
+			}
+		})
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	tests := []struct {
+		name, in string
+		n        int
+		want     string
+	}{
+		{"short", "short", 256, "short"},
+		{"exactly n", strings.Repeat("x", 256), 256, strings.Repeat("x", 256)},
+		{"ascii cut", strings.Repeat("x", 257), 256, strings.Repeat("x", 253) + "..."},
+		// "é" is 2 bytes: byte 253 is the middle of one, so the cut
+		// backs off to 252 and keeps 126 of them.
+		{"never splits a rune", strings.Repeat("é", 200), 256, strings.Repeat("é", 126) + "..."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := truncate(tt.in, tt.n)
+			if got != tt.want {
+				t.Errorf("truncate = %q (%d bytes), want %q", got, len(got), tt.want)
+			}
+			if len(got) > tt.n {
+				t.Errorf("truncate = %d bytes, more than %d", len(got), tt.n)
+			}
+		})
+	}
+}
