@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/prober/report"
 )
 
 // ReportPath is where an instance serves its own ProbeReport to its peers.
@@ -88,12 +89,6 @@ func fetchReport(ctx context.Context, client *http.Client, p Peer, token string,
 	// calls itself.
 	rep.Name = p.Name
 	rep.Status.HeartbeatTime = metav1.NewTime(now())
-	rep.Status.HeartbeatSeconds = heartbeatSeconds(heartbeat)
+	rep.Status.HeartbeatSeconds = report.HeartbeatSeconds(heartbeat)
 	return &rep, nil
-}
-
-// heartbeatSeconds is a report heartbeat of d, in the report's whole
-// seconds (at least 1).
-func heartbeatSeconds(d time.Duration) int32 {
-	return int32(max(1, (d+time.Second-1)/time.Second))
 }

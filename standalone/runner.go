@@ -398,7 +398,7 @@ func (r *Runner) Report() *v1alpha1.ProbeReport {
 			Protocol: ti.port.Spec.Protocol, Node: ti.host}
 	}
 	return &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Name: r.cfg.Instance},
-		Status: report.Status(now, heartbeatSeconds(r.cfg.Interval), snap, targets)}
+		Status: report.Status(now, r.cfg.Interval, snap, targets)}
 }
 
 // certExpiries returns the certificate expiry of each target that has

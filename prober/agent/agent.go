@@ -357,7 +357,7 @@ func (a *Agent) Report() v1alpha1.ProbeReportStatus {
 	snap := a.sched.Snapshot()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return report.Status(now, int32(max(1, a.cfg.Heartbeat/time.Second)), snap, a.meta)
+	return report.Status(now, a.cfg.Heartbeat, snap, a.meta)
 }
 
 // write writes the agent's report, creating it when missing.

@@ -128,7 +128,7 @@ func TestStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Status(now, 10, tt.snap, targets)
+			got := Status(now, 10*time.Second, tt.snap, targets)
 			if !reflect.DeepEqual(got, tt.want) {
 				g, _ := json.MarshalIndent(got, "", "  ")
 				w, _ := json.MarshalIndent(tt.want, "", "  ")
@@ -188,5 +188,16 @@ func TestTruncate(t *testing.T) {
 				t.Errorf("truncate = %d bytes, more than %d", len(got), tt.n)
 			}
 		})
+	}
+}
+
+func TestHeartbeatSeconds(t *testing.T) {
+	for _, tt := range []struct {
+		in   time.Duration
+		want int32
+	}{{0, 1}, {500 * time.Millisecond, 1}, {time.Second, 1}, {1900 * time.Millisecond, 2}, {10 * time.Second, 10}} {
+		if got := HeartbeatSeconds(tt.in); got != tt.want {
+			t.Errorf("HeartbeatSeconds(%s) = %d, want %d", tt.in, got, tt.want)
+		}
 	}
 }
