@@ -66,14 +66,14 @@ func (c *Controller) applyWorkloadAction(ctx context.Context, svc *corev1.Servic
 		logger.V(2).Info("Left proxy workload alone", "kind", a.Kind(), "workload", klog.KRef(ns, want.Name), "reason", a.Reason)
 		return nil
 	case placement.WorkloadCreate:
-		op, verb, err = "creating", "created", c.createWorkload(ctx, a.Object)
+		op, verb, err = "creating", "created", c.writeWorkload(ctx, a)
 		if apierrors.IsAlreadyExists(err) {
 			// Created by an earlier sync that the cache has not caught
 			// up with yet; the next event brings it.
 			return nil
 		}
 	case placement.WorkloadUpdate:
-		op, verb, err = "updating", "updated", c.updateWorkload(ctx, a.Object)
+		op, verb, err = "updating", "updated", c.writeWorkload(ctx, a)
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s %s/%s: %w", op, strings.ToLower(a.Kind()), ns, want.Name, err)
@@ -85,28 +85,39 @@ func (c *Controller) applyWorkloadAction(ctx context.Context, svc *corev1.Servic
 	return nil
 }
 
-func (c *Controller) createWorkload(ctx context.Context, obj placement.WorkloadObject) error {
-	apps := c.client.AppsV1()
+// writeWorkload makes a's write through the typed client of its object's
+// kind.
+func (c *Controller) writeWorkload(ctx context.Context, a placement.WorkloadAction) error {
 	ns := c.cfg.Placement.Namespace
-	var err error
-	switch o := obj.(type) {
+	switch o := a.Object.(type) {
 	case *appsv1.Deployment:
-		_, err = apps.Deployments(ns).Create(ctx, o, metav1.CreateOptions{})
+		return writeWith(ctx, c.client.AppsV1().Deployments(ns), a.Verb, o)
 	case *appsv1.DaemonSet:
-		_, err = apps.DaemonSets(ns).Create(ctx, o, metav1.CreateOptions{})
+		return writeWith(ctx, c.client.AppsV1().DaemonSets(ns), a.Verb, o)
 	}
-	return err
+	return nil
 }
 
-func (c *Controller) updateWorkload(ctx context.Context, obj placement.WorkloadObject) error {
-	apps := c.client.AppsV1()
-	ns := c.cfg.Placement.Namespace
+// workloadClient is what writeWith needs of a typed clientset client.
+type workloadClient[T any] interface {
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+	Update(context.Context, T, metav1.UpdateOptions) (T, error)
+	Delete(context.Context, string, metav1.DeleteOptions) error
+}
+
+func writeWith[T placement.WorkloadObject](ctx context.Context, client workloadClient[T], verb placement.WorkloadVerb, obj T) error {
 	var err error
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		_, err = apps.Deployments(ns).Update(ctx, o, metav1.UpdateOptions{})
-	case *appsv1.DaemonSet:
-		_, err = apps.DaemonSets(ns).Update(ctx, o, metav1.UpdateOptions{})
+	switch verb {
+	case placement.WorkloadCreate:
+		_, err = client.Create(ctx, obj, metav1.CreateOptions{})
+	case placement.WorkloadUpdate:
+		_, err = client.Update(ctx, obj, metav1.UpdateOptions{})
+	case placement.WorkloadDelete:
+		uid := obj.GetUID()
+		err = client.Delete(ctx, obj.GetName(), metav1.DeleteOptions{
+			PropagationPolicy: ptrTo(metav1.DeletePropagationBackground),
+			Preconditions:     &metav1.Preconditions{UID: &uid},
+		})
 	}
 	return err
 }
@@ -151,18 +162,8 @@ func (c *Controller) listWorkloads(sel labels.Selector) ([]placement.WorkloadObj
 // gone counts as deleted.
 func (c *Controller) deleteWorkload(ctx context.Context, a placement.WorkloadAction) error {
 	logger := klog.FromContext(ctx)
-	ns, name, uid := c.cfg.Placement.Namespace, a.Object.GetName(), a.Object.GetUID()
-	opts := metav1.DeleteOptions{
-		PropagationPolicy: ptrTo(metav1.DeletePropagationBackground),
-		Preconditions:     &metav1.Preconditions{UID: &uid},
-	}
-	var err error
-	switch a.Object.(type) {
-	case *appsv1.Deployment:
-		err = c.client.AppsV1().Deployments(ns).Delete(ctx, name, opts)
-	case *appsv1.DaemonSet:
-		err = c.client.AppsV1().DaemonSets(ns).Delete(ctx, name, opts)
-	}
+	ns, name := c.cfg.Placement.Namespace, a.Object.GetName()
+	err := c.writeWorkload(ctx, a)
 	resource := workloadResource(a.Kind())
 	switch {
 	case apierrors.IsConflict(err):
