@@ -1,0 +1,164 @@
+package placement
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/pulselb/pulselb/api/contract"
+)
+
+// WorkloadObject is a proxy Deployment or DaemonSet, as PlanWorkload reads
+// and returns it.
+type WorkloadObject interface {
+	metav1.Object
+	runtime.Object
+}
+
+// WorkloadVerb is what a WorkloadAction does to the cluster.
+type WorkloadVerb string
+
+// The verbs of a WorkloadAction.
+const (
+	WorkloadNone   WorkloadVerb = "none"
+	WorkloadCreate WorkloadVerb = "create"
+	WorkloadUpdate WorkloadVerb = "update"
+	WorkloadDelete WorkloadVerb = "delete"
+)
+
+// Why PlanWorkload chose an action; a WorkloadAction's Reason is one of
+// these, for logs and tests.
+const (
+	// PlanNotFound: create, as nothing of the desired kind holds the
+	// desired name.
+	PlanNotFound = "notFound"
+	// PlanSpecChanged: update, as the spec hash differs.
+	PlanSpecChanged = "specChanged"
+	// PlanUpToDate: no write, as the spec hash is the desired one.
+	PlanUpToDate = "upToDate"
+	// PlanNameTaken: no write, as the desired name holds a workload that
+	// is not labelled for this Service; someone else's is never
+	// overwritten.
+	PlanNameTaken = "nameTaken"
+	// PlanModeChanged: delete a workload of the other kind, left by a
+	// proxy-mode change.
+	PlanModeChanged = "modeChanged"
+	// PlanNameChanged: delete a workload of the desired kind under
+	// another name.
+	PlanNameChanged = "nameChanged"
+	// PlanNotWanted: delete, as the Service has no workload: it cannot be
+	// served, is gone, or is no longer pulselb's.
+	PlanNotWanted = "notWanted"
+)
+
+// WorkloadAction is one step of a WorkloadPlan.
+type WorkloadAction struct {
+	Verb   WorkloadVerb
+	Reason string
+	// Object is what to create; what to update with (the desired object
+	// carrying the current resourceVersion); what to delete (the current
+	// object, whose UID is the delete's precondition, so that a workload
+	// re-created since it was read is not deleted in its place); or, for
+	// WorkloadNone, the current object left alone. A deleted or
+	// left-alone object comes from the caller's cache and must not be
+	// changed.
+	Object WorkloadObject
+}
+
+// Kind returns the Kind of a's object: Deployment or DaemonSet.
+func (a WorkloadAction) Kind() string { return kindOf(a.Object) }
+
+// WorkloadPlan is what makes a Service's current proxy workload the desired
+// one. The deletes come first: the workloads they remove hold the host
+// ports that the pods of a created or updated one need.
+type WorkloadPlan struct {
+	Actions []WorkloadAction
+}
+
+// PlanWorkload compares want, the desired workload of the Service svc
+// (Desired's result, or the zero Workload when svc should have none), with
+// current: the Deployments and DaemonSets labelled for svc, and whatever
+// of want's kind holds want's name (it may be listed twice). It is pure.
+//
+// The plan deletes every workload labelled for svc other than want (the
+// other kind after a proxy-mode change, an old name, or all of them when
+// none is wanted), and never one labelled for another Service or not
+// labelled at all. Then, when a workload is wanted, it creates it, updates
+// it when the spec hash differs, or leaves it alone: when it is up to date,
+// or when its name is taken by a workload not labelled for svc. An update
+// writes the desired object whole, keeping only the current
+// resourceVersion, so that it fails rather than overwrite a change it has
+// not seen. That includes the replica count: it is placement's to decide
+// (capped at the eligible nodes), not another controller's.
+func PlanWorkload(svc types.NamespacedName, want Workload, current []WorkloadObject) WorkloadPlan {
+	desired := want.object()
+	var plan WorkloadPlan
+	var existing WorkloadObject // desired's kind and name
+	for _, cur := range current {
+		if desired != nil && kindOf(cur) == kindOf(desired) && cur.GetName() == desired.GetName() {
+			existing = cur
+			continue
+		}
+		if !labelledFor(cur, svc) {
+			continue
+		}
+		reason := PlanNotWanted
+		switch {
+		case desired == nil:
+		case kindOf(cur) != kindOf(desired):
+			reason = PlanModeChanged
+		default:
+			reason = PlanNameChanged
+		}
+		plan.Actions = append(plan.Actions, WorkloadAction{Verb: WorkloadDelete, Reason: reason, Object: cur})
+	}
+	if desired != nil {
+		plan.Actions = append(plan.Actions, planDesired(svc, desired, existing))
+	}
+	return plan
+}
+
+// planDesired returns the action that makes existing (nil: none) desired.
+func planDesired(svc types.NamespacedName, desired, existing WorkloadObject) WorkloadAction {
+	switch {
+	case existing == nil:
+		return WorkloadAction{Verb: WorkloadCreate, Reason: PlanNotFound, Object: desired}
+	case !labelledFor(existing, svc):
+		return WorkloadAction{Verb: WorkloadNone, Reason: PlanNameTaken, Object: existing}
+	case existing.GetAnnotations()[contract.AnnotationSpecHash] == desired.GetAnnotations()[contract.AnnotationSpecHash]:
+		return WorkloadAction{Verb: WorkloadNone, Reason: PlanUpToDate, Object: existing}
+	}
+	next := desired.DeepCopyObject().(WorkloadObject)
+	next.SetResourceVersion(existing.GetResourceVersion())
+	return WorkloadAction{Verb: WorkloadUpdate, Reason: PlanSpecChanged, Object: next}
+}
+
+// object returns w's Deployment or DaemonSet, or nil when it has neither.
+// An untyped nil, so that callers can compare it with nil.
+func (w Workload) object() WorkloadObject {
+	switch {
+	case w.Deployment != nil:
+		return w.Deployment
+	case w.DaemonSet != nil:
+		return w.DaemonSet
+	}
+	return nil
+}
+
+func labelledFor(o WorkloadObject, svc types.NamespacedName) bool {
+	key, ok := contract.ServiceOf(o.GetLabels())
+	return ok && key == svc
+}
+
+// kindOf names o's kind from its Go type: objects from an informer's cache
+// carry no TypeMeta.
+func kindOf(o WorkloadObject) string {
+	switch o.(type) {
+	case *appsv1.Deployment:
+		return "Deployment"
+	case *appsv1.DaemonSet:
+		return "DaemonSet"
+	}
+	return ""
+}
