@@ -134,7 +134,8 @@ func runController(args []string, _, stderr io.Writer) int {
 	inf := newInformerFactories(client, f.placement.Namespace)
 	ctl, err := controller.New(ctx, client, inf.cluster, inf.system, recorder, f.config(health, dyn))
 	if err != nil {
-		return failed(logger, startFailed(err, "Creating controller failed"))
+		logger.Error(err, "Creating controller failed")
+		return 1
 	}
 	if dash != nil {
 		if err := runDashboardFeed(ctx, ctl, inf, dash, f.dnsZone); err != nil {

@@ -43,20 +43,8 @@ func (s *Server) Close() { s.close() }
 // protocols (mysql) have no built-in server and return an error.
 func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 	switch spec.Protocol {
-	case prober.TCP:
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		go EchoTCP(ln)
-		return &Server{Addr: addrOf(ln.Addr()), close: func() { ln.Close() }}, nil
-	case prober.TLS:
-		cfg, err := selfSignedTLS()
-		if err != nil {
-			return nil, err
-		}
-		cfg.NextProtos = spec.ALPN
-		ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	case prober.TCP, prober.TLS:
+		ln, err := listenTCP(spec.Protocol == prober.TLS, spec.ALPN)
 		if err != nil {
 			return nil, err
 		}
@@ -70,17 +58,9 @@ func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 		go EchoUDP(pc)
 		return &Server{Addr: addrOf(pc.LocalAddr()), close: func() { pc.Close() }}, nil
 	case prober.HTTP, prober.HTTPS:
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := listenTCP(spec.Protocol == prober.HTTPS, nil)
 		if err != nil {
 			return nil, err
-		}
-		if spec.Protocol == prober.HTTPS {
-			cfg, err := selfSignedTLS()
-			if err != nil {
-				ln.Close()
-				return nil, err
-			}
-			ln = tls.NewListener(ln, cfg)
 		}
 		srv := &http.Server{
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -117,6 +97,22 @@ func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("no built-in %s server; point pulselb check at a real one", spec.Protocol)
 	}
+}
+
+// listenTCP listens on a free port of 127.0.0.1, behind TLS with a
+// self-signed certificate offering alpn when secure.
+func listenTCP(secure bool, alpn []string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil || !secure {
+		return ln, err
+	}
+	cfg, err := selfSignedTLS()
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	cfg.NextProtos = alpn
+	return tls.NewListener(ln, cfg), nil
 }
 
 func addrOf(a net.Addr) netip.AddrPort {
