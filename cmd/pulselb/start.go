@@ -37,6 +37,8 @@ func startFailed(err error, msg string, kv ...any) error {
 
 // failed logs a start-up step's failure and returns exit status 1.
 func failed(logger klog.Logger, err error) int {
+	// Name the role's line in the log, not this one.
+	logger = logger.WithCallDepth(1)
 	if se, ok := errors.AsType[*startError](err); ok {
 		logger.Error(se.err, se.msg, se.kv...)
 	} else {
