@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/prober/loopback"
 )
 
 const checkUsage = `Usage: pulselb check [flags] SPEC ADDR:PORT
@@ -89,7 +90,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 
 	var target netip.AddrPort
 	if *serve {
-		srv, err := serveLoopback(ctx, spec)
+		srv, err := loopback.Serve(ctx, spec)
 		if err != nil {
 			fmt.Fprintf(stderr, "pulselb check: --serve: %v\n", err)
 			return 2

@@ -20,12 +20,15 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
-func TestCheckExitCodes(t *testing.T) {
+// acceptingPort returns a loopback listener that accepts connections and
+// closes them at once; the test's end closes it.
+func acceptingPort(t *testing.T) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -35,6 +38,11 @@ func TestCheckExitCodes(t *testing.T) {
 			c.Close()
 		}
 	}()
+	return ln
+}
+
+func TestCheckExitCodes(t *testing.T) {
+	ln := acceptingPort(t)
 	tests := []struct {
 		name     string
 		args     []string

@@ -6,26 +6,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
@@ -63,34 +56,149 @@ Every flag can also be set with the environment variable named after it
 Flags:
 `
 
+// controllerFlags are the controller's flags, checked.
+type controllerFlags struct {
+	kube         *kubeFlags
+	placement    placement.Config
+	classOnly    bool
+	workers      int
+	probeReports bool
+	vantages     int
+	election     electionConfig
+	metricsAddr  string
+	dashboard    bool
+	verbosity    int
+	dnsZone      string
+	dns          *dnsexport.Config // nil without --dns-zone
+	dnsEndpoints bool
+	dnsTTL       uint
+}
+
+// electionConfig is the leader election: on or off, the Lease and its
+// timings.
+type electionConfig struct {
+	enabled                              bool
+	namespace, lease                     string
+	duration, renewDeadline, retryPeriod time.Duration
+}
+
+// runController builds the controller step by step: flags, clients,
+// health source, metrics and dashboard server, Events, informers and
+// controller, dashboard feed, DNS, then reconciles under the leader
+// Lease.
 func runController(args []string, _, stderr io.Writer) int {
+	f, code, ok := parseControllerFlags(args, stderr)
+	if !ok {
+		return code
+	}
+	setVerbosity(f.verbosity)
+	logger := klog.Background().WithName("controller")
+
+	client, dyn, err := f.kube.clients("pulselb-controller", f.probeReports || f.dnsEndpoints)
+	if err != nil {
+		return failed(logger, err)
+	}
+	health, err := f.health(client, dyn)
+	if err != nil {
+		logger.Error(err, "Judging health from ProbeReports is impossible", "flag", "--probe-reports")
+		fmt.Fprintf(stderr, "pulselb controller: --probe-reports: %v\n", err)
+		return 1
+	}
+
+	ctx, stop := signalContext(logger)
+	defer stop()
+
+	var dash *dashboard.Dashboard
+	if f.dashboard && f.metricsAddr != "" {
+		dash = dashboard.New(dashboard.Options{Title: "pulselb"})
+		defer dash.Close()
+	}
+	reg, err := newRegistry(f.metricSets(dash != nil)...)
+	if err != nil {
+		return failed(logger, err)
+	}
+	mux := metricsHandler(reg)
+	if dash != nil {
+		mux.Handle("/", dash)
+	}
+	closeMetrics, err := serveMetrics(f.metricsAddr, mux)
+	if err != nil {
+		return failed(logger, err)
+	}
+	defer closeMetrics()
+
+	recorder, stopEvents := eventRecorder(ctx, client, "pulselb-controller")
+	defer stopEvents()
+
+	// Informers run on every replica so a new leader starts with warm
+	// caches, and dnsexport serves from them without the lease.
+	inf := newInformerFactories(client, f.placement.Namespace)
+	ctl, err := controller.New(ctx, client, inf.cluster, inf.system, recorder, f.config(health, dyn))
+	if err != nil {
+		logger.Error(err, "Creating controller failed")
+		return 1
+	}
+	if dash != nil {
+		if err := runDashboardFeed(ctx, ctl, inf, dash, f.dnsZone); err != nil {
+			return failed(logger, err)
+		}
+	}
+	// leading is true while this replica reconciles; only then does the
+	// DNS feed turn zone problems into Events.
+	var leading atomic.Bool
+	if f.dns != nil {
+		report := controller.DNSProblemReporter(logger.WithName("dns"), recorder, leading.Load)
+		waitDNS, err := startDNS(ctx, *f.dns, inf.cluster.Core().V1().Services(), f.classOnly, report)
+		if err != nil {
+			return failed(logger, err)
+		}
+		// Stop (also on an early error return) and wait for both, so
+		// the DNS sockets are closed when runController returns.
+		defer func() { stop(); waitDNS() }()
+	}
+
+	shutdown := inf.start(ctx)
+	defer shutdown()
+	if health.Reports != nil {
+		go health.Reports.RunWithContext(ctx)
+	}
+	return lead(ctx, stop, f.election, client, recorder, func(ctx context.Context) {
+		leading.Store(true)
+		defer leading.Store(false)
+		if err := ctl.Run(ctx, f.workers); err != nil {
+			logger.Error(err, "Controller stopped")
+		}
+	})
+}
+
+// parseControllerFlags parses and checks the controller's command line.
+// It returns ok false with the exit code when the command must stop.
+func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, code int, ok bool) {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty means in-cluster config")
+	f = &controllerFlags{kube: addKubeFlags(fs, 50, 100)}
 	namespace := fs.String("namespace", "pulselb-system", "namespace of the proxy workloads and the leader Lease")
 	image := fs.String("proxy-image", "", "image of proxy pods (the pulselb image); required")
 	pullPolicy := fs.String("proxy-image-pull-policy", string(corev1.PullIfNotPresent), "Always, IfNotPresent or Never")
 	priorityClass := fs.String("proxy-priority-class", placement.DefaultPriorityClassName, "priority class of proxy pods; empty for none")
 	proxyMode := fs.String("proxy-mode", placement.DefaultProxyMode, "the proxies' --mode: auto, iptables or userspace")
-	classOnly := fs.Bool("class-only", false, "serve only Services with loadBalancerClass "+contract.Class+", not those without a class")
-	workers := fs.Int("workers", 16, "Services reconciled in parallel; most of a sync is waiting on the API server")
-	probeReports := fs.Bool("probe-reports", true, "judge health from the probers' ProbeReports (needs the ProbeReport CRD from deploy/crds/ and the prober DaemonSet); false: a node is down only while labelled pulselb.io/unhealthy")
-	vantages := fs.Int("vantages", prober.DefaultVantages, "probers per target; must equal the probers' --vantages")
-	leaderElect := fs.Bool("leader-elect", true, "reconcile only while holding the Lease")
-	leaseName := fs.String("leader-elect-lease-name", "pulselb-controller", "name of the leader Lease in --namespace")
-	leaseDuration := fs.Duration("leader-elect-lease-duration", 15*time.Second, "how long a Lease lasts without renewal")
-	renewDeadline := fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
-	retryPeriod := fs.Duration("leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew")
-	metricsAddr := fs.String("metrics-address", ":9471", "address for /metrics and /healthz; empty disables")
-	dashboardOn := fs.Bool("dashboard", true, "serve the read-only health dashboard at / of --metrics-address on every replica (see docs/dashboard.md)")
-	qps := fs.Float64("kube-api-qps", 50, "API requests per second")
-	burst := fs.Int("kube-api-burst", 100, "API request burst")
-	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 detail")
+	fs.BoolVar(&f.classOnly, "class-only", false, "serve only Services with loadBalancerClass "+contract.Class+", not those without a class")
+	fs.IntVar(&f.workers, "workers", 16, "Services reconciled in parallel; most of a sync is waiting on the API server")
+	fs.BoolVar(&f.probeReports, "probe-reports", true, "judge health from the probers' ProbeReports (needs the ProbeReport CRD from deploy/crds/ and the prober DaemonSet); false: a node is down only while labelled pulselb.io/unhealthy")
+	fs.IntVar(&f.vantages, "vantages", prober.DefaultVantages, "probers per target; must equal the probers' --vantages")
+	fs.BoolVar(&f.election.enabled, "leader-elect", true, "reconcile only while holding the Lease")
+	fs.StringVar(&f.election.lease, "leader-elect-lease-name", "pulselb-controller", "name of the leader Lease in --namespace")
+	fs.DurationVar(&f.election.duration, "leader-elect-lease-duration", 15*time.Second, "how long a Lease lasts without renewal")
+	fs.DurationVar(&f.election.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
+	fs.DurationVar(&f.election.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew")
+	fs.StringVar(&f.metricsAddr, "metrics-address", ":9471", "address for /metrics and /healthz; empty disables")
+	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the read-only health dashboard at / of --metrics-address on every replica (see docs/dashboard.md)")
+	fs.IntVar(&f.verbosity, "v", 0, "log verbosity: 2 decisions, 4 detail")
 	var dnsNS, dnsTSIGKeys listFlag
-	dnsZone := fs.String("dns-zone", "", "serve this DNS zone from Service status on every replica, e.g. lb.example.com; empty turns DNS off")
+	fs.StringVar(&f.dnsZone, "dns-zone", "", "serve this DNS zone from Service status on every replica, e.g. lb.example.com; empty turns DNS off")
 	fs.Var(&dnsNS, "dns-ns", "name server of the zone, repeatable: ns1.lb.example.com=192.0.2.53 (addresses, comma-separated, required inside the zone) or ns.example.net; required with --dns-zone")
 	dnsListen := fs.String("dns-listen", ":53", "UDP and TCP address of the DNS server")
-	dnsTTL := fs.Uint("dns-ttl", uint(dnsexport.DefaultTTL), "TTL of a Service's records when it sets no "+contract.AnnotationDNSTTL)
+	fs.UintVar(&f.dnsTTL, "dns-ttl", uint(dnsexport.DefaultTTL), "TTL of a Service's records when it sets no "+contract.AnnotationDNSTTL)
 	dnsHostmaster := fs.String("dns-hostmaster", "", "SOA RNAME; default hostmaster.<zone>")
 	dnsMaxUDP := fs.Uint("dns-max-udp-size", 1232, "largest UDP response")
 	dnsSecondaries := fs.String("dns-secondaries", "", "NOTIFY targets, comma-separated ip:port[/keyname]")
@@ -99,244 +207,175 @@ func runController(args []string, _, stderr io.Writer) int {
 	dnsBurst := fs.Int("dns-rate-limit-burst", 200, "rate limit bucket size")
 	dnsSlip := fs.Int("dns-rate-limit-slip", 2, "every n-th rate-limited response is sent truncated; 0 drops all")
 	dnsSerialFile := fs.String("dns-serial-file", "", "file keeping the SOA serial across restarts (on a persistent volume)")
-	dnsEndpoints := fs.Bool("dnsendpoints", false, "on the leader, write an external-dns DNSEndpoint per Service with hostname annotations, recordTTL defaulting to --dns-ttl (needs the DNSEndpoint CRD)")
+	fs.BoolVar(&f.dnsEndpoints, "dnsendpoints", false, "on the leader, write an external-dns DNSEndpoint per Service with hostname annotations, recordTTL defaulting to --dns-ttl (needs the DNSEndpoint CRD)")
 	if _, code, ok := parseFlags(fs, controllerUsage, args, stderr); !ok {
-		return code
+		return nil, code, false
 	}
 	switch {
 	case *image == "":
 		fmt.Fprintln(stderr, "pulselb controller: --proxy-image is required")
-		return 2
-	case *workers < 1:
+		return nil, 2, false
+	case f.workers < 1:
 		fmt.Fprintln(stderr, "pulselb controller: --workers must be at least 1")
-		return 2
+		return nil, 2, false
 	}
 	switch corev1.PullPolicy(*pullPolicy) {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
 		fmt.Fprintf(stderr, "pulselb controller: --proxy-image-pull-policy=%q: want Always, IfNotPresent or Never\n", *pullPolicy)
-		return 2
+		return nil, 2, false
 	}
 	switch *proxyMode {
 	case "auto", "iptables", "userspace":
 	default:
 		fmt.Fprintf(stderr, "pulselb controller: --proxy-mode=%q: want auto, iptables or userspace\n", *proxyMode)
-		return 2
+		return nil, 2, false
 	}
-	var dnsCfg *dnsexport.Config
-	if *dnsZone != "" {
-		cfg, err := dnsConfig(*dnsZone, dnsNS, *dnsListen, *dnsTTL, *dnsHostmaster, *dnsMaxUDP, *dnsSecondaries,
+	if f.dnsZone != "" {
+		cfg, err := dnsConfig(f.dnsZone, dnsNS, *dnsListen, f.dnsTTL, *dnsHostmaster, *dnsMaxUDP, *dnsSecondaries,
 			dnsTSIGKeys, dnsexport.RateLimit{ResponsesPerSecond: *dnsRate, Burst: *dnsBurst, Slip: *dnsSlip}, *dnsSerialFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "pulselb controller: %v\n", err)
-			return 2
+			return nil, 2, false
 		}
-		dnsCfg = &cfg
+		cfg.Metrics = dnsexport.NewMetrics()
+		f.dns = &cfg
 	}
-	if *dnsEndpoints && (*dnsTTL < 1 || *dnsTTL > contract.MaxDNSTTL) {
-		fmt.Fprintf(stderr, "pulselb controller: --dns-ttl=%d: want 1 to %d seconds\n", *dnsTTL, contract.MaxDNSTTL)
-		return 2
+	if f.dnsEndpoints && (f.dnsTTL < 1 || f.dnsTTL > contract.MaxDNSTTL) {
+		fmt.Fprintf(stderr, "pulselb controller: --dns-ttl=%d: want 1 to %d seconds\n", f.dnsTTL, contract.MaxDNSTTL)
+		return nil, 2, false
 	}
-	if *probeReports && *vantages < 1 {
-		fmt.Fprintf(stderr, "pulselb controller: --vantages=%d: want at least 1\n", *vantages)
-		return 2
+	if f.probeReports && f.vantages < 1 {
+		fmt.Fprintf(stderr, "pulselb controller: --vantages=%d: want at least 1\n", f.vantages)
+		return nil, 2, false
 	}
-	setVerbosity(*verbosity)
-	logger := klog.Background().WithName("controller")
+	f.placement = placement.Config{
+		Namespace:         *namespace,
+		Image:             *image,
+		ImagePullPolicy:   corev1.PullPolicy(*pullPolicy),
+		PriorityClassName: *priorityClass,
+		ProxyMode:         *proxyMode,
+	}
+	f.election.namespace = *namespace
+	return f, 0, true
+}
 
-	restCfg, err := kubeConfig(*kubeconfig, *qps, *burst, "pulselb-controller")
+// health returns where the controller's health verdicts come from: with
+// --probe-reports the probers' ProbeReports, once their CRD is served;
+// else nothing, and a node is down only while labelled unhealthy.
+func (f *controllerFlags) health(client kubernetes.Interface, dyn dynamic.Interface) (controller.HealthConfig, error) {
+	if !f.probeReports {
+		return controller.HealthConfig{}, nil
+	}
+	// Without the CRD the report informer would never sync and the
+	// controller would wait silently; say what is missing instead.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := controller.WaitForProbeReportCRD(ctx, client.Discovery(), 2*time.Second, 30*time.Second); err != nil {
+		return controller.HealthConfig{}, err
+	}
+	return controller.HealthConfig{
+		Reports:  v1alpha1.NewInformer(v1alpha1.NewClient(dyn), f.placement.Namespace),
+		Vantages: f.vantages,
+	}, nil
+}
+
+// metricSets returns the RegisterMetrics of the parts this controller runs.
+func (f *controllerFlags) metricSets(dashboardOn bool) []func(prometheus.Registerer) error {
+	sets := []func(prometheus.Registerer) error{controller.RegisterMetrics}
+	if f.dns != nil {
+		sets = append(sets, f.dns.Metrics.RegisterMetrics)
+	}
+	if dashboardOn {
+		sets = append(sets, dashboard.RegisterMetrics)
+	}
+	return sets
+}
+
+// config returns the controller's configuration.
+func (f *controllerFlags) config(health controller.HealthConfig, dyn dynamic.Interface) controller.Config {
+	cfg := controller.Config{
+		Services:  contract.Selection{ClassOnly: f.classOnly},
+		Health:    health,
+		Placement: f.placement,
+	}
+	if f.dnsEndpoints {
+		cfg.DNSEndpoints = dnsexport.NewEndpointWriter(dyn, uint32(f.dnsTTL))
+	}
+	return cfg
+}
+
+// runDashboardFeed keeps dash equal to what the controller sees, in the
+// background until ctx is done.
+func runDashboardFeed(ctx context.Context, ctl *controller.Controller, inf informerFactories, dash *dashboard.Dashboard, zone string) error {
+	host, _ := os.Hostname()
+	feed, err := controller.NewDashboardFeed(ctl, inf.cluster, inf.system, dash, controller.DashboardConfig{Instance: host, Zone: zone})
 	if err != nil {
-		logger.Error(err, "Loading Kubernetes client config failed", "kubeconfig", *kubeconfig)
-		return 1
+		return startFailed(err, "Creating dashboard feed failed")
 	}
-	client, err := kubernetes.NewForConfig(restCfg)
+	logger := klog.FromContext(ctx)
+	dashCtx := klog.NewContext(ctx, logger.WithName("dashboard"))
+	go func() {
+		if err := feed.Run(dashCtx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Dashboard feed stopped")
+		}
+	}()
+	return nil
+}
+
+// startDNS starts the authoritative DNS server of cfg and the feed that
+// keeps its zone equal to the Services, and returns the function that
+// waits for both to stop once ctx is done.
+func startDNS(ctx context.Context, cfg dnsexport.Config, services coreinformers.ServiceInformer, classOnly bool,
+	report func(*corev1.Service, []error)) (wait func(), err error) {
+	srv, err := dnsexport.NewServer(cfg)
 	if err != nil {
-		logger.Error(err, "Creating Kubernetes client failed")
-		return 1
+		return nil, startFailed(err, "Creating DNS server failed")
 	}
-
-	// One dynamic client for the custom resources: ProbeReports and
-	// DNSEndpoints.
-	var dyn dynamic.Interface
-	if *probeReports || *dnsEndpoints {
-		if dyn, err = dynamic.NewForConfig(restCfg); err != nil {
-			logger.Error(err, "Creating dynamic client failed")
-			return 1
-		}
+	// Listen before the informers start so that a taken port fails the
+	// start-up instead of a goroutine.
+	if err := srv.Listen(); err != nil {
+		return nil, startFailed(err, "Listening for DNS failed", "address", cfg.Listen)
 	}
-	var health controller.HealthConfig
-	if *probeReports {
-		// Without the CRD the report informer would never sync and the
-		// controller would wait silently; say what is missing instead.
-		crdCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err := controller.WaitForProbeReportCRD(crdCtx, client.Discovery(), 2*time.Second, 30*time.Second)
-		cancel()
-		if err != nil {
-			logger.Error(err, "Judging health from ProbeReports is impossible", "flag", "--probe-reports")
-			fmt.Fprintf(stderr, "pulselb controller: --probe-reports: %v\n", err)
-			return 1
-		}
-		health = controller.HealthConfig{
-			Reports:  v1alpha1.NewInformer(v1alpha1.NewClient(dyn), *namespace),
-			Vantages: *vantages,
-		}
-	}
-	var endpointWriter controller.DNSEndpointWriter
-	if *dnsEndpoints {
-		endpointWriter = dnsexport.NewEndpointWriter(dyn, uint32(*dnsTTL))
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	ctx = klog.NewContext(ctx, logger)
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := controller.RegisterMetrics(reg); err != nil {
-		logger.Error(err, "Registering metrics failed")
-		return 1
-	}
-	if dnsCfg != nil {
-		dnsCfg.Metrics = dnsexport.NewMetrics()
-		if err := dnsCfg.Metrics.RegisterMetrics(reg); err != nil {
-			logger.Error(err, "Registering metrics failed")
-			return 1
-		}
-	}
-	var dash *dashboard.Dashboard
-	if *dashboardOn && *metricsAddr != "" {
-		dash = dashboard.New(dashboard.Options{Title: "pulselb"})
-		defer dash.Close()
-		if err := dashboard.RegisterMetrics(reg); err != nil {
-			logger.Error(err, "Registering metrics failed")
-			return 1
-		}
-	}
-	if *metricsAddr != "" {
-		ln, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			logger.Error(err, "Listening for metrics failed", "address", *metricsAddr)
-			return 1
-		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		if dash != nil {
-			mux.Handle("/", dash)
-		}
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-	}
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(3)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "pulselb-controller"})
-
-	// Informers run on every replica so a new leader starts with warm
-	// caches (and, later, dnsexport serves from them without the lease).
-	cluster := informers.NewSharedInformerFactory(client, 0)
-	system := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(*namespace))
-	ctl, err := controller.New(ctx, client, cluster, system, recorder, controller.Config{
-		Services:     contract.Selection{ClassOnly: *classOnly},
-		Health:       health,
-		DNSEndpoints: endpointWriter,
-		Placement: placement.Config{
-			Namespace:         *namespace,
-			Image:             *image,
-			ImagePullPolicy:   corev1.PullPolicy(*pullPolicy),
-			PriorityClassName: *priorityClass,
-			ProxyMode:         *proxyMode,
-		},
+	feed, err := dnsexport.NewFeed(srv, services, dnsexport.FeedConfig{
+		Services: contract.Selection{ClassOnly: classOnly},
+		Report:   report,
 	})
 	if err != nil {
-		logger.Error(err, "Creating controller failed")
-		return 1
+		return nil, startFailed(err, "Creating DNS feed failed")
 	}
-	if dash != nil {
-		host, _ := os.Hostname()
-		feed, err := controller.NewDashboardFeed(ctl, cluster, system, dash, controller.DashboardConfig{Instance: host, Zone: *dnsZone})
-		if err != nil {
-			logger.Error(err, "Creating dashboard feed failed")
-			return 1
+	logger := klog.FromContext(ctx).WithName("dns")
+	ctx = klog.NewContext(ctx, logger)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := srv.Run(ctx); err != nil {
+			// DNS is an output of the controller, not a reason to stop
+			// reconciling; the metric and this line say it is down.
+			logger.Error(err, "DNS server stopped")
 		}
-		dashCtx := klog.NewContext(ctx, logger.WithName("dashboard"))
-		go func() {
-			if err := feed.Run(dashCtx); err != nil && ctx.Err() == nil {
-				logger.Error(err, "Dashboard feed stopped")
-			}
-		}()
-	}
-	// leading is true while this replica reconciles; only then does the
-	// DNS feed turn zone problems into Events, so that N replicas do not
-	// record N copies of each.
-	var leading atomic.Bool
-	if dnsCfg != nil {
-		dnsSrv, err := dnsexport.NewServer(*dnsCfg)
-		if err != nil {
-			logger.Error(err, "Creating DNS server failed")
-			return 1
+	})
+	wg.Go(func() {
+		if err := feed.Run(ctx); err != nil {
+			logger.Error(err, "DNS feed stopped")
 		}
-		// Listen before the informers start so that a taken port fails
-		// the start-up instead of a goroutine.
-		if err := dnsSrv.Listen(); err != nil {
-			logger.Error(err, "Listening for DNS failed", "address", dnsCfg.Listen)
-			return 1
-		}
-		feed, err := dnsexport.NewFeed(dnsSrv, cluster.Core().V1().Services(), dnsexport.FeedConfig{
-			Services: contract.Selection{ClassOnly: *classOnly},
-			Report:   dnsProblemReporter(logger, recorder, &leading),
-		})
-		if err != nil {
-			logger.Error(err, "Creating DNS feed failed")
-			return 1
-		}
-		dnsLogger := logger.WithName("dns")
-		dnsCtx := klog.NewContext(ctx, dnsLogger)
-		dnsDone := make(chan struct{}, 2)
-		go func() {
-			defer func() { dnsDone <- struct{}{} }()
-			if err := dnsSrv.Run(dnsCtx); err != nil {
-				// DNS is an output of the controller, not a reason to stop
-				// reconciling; the metric and this line say it is down.
-				dnsLogger.Error(err, "DNS server stopped")
-			}
-		}()
-		go func() {
-			defer func() { dnsDone <- struct{}{} }()
-			if err := feed.Run(dnsCtx); err != nil {
-				dnsLogger.Error(err, "DNS feed stopped")
-			}
-		}()
-		// Stop (also on an early error return) and wait for both, so
-		// the DNS sockets are closed when runController returns.
-		defer func() { stop(); <-dnsDone; <-dnsDone }()
-	}
-	cluster.Start(ctx.Done())
-	if health.Reports != nil {
-		go health.Reports.RunWithContext(ctx)
-	}
-	system.Start(ctx.Done())
-	defer cluster.Shutdown()
-	defer system.Shutdown()
+	})
+	return wg.Wait, nil
+}
 
-	run := func(ctx context.Context) {
-		leading.Store(true)
-		defer leading.Store(false)
-		if err := ctl.Run(ctx, *workers); err != nil {
-			logger.Error(err, "Controller stopped")
-		}
-	}
-	if !*leaderElect {
+// lead calls run while this replica holds the leader Lease (at once
+// without leader election) until ctx is done, and returns the exit code:
+// 1 when the Lease is lost while running, so that the restarted process
+// starts clean instead of two leaders reconciling.
+func lead(ctx context.Context, stop func(), e electionConfig, client kubernetes.Interface, recorder record.EventRecorder, run func(context.Context)) int {
+	logger := klog.FromContext(ctx)
+	if !e.enabled {
 		run(ctx)
 		stop()
 		return 0
 	}
 	host, _ := os.Hostname()
 	identity := host + "_" + rand.String(8)
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, *namespace, *leaseName,
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, e.namespace, e.lease,
 		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder})
 	if err != nil {
 		logger.Error(err, "Creating leader lock failed")
@@ -345,11 +384,11 @@ func runController(args []string, _, stderr io.Writer) int {
 	exit := 0
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
 		Lock:            lock,
-		LeaseDuration:   *leaseDuration,
-		RenewDeadline:   *renewDeadline,
-		RetryPeriod:     *retryPeriod,
+		LeaseDuration:   e.duration,
+		RenewDeadline:   e.renewDeadline,
+		RetryPeriod:     e.retryPeriod,
 		ReleaseOnCancel: true,
-		Name:            *leaseName,
+		Name:            e.lease,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				logger.Info("Started leading", "identity", identity)
@@ -431,33 +470,4 @@ func dnsConfig(zone string, nameServers []string, listen string, ttl uint, hostm
 		return cfg, fmt.Errorf("dns: %w", err)
 	}
 	return cfg, nil
-}
-
-// dnsProblemReporter logs a Service's DNS problems on every replica.
-// Annotation problems get no Event here: the leader's reconcile already
-// validates the same annotations into InvalidAnnotation Events and the
-// ConfigValid condition. A hostname taken by another Service is found only
-// by the zone build, so the replica that leads records it as an Event.
-func dnsProblemReporter(logger klog.Logger, recorder record.EventRecorder, leading *atomic.Bool) func(*corev1.Service, []error) {
-	logger = logger.WithName("dns")
-	return func(svc *corev1.Service, problems []error) {
-		msgs := make([]string, len(problems))
-		for i, p := range problems {
-			msgs[i] = p.Error()
-			if leading.Load() && errors.Is(p, dnsexport.ErrHostnameConflict) {
-				recorder.Event(svc, corev1.EventTypeWarning, "HostnameConflict", p.Error())
-			}
-		}
-		logger.Info("Service has DNS problems; serving the rest", "service", klog.KObj(svc), "problems", msgs)
-	}
-}
-
-// listFlag is a repeatable string flag.
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, " ") }
-
-func (l *listFlag) Set(v string) error {
-	*l = append(*l, v)
-	return nil
 }

@@ -1,24 +1,12 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -43,7 +31,7 @@ Flags:
 func runProber(args []string, _, stderr io.Writer) int {
 	fs := flag.NewFlagSet("prober", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty means in-cluster config")
+	kube := addKubeFlags(fs, 5, 10)
 	namespace := fs.String("namespace", "pulselb-system", "namespace of the proxy and prober pods, the reports and probe Secrets")
 	nodeName := fs.String("node-name", "", "the node this prober runs on (downward API spec.nodeName); required")
 	vantages := fs.Int("vantages", prober.DefaultVantages, "probers per target; must equal the controller's")
@@ -53,8 +41,6 @@ func runProber(args []string, _, stderr io.Writer) int {
 	concurrency := fs.Int("concurrency", prober.DefaultConcurrency, "probes in flight at most")
 	classOnly := fs.Bool("class-only", false, "probe only Services with loadBalancerClass "+contract.Class+", as the controller's --class-only")
 	metricsAddr := fs.String("metrics-address", ":9473", "address for /metrics and /healthz; empty disables")
-	qps := fs.Float64("kube-api-qps", 5, "API requests per second")
-	burst := fs.Int("kube-api-burst", 10, "API request burst")
 	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 detail")
 	if _, code, ok := parseFlags(fs, proberUsage, args, stderr); !ok {
 		return code
@@ -76,46 +62,24 @@ func runProber(args []string, _, stderr io.Writer) int {
 	setVerbosity(*verbosity)
 	logger := klog.Background().WithName("prober").WithValues("node", *nodeName)
 
-	restCfg, err := kubeConfig(*kubeconfig, *qps, *burst, "pulselb-prober")
+	client, dyn, err := kube.clients("pulselb-prober", true)
 	if err != nil {
-		logger.Error(err, "Loading Kubernetes client config failed", "kubeconfig", *kubeconfig)
-		return 1
-	}
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		logger.Error(err, "Creating Kubernetes client failed")
-		return 1
-	}
-	dyn, err := dynamic.NewForConfig(restCfg)
-	if err != nil {
-		logger.Error(err, "Creating dynamic client failed")
-		return 1
+		return failed(logger, err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, stop := signalContext(logger)
 	defer stop()
-	ctx = klog.NewContext(ctx, logger)
 
 	metrics := prober.NewMetrics()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := errors.Join(metrics.RegisterMetrics(reg), agent.RegisterMetrics(reg)); err != nil {
-		logger.Error(err, "Registering metrics failed")
-		return 1
+	reg, err := newRegistry(metrics.RegisterMetrics, agent.RegisterMetrics)
+	if err != nil {
+		return failed(logger, err)
 	}
-	if *metricsAddr != "" {
-		ln, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			logger.Error(err, "Listening for metrics failed", "address", *metricsAddr)
-			return 1
-		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
+	closeMetrics, err := serveMetrics(*metricsAddr, metricsHandler(reg))
+	if err != nil {
+		return failed(logger, err)
 	}
+	defer closeMetrics()
 	beacon, err := net.Listen("tcp", fmt.Sprintf(":%d", *beaconPort))
 	if err != nil {
 		logger.Error(err, "Listening for the node beacon failed", "port", *beaconPort)
@@ -128,9 +92,8 @@ func runProber(args []string, _, stderr io.Writer) int {
 		}
 	}()
 
-	cluster := informers.NewSharedInformerFactory(client, 0)
-	system := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(*namespace))
-	a, err := agent.New(ctx, cluster, system, v1alpha1.NewClient(dyn), agent.Config{
+	inf := newInformerFactories(client, *namespace)
+	a, err := agent.New(ctx, inf.cluster, inf.system, v1alpha1.NewClient(dyn), agent.Config{
 		Node:             *nodeName,
 		Namespace:        *namespace,
 		Services:         contract.Selection{ClassOnly: *classOnly},
@@ -144,10 +107,8 @@ func runProber(args []string, _, stderr io.Writer) int {
 		logger.Error(err, "Creating prober agent failed")
 		return 1
 	}
-	cluster.Start(ctx.Done())
-	system.Start(ctx.Done())
-	defer cluster.Shutdown()
-	defer system.Shutdown()
+	shutdown := inf.start(ctx)
+	defer shutdown()
 	if err := a.Run(ctx); err != nil {
 		logger.Error(err, "Prober stopped")
 		return 1

@@ -1,23 +1,15 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/netip"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/proxy"
@@ -37,60 +29,6 @@ its rules cannot be removed, 2 for a bad flag or variable.
 
 Flags:
 `
-
-// envName returns the environment variable that sets a flag.
-func envName(flagName string) string {
-	return "PULSELB_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// setFromEnv sets every flag of fs that the parsed command line left unset
-// and whose environment variable is set, so the command line overrides the
-// environment. It returns the names of the flags it set.
-func setFromEnv(fs *flag.FlagSet) (map[string]bool, error) {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	fromEnv := map[string]bool{}
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		v, ok := os.LookupEnv(envName(f.Name))
-		if !ok || given[f.Name] {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
-		}
-		fromEnv[f.Name] = true
-	})
-	return fromEnv, errors.Join(errs...)
-}
-
-// parseFlags parses a subcommand's command line the same way for every
-// role: usage from usage, flags the command line left unset taken from
-// their PULSELB_* variables, no positional arguments. It returns the flags
-// set from the environment, and ok false with the exit code when the
-// command must stop (0 after -h, 2 on a bad flag or argument).
-func parseFlags(fs *flag.FlagSet, usage string, args []string, stderr io.Writer) (fromEnv map[string]bool, code int, ok bool) {
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0, false
-		}
-		return nil, 2, false
-	}
-	fromEnv, err := setFromEnv(fs)
-	if err != nil {
-		fmt.Fprintf(stderr, "pulselb %s: %v\n", fs.Name(), err)
-		return nil, 2, false
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pulselb %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return nil, 2, false
-	}
-	return fromEnv, 0, true
-}
 
 func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
@@ -190,31 +128,26 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		return bad("cluster-ips", *clusterIPs, err)
 	}
-	reg := prometheus.NewRegistry()
-	if err := metrics.RegisterMetrics(reg); err != nil {
-		logger.Error(err, "Registering metrics failed")
-		return 1
+	reg, err := newRegistry(metrics.RegisterMetrics)
+	if err != nil {
+		return failed(logger, err)
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, stop := signalContext(logger)
 	defer stop()
-	ctx = klog.NewContext(ctx, logger)
 	if err := p.Start(ctx); err != nil {
 		logger.Error(err, "Starting proxy failed")
 		return 1
 	}
 	if *healthAddr != "" {
-		ln, err := net.Listen("tcp", *healthAddr)
+		closeHealth, err := serveHTTP(*healthAddr, proxy.NewHandler(p, reg))
 		if err != nil {
 			logger.Error(err, "Listening for health checks failed", "address", *healthAddr)
 			stop()
 			_ = p.Run(ctx)
 			return 1
 		}
-		srv := &http.Server{Handler: proxy.NewHandler(p, reg), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
+		defer closeHealth()
 	}
 	if err := p.Run(ctx); err != nil {
 		logger.Error(err, "Removing proxy rules failed")
@@ -222,11 +155,4 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("Stopped proxy")
 	return 0
-}
-
-// setVerbosity sets klog's -v without adding klog's many flags to ours.
-func setVerbosity(v int) {
-	var kfs flag.FlagSet
-	klog.InitFlags(&kfs)
-	_ = kfs.Set("v", strconv.Itoa(v))
 }

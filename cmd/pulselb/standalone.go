@@ -9,8 +9,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/standalone"
@@ -51,12 +49,13 @@ func runStandalone(args []string, stdout, stderr io.Writer) int {
 	}
 	setVerbosity(*verbosity)
 	logger := klog.Background().WithName("standalone")
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, stop := signalContext(logger)
 	defer stop()
-	ctx = klog.NewContext(ctx, logger)
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg, err := newRegistry()
+	if err != nil {
+		return failed(logger, err)
+	}
 	r, err := standalone.New(ctx, cfg, standalone.Options{Registry: reg})
 	if err != nil {
 		logger.Error(err, "Starting failed")

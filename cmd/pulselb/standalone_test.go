@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,20 +61,7 @@ func TestStandaloneCheck(t *testing.T) {
 // with an error is refused and the running configuration stays; a good
 // one is applied.
 func TestReloadOnSignal(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := acceptingPort(t)
 	port := strings.TrimPrefix(ln.Addr().String(), "127.0.0.1:")
 	dir := t.TempDir()
 	file := writeConfig(t, dir, strings.Replace(standaloneTestConfig, "PORT", port, 1))

@@ -1,4 +1,8 @@
-package main
+// Package loopback owns throwaway servers on 127.0.0.1 to probe: one per
+// probe protocol for `pulselb check --serve`, so a user can try a probe
+// spec without a server of their own, and the TCP and UDP echoes the
+// demo's hosts run.
+package loopback
 
 import (
 	"context"
@@ -23,68 +27,40 @@ import (
 	"github.com/pulselb/pulselb/prober"
 )
 
-// loopbackServer is a throwaway server for `pulselb check --serve`, so a
-// user can try a probe spec without a server of their own.
-type loopbackServer struct {
+// Server is a running loopback server.
+type Server struct {
+	// Addr is where the server listens.
 	Addr  netip.AddrPort
 	close func()
 }
 
 // Close stops the server.
-func (s *loopbackServer) Close() { s.close() }
+func (s *Server) Close() { s.close() }
 
-// serveLoopback starts a server on 127.0.0.1 for spec's protocol: tcp, udp
-// and tls echo what they receive; http and https answer 200 "ok" on every
-// path; dns answers A 127.0.0.1 and AAAA ::1 for every name.
-func serveLoopback(ctx context.Context, spec prober.Spec) (*loopbackServer, error) {
+// Serve starts a server on 127.0.0.1 for spec's protocol: tcp, udp and
+// tls echo what they receive; http and https answer 200 "ok" on every
+// path; dns answers A 127.0.0.1 and AAAA ::1 for every name. Other
+// protocols (mysql) have no built-in server and return an error.
+func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 	switch spec.Protocol {
-	case prober.TCP:
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	case prober.TCP, prober.TLS:
+		ln, err := listenTCP(spec.Protocol == prober.TLS, spec.ALPN)
 		if err != nil {
 			return nil, err
 		}
-		go acceptEcho(ln)
-		return &loopbackServer{Addr: addrOf(ln.Addr()), close: func() { ln.Close() }}, nil
-	case prober.TLS:
-		cfg, err := selfSignedTLS()
-		if err != nil {
-			return nil, err
-		}
-		cfg.NextProtos = spec.ALPN
-		ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-		if err != nil {
-			return nil, err
-		}
-		go acceptEcho(ln)
-		return &loopbackServer{Addr: addrOf(ln.Addr()), close: func() { ln.Close() }}, nil
+		go EchoTCP(ln)
+		return &Server{Addr: addrOf(ln.Addr()), close: func() { ln.Close() }}, nil
 	case prober.UDP:
 		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}
-		go func() {
-			buf := make([]byte, 65535)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				_, _ = pc.WriteTo(buf[:n], from)
-			}
-		}()
-		return &loopbackServer{Addr: addrOf(pc.LocalAddr()), close: func() { pc.Close() }}, nil
+		go EchoUDP(pc)
+		return &Server{Addr: addrOf(pc.LocalAddr()), close: func() { pc.Close() }}, nil
 	case prober.HTTP, prober.HTTPS:
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := listenTCP(spec.Protocol == prober.HTTPS, nil)
 		if err != nil {
 			return nil, err
-		}
-		if spec.Protocol == prober.HTTPS {
-			cfg, err := selfSignedTLS()
-			if err != nil {
-				ln.Close()
-				return nil, err
-			}
-			ln = tls.NewListener(ln, cfg)
 		}
 		srv := &http.Server{
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -98,7 +74,7 @@ func serveLoopback(ctx context.Context, spec prober.Spec) (*loopbackServer, erro
 			BaseContext: func(net.Listener) context.Context { return ctx },
 		}
 		go func() { _ = srv.Serve(ln) }()
-		return &loopbackServer{Addr: addrOf(ln.Addr()), close: func() { srv.Close() }}, nil
+		return &Server{Addr: addrOf(ln.Addr()), close: func() { srv.Close() }}, nil
 	case prober.DNS:
 		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 		if err != nil {
@@ -114,13 +90,29 @@ func serveLoopback(ctx context.Context, spec prober.Spec) (*loopbackServer, erro
 		tcp := &dns.Server{Listener: ln, Handler: h}
 		go func() { _ = udp.ActivateAndServe() }()
 		go func() { _ = tcp.ActivateAndServe() }()
-		return &loopbackServer{Addr: addrOf(pc.LocalAddr()), close: func() {
+		return &Server{Addr: addrOf(pc.LocalAddr()), close: func() {
 			_ = udp.Shutdown()
 			_ = tcp.Shutdown()
 		}}, nil
 	default:
 		return nil, fmt.Errorf("no built-in %s server; point pulselb check at a real one", spec.Protocol)
 	}
+}
+
+// listenTCP listens on a free port of 127.0.0.1, behind TLS with a
+// self-signed certificate offering alpn when secure.
+func listenTCP(secure bool, alpn []string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil || !secure {
+		return ln, err
+	}
+	cfg, err := selfSignedTLS()
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	cfg.NextProtos = alpn
+	return tls.NewListener(ln, cfg), nil
 }
 
 func addrOf(a net.Addr) netip.AddrPort {
@@ -133,7 +125,9 @@ func addrOf(a net.Addr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-func acceptEcho(ln net.Listener) {
+// EchoTCP accepts connections on ln and sends back what each receives,
+// for at most 30 seconds a connection, until ln is closed.
+func EchoTCP(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -144,6 +138,19 @@ func acceptEcho(ln net.Listener) {
 			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 			_, _ = io.Copy(c, c)
 		}()
+	}
+}
+
+// EchoUDP sends every datagram pc receives back to its sender until pc is
+// closed.
+func EchoUDP(pc net.PacketConn) {
+	buf := make([]byte, 65535)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		_, _ = pc.WriteTo(buf[:n], from)
 	}
 }
 
