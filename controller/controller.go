@@ -34,6 +34,7 @@ import (
 
 	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/status"
 )
 
 // Class is the spec.loadBalancerClass pulselb serves.
@@ -92,8 +93,9 @@ type Controller struct {
 	// reports is nil when the health pipeline is off.
 	reports     cache.Store
 	healthQueue workqueue.TypedRateLimitingInterface[string]
-	verdicts    verdicts
-	restarts    restartBackoffs
+	// verdicts are judged by evaluate and read by the sync workers.
+	verdicts status.Engine
+	restarts restartBackoffs
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool

@@ -350,3 +350,53 @@ func TestDashboardCertNotAfter(t *testing.T) {
 		t.Errorf("after renewal certNotAfter %v, want %v", got, later)
 	}
 }
+
+// TestDashboardFlappingHeldDown: while the leader holds a flapping target
+// Down, every replica's dashboard shows it Down too, not the Up its
+// probers report.
+func TestDashboardFlappingHeldDown(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx)
+	store := c.cfg.Health.Reports.GetStore()
+	feed, err := NewDashboardFeed(c, informers.NewSharedInformerFactory(f.client, 0), informers.NewSharedInformerFactory(f.client, 0),
+		dashboard.New(dashboard.Options{}), DashboardConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := testNow
+	feed.now = func() time.Time { return now }
+	for i, s := range []struct {
+		at    time.Duration
+		state v1alpha1.State
+		want  string
+	}{
+		{0, v1alpha1.StateUp, "Up"},
+		{time.Minute, v1alpha1.StateDown, "Down"},
+		{61 * time.Second, v1alpha1.StateUp, "Up"},
+		{62 * time.Second, v1alpha1.StateDown, "Down"}, // down again at once: a flap
+		{63 * time.Second, v1alpha1.StateUp, "Down"},   // held
+		{64 * time.Second, v1alpha1.StateUp, "Down"},
+		{65 * time.Second, v1alpha1.StateUp, "Up"}, // up for status.Hold(1) = 2 s
+	} {
+		now = testNow.Add(s.at)
+		for _, by := range []string{"n2", "n3", "n4"} {
+			r := withResult(report(by, 0), svc, 80, "n1", s.state)
+			r.Status.HeartbeatTime = metav1.NewTime(now)
+			if err := store.Update(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := feed.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := dashboardTarget(t, st, "shop/web", "n1").State; got != s.want {
+			t.Fatalf("step %d at %s: probers say %s, dashboard shows %s, want %s as the leader holds it", i, s.at, s.state, got, s.want)
+		}
+		if s.state == v1alpha1.StateUp && s.want == "Down" && st.Transitions[0].Time.Equal(now) {
+			t.Errorf("step %d: transition %+v while held Down, want none", i, st.Transitions[0])
+		}
+	}
+}

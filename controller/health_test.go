@@ -126,7 +126,7 @@ func TestNodeFailoverByQuorum(t *testing.T) {
 	if err := c.evaluate(ctx, healthKey); err != nil {
 		t.Fatal(err)
 	}
-	if j := c.verdicts.get(prober.BeaconKey("n1")); j.Verdict != status.VerdictDown {
+	if j := c.verdicts.Verdict(prober.BeaconKey("n1")); j.Verdict != status.VerdictDown {
 		t.Fatalf("beacon n1: %v (%s), want Down by 2 of 3", j.Verdict, j.Summary())
 	}
 	if ev := f.events(); !hasEvent(ev, ReasonNodeFailed) {
@@ -380,11 +380,11 @@ func TestProberOnDownNodeIgnored(t *testing.T) {
 	if err := c.evaluate(ctx, healthKey); err != nil {
 		t.Fatal(err)
 	}
-	if j := c.verdicts.get(prober.BeaconKey("n1")); j.Verdict != status.VerdictDown {
+	if j := c.verdicts.Verdict(prober.BeaconKey("n1")); j.Verdict != status.VerdictDown {
 		t.Fatalf("beacon n1: %v (%s), want Down", j.Verdict, j.Summary())
 	}
 	tk := prober.TargetKey("shop/web", "TCP", 80, "n2")
-	if j := c.verdicts.get(tk); j.Verdict != status.VerdictUp {
+	if j := c.verdicts.Verdict(tk); j.Verdict != status.VerdictUp {
 		t.Fatalf("%s: %v (%s), want Up from n3 alone, n1 ignored", tk, j.Verdict, j.Summary())
 	}
 }
@@ -414,7 +414,7 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 		if err := c.evaluate(ctx, healthKey); err != nil {
 			t.Fatal(err)
 		}
-		return c.verdicts.get(tk)
+		return c.verdicts.Verdict(tk)
 	}
 	for i, s := range []struct {
 		at    time.Duration
@@ -437,7 +437,7 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 			if j.Reason != status.ReasonFlapping {
 				t.Errorf("step %d: held Down with reason %q, want %q", i, j.Reason, status.ReasonFlapping)
 			}
-			if d := c.verdicts.downFor(tk, now); d != 0 {
+			if d := c.verdicts.DownFor(tk, now); d != 0 {
 				t.Errorf("step %d: held Down counts as down for %s toward a proxy restart", i, d)
 			}
 		}

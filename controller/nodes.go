@@ -40,7 +40,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	beacon := status.VerdictUnknown
 	var summary string
 	if c.reports != nil {
-		j := c.verdicts.get(prober.BeaconKey(name))
+		j := c.verdicts.Verdict(prober.BeaconKey(name))
 		beacon, summary = j.Verdict, j.Summary()
 	}
 	_, unhealthy := node.Labels[placement.LabelUnhealthy]
