@@ -358,16 +358,7 @@ func TestDashboardCertNotAfter(t *testing.T) {
 func TestDashboardFlappingHeldDown(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := published(newService("web"), "n1,n2")
-	f := newFixture(t, cluster(svc)...)
-	c := f.healthController(ctx)
-	store := c.cfg.Health.Reports.GetStore()
-	feed, err := NewDashboardFeed(c, informers.NewSharedInformerFactory(f.client, 0), informers.NewSharedInformerFactory(f.client, 0),
-		dashboard.New(dashboard.Options{}), DashboardConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := testNow
-	feed.now = func() time.Time { return now }
+	c, feed, now := healthFeed(ctx, t, svc)
 	for i, s := range []struct {
 		at    time.Duration
 		state v1alpha1.State
@@ -381,14 +372,12 @@ func TestDashboardFlappingHeldDown(t *testing.T) {
 		{64 * time.Second, v1alpha1.StateUp, "Down"},
 		{65 * time.Second, v1alpha1.StateUp, "Up"}, // up for status.Hold(1) = 2 s
 	} {
-		now = testNow.Add(s.at)
+		*now = testNow.Add(s.at)
+		var reports []*v1alpha1.ProbeReport
 		for _, by := range []string{"n2", "n3", "n4"} {
-			r := withResult(report(by, 0), svc, 80, "n1", s.state)
-			r.Status.HeartbeatTime = metav1.NewTime(now)
-			if err := store.Update(r); err != nil {
-				t.Fatal(err)
-			}
+			reports = append(reports, withResult(report(by, 0), svc, 80, "n1", s.state))
 		}
+		setReports(t, c, *now, reports...)
 		st, err := feed.build()
 		if err != nil {
 			t.Fatal(err)
@@ -396,7 +385,7 @@ func TestDashboardFlappingHeldDown(t *testing.T) {
 		if got := dashboardTarget(t, st, "shop/web", "n1").State; got != s.want {
 			t.Fatalf("step %d at %s: probers say %s, dashboard shows %s, want %s as the leader holds it", i, s.at, s.state, got, s.want)
 		}
-		if s.state == v1alpha1.StateUp && s.want == "Down" && st.Transitions[0].Time.Equal(now) {
+		if s.state == v1alpha1.StateUp && s.want == "Down" && st.Transitions[0].Time.Equal(*now) {
 			t.Errorf("step %d: transition %+v while held Down, want none", i, st.Transitions[0])
 		}
 	}
@@ -409,17 +398,7 @@ func TestDashboardFlappingHeldDown(t *testing.T) {
 func TestDashboardAgreesWithLeader(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := published(newService("web"), "n1,n2")
-	f := newFixture(t, cluster(svc)...)
-	c := f.healthController(ctx)
-	store := c.cfg.Health.Reports.GetStore()
-	feed, err := NewDashboardFeed(c, informers.NewSharedInformerFactory(f.client, 0), informers.NewSharedInformerFactory(f.client, 0),
-		dashboard.New(dashboard.Options{}), DashboardConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := testNow
-	c.now = func() time.Time { return now }
-	feed.now = func() time.Time { return now }
+	c, feed, now := healthFeed(ctx, t, svc)
 	nodes := []string{"n1", "n2", "n3", "n4"}
 	const up, down = v1alpha1.StateUp, v1alpha1.StateDown
 	// step is what the probers see at a time: web's port on n1, and the
@@ -443,10 +422,10 @@ func TestDashboardAgreesWithLeader(t *testing.T) {
 		{68 * time.Second, down, ""},
 		{69 * time.Second, up, ""}, // held again, longer
 	} {
-		now = testNow.Add(s.at)
+		*now = testNow.Add(s.at)
+		var reports []*v1alpha1.ProbeReport
 		for _, by := range nodes {
 			r := report(by, 0)
-			r.Status.HeartbeatTime = metav1.NewTime(now)
 			seen := func(node string, state v1alpha1.State) v1alpha1.State {
 				switch {
 				case by == s.nodeDown && node != by, node == s.nodeDown:
@@ -459,11 +438,9 @@ func TestDashboardAgreesWithLeader(t *testing.T) {
 					r = withBeacon(r, n, seen(n, up))
 				}
 			}
-			r = withResult(withResult(r, svc, 80, "n1", seen("n1", s.web)), svc, 80, "n2", seen("n2", up))
-			if err := store.Update(r); err != nil {
-				t.Fatal(err)
-			}
+			reports = append(reports, withResult(withResult(r, svc, 80, "n1", seen("n1", s.web)), svc, 80, "n2", seen("n2", up)))
 		}
+		setReports(t, c, *now, reports...)
 		if err := c.evaluate(ctx, healthKey); err != nil {
 			t.Fatal(err)
 		}
@@ -499,4 +476,22 @@ func TestDashboardAgreesWithLeader(t *testing.T) {
 	if got := c.verdicts.Verdict(prober.TargetKey("shop/web", "TCP", 80, "n1")); got.Reason != status.ReasonFlapping {
 		t.Errorf("the target on n1 ends %s (%s), want held Down: the sequence must exercise flap damping", got.Verdict, got.Reason)
 	}
+}
+
+// healthFeed returns, for a cluster serving svc, a Controller with the
+// health pipeline on and no reports yet, a replica's DashboardFeed on it,
+// and the clock both read.
+func healthFeed(ctx context.Context, t *testing.T, svc *corev1.Service) (*Controller, *DashboardFeed, *time.Time) {
+	t.Helper()
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx)
+	feed, err := NewDashboardFeed(c, informers.NewSharedInformerFactory(f.client, 0), informers.NewSharedInformerFactory(f.client, 0),
+		dashboard.New(dashboard.Options{}), DashboardConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := testNow
+	c.now = func() time.Time { return now }
+	feed.now = func() time.Time { return now }
+	return c, feed, &now
 }

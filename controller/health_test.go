@@ -40,6 +40,17 @@ func (f *fixture) healthController(ctx context.Context, reports ...*v1alpha1.Pro
 	return c
 }
 
+// setReports stores reports in c's cache as written at now.
+func setReports(t *testing.T, c *Controller, now time.Time, reports ...*v1alpha1.ProbeReport) {
+	t.Helper()
+	for _, r := range reports {
+		r.Status.HeartbeatTime = metav1.NewTime(now)
+		if err := c.cfg.Health.Reports.GetStore().Update(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func proberPod(node string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: "pulselb-prober-" + node,
@@ -397,20 +408,17 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 	svc := published(newService("web"), "n1,n2")
 	f := newFixture(t, cluster(svc)...)
 	c := f.healthController(ctx)
-	store := c.cfg.Health.Reports.GetStore()
 	now := testNow
 	c.now = func() time.Time { return now }
 	tk := prober.TargetKey("shop/web", "TCP", 80, "n1")
 	step := func(at time.Duration, state v1alpha1.State) status.Judgement {
 		t.Helper()
 		now = testNow.Add(at)
+		var reports []*v1alpha1.ProbeReport
 		for _, by := range []string{"n2", "n3", "n4"} {
-			r := withResult(report(by, 0), svc, 80, "n1", state)
-			r.Status.HeartbeatTime = metav1.NewTime(now)
-			if err := store.Update(r); err != nil {
-				t.Fatal(err)
-			}
+			reports = append(reports, withResult(report(by, 0), svc, 80, "n1", state))
 		}
+		setReports(t, c, now, reports...)
 		if err := c.evaluate(ctx, healthKey); err != nil {
 			t.Fatal(err)
 		}
