@@ -35,6 +35,7 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/status"
 )
 
 // Finalizer stays on a served Service until its proxy workload is gone.
@@ -89,8 +90,9 @@ type Controller struct {
 	// reports is nil when the health pipeline is off.
 	reports     cache.Store
 	healthQueue workqueue.TypedRateLimitingInterface[string]
-	verdicts    verdicts
-	restarts    restartBackoffs
+	// verdicts are judged by evaluate and read by the sync workers.
+	verdicts status.Engine
+	restarts restartBackoffs
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool

@@ -45,8 +45,9 @@ const (
 
 // DashboardFeed builds the dashboard's State from the controller's
 // informer caches and hands it to a dashboard.Dashboard. It judges the
-// targets from the ProbeReports itself, with the same quorum as the
-// leader, so that every replica shows health whether it leads or not.
+// targets from the ProbeReports itself, with a status.Engine of its own
+// like the leader's, so that every replica shows health whether it leads
+// or not, and shows what the leader decides.
 type DashboardFeed struct {
 	c     *Controller
 	dash  *dashboard.Dashboard
@@ -55,15 +56,15 @@ type DashboardFeed struct {
 	dirty chan struct{}
 
 	// Owned by the goroutine calling build.
-	judged      map[string]judged
+	engine      status.Engine
+	shown       map[string]shown
 	transitions []dashboard.Transition
 }
 
-// judged is the feed's latest verdict on a target or beacon.
-type judged struct {
-	verdict status.Verdict
-	// state is what the page shows: the verdict, or Down when the node's
-	// beacon is down or the node is labelled unhealthy.
+// shown is what the page shows about a target or beacon.
+type shown struct {
+	// state is the verdict, or Down when the node's beacon is down or the
+	// node is labelled unhealthy.
 	state string
 	since time.Time
 }
@@ -78,7 +79,7 @@ func NewDashboardFeed(c *Controller, cluster, system informers.SharedInformerFac
 	if cfg.Resync <= 0 {
 		cfg.Resync = DefaultDashboardResync
 	}
-	f := &DashboardFeed{c: c, dash: d, cfg: cfg, now: time.Now, dirty: make(chan struct{}, 1), judged: map[string]judged{}}
+	f := &DashboardFeed{c: c, dash: d, cfg: cfg, now: time.Now, dirty: make(chan struct{}, 1), shown: map[string]shown{}}
 	poke := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { f.poke() },
 		UpdateFunc: func(any, any) { f.poke() },
@@ -177,11 +178,11 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		}
 	}
 	idx := status.IndexReports(reports, now)
-	views := indexViews(reports, now)
 	targets, err := c.healthTargets()
 	if err != nil {
 		return st, err
 	}
+	f.engine.Judge(idx, statusTargets(targets), now)
 
 	// Beacons first: a target's shown state depends on its node's.
 	slices.SortStableFunc(targets, func(a, b healthTarget) int {
@@ -193,32 +194,16 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		}
 		return 0
 	})
-	next := make(map[string]judged, len(targets))
+	next := make(map[string]shown, len(targets))
 	vantages := map[string]bool{}
 	byService := map[cache.ObjectName][]dashboard.Target{}
 	var trans []dashboard.Transition
-	// As the leader judges: probers on nodes whose beacon is Down do not
-	// count (beacons come first in targets).
-	prevDown, down := map[string]bool{}, map[string]bool{}
-	for _, t := range targets {
-		if t.Beacon && f.judged[t.Key].verdict == status.VerdictDown {
-			prevDown[t.Node] = true
-		}
-	}
 	for _, t := range targets {
 		for _, v := range t.Vantages {
 			vantages[v] = true
 		}
-		prev, seen := f.judged[t.Key]
-		tt := t.Target
-		tt.Ignore = down
-		if t.Beacon {
-			tt.Ignore = prevDown
-		}
-		j := status.Judge(idx, tt, prev.verdict)
-		if t.Beacon && j.Verdict == status.VerdictDown {
-			down[t.Node] = true
-		}
+		prev, seen := f.shown[t.Key]
+		j := f.engine.Verdict(t.Key)
 		reason := j.Summary()
 		if c.reports == nil {
 			j = status.Judgement{}
@@ -231,8 +216,8 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		case !t.Beacon && next[contract.BeaconKey(t.Node)].state == status.VerdictDown.String():
 			state, reason = status.VerdictDown.String(), "node beacon is down"
 		}
-		results := vantageResults(views, t)
-		cur := judged{verdict: j.Verdict, state: state, since: prev.since}
+		results := vantageResults(idx, t)
+		cur := shown{state: state, since: prev.since}
 		switch {
 		case !seen:
 			cur.since = firstSince(results, state, now)
@@ -250,7 +235,7 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		}
 		byService[t.service] = append(byService[t.service], dashboard.Target{
 			Node:     t.Node,
-			Address:  targetAddress(results, views, t, nodeAddr[t.Node]),
+			Address:  targetAddress(results, idx, t, nodeAddr[t.Node]),
 			Port:     int(t.port.Port),
 			Protocol: string(t.port.Protocol),
 			State:    state,
@@ -258,10 +243,10 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 			Vantages: results,
 			// The vantages shown, fresh or stale: a certificate's expiry
 			// does not age with the report that carries it.
-			CertNotAfter: certNotAfter(views, t),
+			CertNotAfter: certNotAfter(idx, t),
 		})
 	}
-	f.judged = next
+	f.shown = next
 	slices.Reverse(trans)
 	f.transitions = append(trans, f.transitions...)
 	if len(f.transitions) > dashboard.MaxTransitions {
@@ -344,57 +329,20 @@ func dnsNames(svc *corev1.Service, zone string) []string {
 	return out
 }
 
-// reportView is one prober's report as the dashboard reads it.
-type reportView struct {
-	fresh   bool
-	results map[string]*v1alpha1.Observation
-	beacons map[string]*v1alpha1.Observation
-}
-
-// indexViews indexes reports by prober node like status.IndexReports, for
-// the per-vantage detail the quorum does not keep.
-func indexViews(reports []*v1alpha1.ProbeReport, now time.Time) map[string]reportView {
-	out := make(map[string]reportView, len(reports))
-	for _, r := range reports {
-		hb := status.DefaultHeartbeat
-		if r.Status.HeartbeatSeconds > 0 {
-			hb = time.Duration(r.Status.HeartbeatSeconds) * time.Second
-		}
-		v := reportView{
-			fresh:   !r.Status.HeartbeatTime.IsZero() && now.Sub(r.Status.HeartbeatTime.Time) <= status.StaleHeartbeats*hb,
-			results: make(map[string]*v1alpha1.Observation, len(r.Status.Results)),
-			beacons: make(map[string]*v1alpha1.Observation, len(r.Status.Beacons)),
-		}
-		for i := range r.Status.Results {
-			res := &r.Status.Results[i]
-			v.results[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
-		}
-		for i := range r.Status.Beacons {
-			v.beacons[r.Status.Beacons[i].Node] = &r.Status.Beacons[i].Observation
-		}
-		out[r.Name] = v
-	}
-	return out
-}
-
 // vantageResults returns what each of t's vantages reported about it,
 // sorted by vantage.
-func vantageResults(views map[string]reportView, t healthTarget) []dashboard.VantageResult {
+func vantageResults(reports status.Reports, t healthTarget) []dashboard.VantageResult {
 	out := make([]dashboard.VantageResult, 0, len(t.Vantages))
 	for _, v := range t.Vantages {
 		vr := dashboard.VantageResult{Vantage: v, State: status.VerdictUnknown.String()}
-		r, ok := views[v]
+		fresh, ok := reports.Vantage(v)
 		if !ok {
 			vr.Stale, vr.Message = true, "no report from this prober"
 			out = append(out, vr)
 			continue
 		}
-		vr.Stale = !r.fresh
-		obs := r.results[t.Key]
-		if t.Beacon {
-			obs = r.beacons[t.Node]
-		}
-		if obs != nil {
+		vr.Stale = !fresh
+		if obs := reports.Observation(v, t.Target); obs != nil {
 			vr.State, vr.Outcome, vr.Message = string(obs.State), obs.Outcome, obs.Message
 			if obs.Latency != nil {
 				vr.LatencySeconds = obs.Latency.Seconds()
@@ -411,14 +359,10 @@ func vantageResults(views map[string]reportView, t healthTarget) []dashboard.Van
 
 // certNotAfter is the earliest expiry of the certificate t served among
 // what its vantages reported, zero when none reported one.
-func certNotAfter(views map[string]reportView, t healthTarget) time.Time {
+func certNotAfter(reports status.Reports, t healthTarget) time.Time {
 	var out time.Time
 	for _, v := range t.Vantages {
-		r, ok := views[v]
-		if !ok {
-			continue
-		}
-		if obs := r.results[t.Key]; obs != nil && obs.CertNotAfter != nil && !obs.CertNotAfter.IsZero() &&
+		if obs := reports.Observation(v, t.Target); obs != nil && obs.CertNotAfter != nil && !obs.CertNotAfter.IsZero() &&
 			(out.IsZero() || obs.CertNotAfter.Time.Before(out)) {
 			out = obs.CertNotAfter.Time
 		}
@@ -428,13 +372,9 @@ func certNotAfter(views map[string]reportView, t healthTarget) time.Time {
 
 // targetAddress is the address the probers probe for t, from a report,
 // else the node's address.
-func targetAddress(results []dashboard.VantageResult, views map[string]reportView, t healthTarget, fallback string) string {
+func targetAddress(results []dashboard.VantageResult, reports status.Reports, t healthTarget, fallback string) string {
 	for _, vr := range results {
-		r, ok := views[vr.Vantage]
-		if !ok {
-			continue
-		}
-		if obs := r.results[t.Key]; obs != nil && obs.Address != "" {
+		if obs := reports.Observation(vr.Vantage, t.Target); obs != nil && obs.Address != "" {
 			if host, _, err := net.SplitHostPort(obs.Address); err == nil {
 				return host
 			}

@@ -351,3 +351,147 @@ func TestDashboardCertNotAfter(t *testing.T) {
 		t.Errorf("after renewal certNotAfter %v, want %v", got, later)
 	}
 }
+
+// TestDashboardFlappingHeldDown: while the leader holds a flapping target
+// Down, every replica's dashboard shows it Down too, not the Up its
+// probers report.
+func TestDashboardFlappingHeldDown(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	c, feed, now := healthFeed(ctx, t, svc)
+	for i, s := range []struct {
+		at    time.Duration
+		state v1alpha1.State
+		want  string
+	}{
+		{0, v1alpha1.StateUp, "Up"},
+		{time.Minute, v1alpha1.StateDown, "Down"},
+		{61 * time.Second, v1alpha1.StateUp, "Up"},
+		{62 * time.Second, v1alpha1.StateDown, "Down"}, // down again at once: a flap
+		{63 * time.Second, v1alpha1.StateUp, "Down"},   // held
+		{64 * time.Second, v1alpha1.StateUp, "Down"},
+		{65 * time.Second, v1alpha1.StateUp, "Up"}, // up for status.Hold(1) = 2 s
+	} {
+		*now = testNow.Add(s.at)
+		var reports []*v1alpha1.ProbeReport
+		for _, by := range []string{"n2", "n3", "n4"} {
+			reports = append(reports, withResult(report(by, 0), svc, 80, "n1", s.state))
+		}
+		setReports(t, c, *now, reports...)
+		st, err := feed.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := dashboardTarget(t, st, "shop/web", "n1").State; got != s.want {
+			t.Fatalf("step %d at %s: probers say %s, dashboard shows %s, want %s as the leader holds it", i, s.at, s.state, got, s.want)
+		}
+		if s.state == v1alpha1.StateUp && s.want == "Down" && st.Transitions[0].Time.Equal(*now) {
+			t.Errorf("step %d: transition %+v while held Down, want none", i, st.Transitions[0])
+		}
+	}
+}
+
+// TestDashboardAgreesWithLeader feeds the leader's evaluate and a
+// replica's dashboard the same reports at the same times, a flapping
+// target and a node whose beacon goes Down among them, and checks that the
+// dashboard shows every target as the leader judges it.
+func TestDashboardAgreesWithLeader(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	c, feed, now := healthFeed(ctx, t, svc)
+	nodes := []string{"n1", "n2", "n3", "n4"}
+	const up, down = v1alpha1.StateUp, v1alpha1.StateDown
+	// step is what the probers see at a time: web's port on n1, and the
+	// node whose beacon is down; that node's own prober is cut off and
+	// says everything else is down.
+	type step struct {
+		at       time.Duration
+		web      v1alpha1.State
+		nodeDown string
+	}
+	for i, s := range []step{
+		{0, up, ""},
+		{time.Minute, down, ""},
+		{61 * time.Second, up, ""},
+		{62 * time.Second, down, ""}, // a flap
+		{63 * time.Second, up, ""},   // held Down
+		{64 * time.Second, up, "n2"},
+		{65 * time.Second, up, "n2"}, // released
+		{66 * time.Second, up, "n2"},
+		{67 * time.Second, up, ""},
+		{68 * time.Second, down, ""},
+		{69 * time.Second, up, ""}, // held again, longer
+	} {
+		*now = testNow.Add(s.at)
+		var reports []*v1alpha1.ProbeReport
+		for _, by := range nodes {
+			r := report(by, 0)
+			seen := func(node string, state v1alpha1.State) v1alpha1.State {
+				switch {
+				case by == s.nodeDown && node != by, node == s.nodeDown:
+					return down
+				}
+				return state
+			}
+			for _, n := range nodes {
+				if n != by {
+					r = withBeacon(r, n, seen(n, up))
+				}
+			}
+			reports = append(reports, withResult(withResult(r, svc, 80, "n1", seen("n1", s.web)), svc, 80, "n2", seen("n2", up)))
+		}
+		setReports(t, c, *now, reports...)
+		if err := c.evaluate(ctx, healthKey); err != nil {
+			t.Fatal(err)
+		}
+		if s.nodeDown != "" && c.verdicts.Verdict(contract.BeaconKey(s.nodeDown)).Verdict != status.VerdictDown {
+			t.Fatalf("step %d at %s: %s's beacon is not Down; the sequence must exercise a node failure", i, s.at, s.nodeDown)
+		}
+		st, err := feed.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"n1", "n2"} {
+			leader := c.verdicts.Verdict(contract.TargetKey("shop/web", "TCP", 80, n))
+			want := leader.Verdict.String()
+			if beacon := c.verdicts.Verdict(contract.BeaconKey(n)); beacon.Verdict == status.VerdictDown {
+				want = status.VerdictDown.String()
+			}
+			if got := dashboardTarget(t, st, "shop/web", n).State; got != want {
+				t.Errorf("step %d at %s: dashboard shows the target on %s %s, the leader judges it %s (%s)",
+					i, s.at, n, got, want, leader.Summary())
+			}
+		}
+		targets, err := c.healthTargets()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tg := range targets {
+			if got, want := feed.engine.Verdict(tg.Key), c.verdicts.Verdict(tg.Key); got.Verdict != want.Verdict || got.Reason != want.Reason {
+				t.Errorf("step %d at %s: the dashboard judges %s %s (%s), the leader %s (%s)",
+					i, s.at, tg.Key, got.Verdict, got.Reason, want.Verdict, want.Reason)
+			}
+		}
+	}
+	if got := c.verdicts.Verdict(contract.TargetKey("shop/web", "TCP", 80, "n1")); got.Reason != status.ReasonFlapping {
+		t.Errorf("the target on n1 ends %s (%s), want held Down: the sequence must exercise flap damping", got.Verdict, got.Reason)
+	}
+}
+
+// healthFeed returns, for a cluster serving svc, a Controller with the
+// health pipeline on and no reports yet, a replica's DashboardFeed on it,
+// and the clock both read.
+func healthFeed(ctx context.Context, t *testing.T, svc *corev1.Service) (*Controller, *DashboardFeed, *time.Time) {
+	t.Helper()
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx)
+	feed, err := NewDashboardFeed(c, informers.NewSharedInformerFactory(f.client, 0), informers.NewSharedInformerFactory(f.client, 0),
+		dashboard.New(dashboard.Options{}), DashboardConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := testNow
+	c.now = func() time.Time { return now }
+	feed.now = func() time.Time { return now }
+	return c, feed, &now
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,35 +86,6 @@ func WaitForProbeReportCRD(ctx context.Context, d discovery.DiscoveryInterface, 
 // every report.
 const healthKey = "verdicts"
 
-// verdicts holds the latest judgement of every target and beacon by key.
-type verdicts struct {
-	mu sync.RWMutex
-	m  map[string]status.Judgement
-	// downSince holds when each target's verdict last turned Down, for
-	// as long as it stays Down; a Down held by flap damping does not
-	// count, so a flapping target does not get its proxy restarted.
-	downSince map[string]time.Time
-	// damper is used by evaluate alone (one worker).
-	damper status.Damper
-}
-
-// downFor returns how long key's verdict has been Down at now; zero when
-// it is not Down.
-func (v *verdicts) downFor(key string, now time.Time) time.Duration {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	if t, ok := v.downSince[key]; ok {
-		return max(now.Sub(t), 0)
-	}
-	return 0
-}
-
-func (v *verdicts) get(key string) status.Judgement {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.m[key]
-}
-
 // healthTarget is one target or beacon the controller judges.
 type healthTarget struct {
 	status.Target
@@ -143,63 +113,15 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 		return err
 	}
 
-	next := make(map[string]status.Judgement, len(targets))
-	c.verdicts.mu.RLock()
-	prev := c.verdicts.m
-	c.verdicts.mu.RUnlock()
-	// Beacons first, ignoring probers on nodes that were down; then the
-	// ports, ignoring probers on nodes that are down now.
-	down := map[string]bool{}
+	byKey := make(map[string]healthTarget, len(targets))
 	for _, t := range targets {
-		if t.Beacon && prev[t.Key].Verdict == status.VerdictDown {
-			down[t.Node] = true
-		}
+		byKey[t.Key] = t
 	}
-	for _, beacons := range []bool{true, false} {
-		for _, t := range targets {
-			if t.Beacon != beacons {
-				continue
-			}
-			tt := t.Target
-			tt.Ignore = down
-			next[t.Key] = c.verdicts.damper.Apply(t.Key, prev[t.Key].Verdict, status.Judge(idx, tt, prev[t.Key].Verdict), now)
-		}
-		if beacons {
-			down = map[string]bool{}
-			for _, t := range targets {
-				if t.Beacon && next[t.Key].Verdict == status.VerdictDown {
-					down[t.Node] = true
-				}
-			}
-		}
-	}
-	c.verdicts.mu.Lock()
-	since := make(map[string]time.Time, len(c.verdicts.downSince))
-	c.verdicts.damper.Retain(func(k string) bool { _, ok := next[k]; return ok })
-	held := 0
-	for k, j := range next {
-		if j.Reason == status.ReasonFlapping {
-			held++
-			continue
-		}
-		if j.Verdict != status.VerdictDown {
-			continue
-		}
-		if t, ok := c.verdicts.downSince[k]; ok && prev[k].Verdict == status.VerdictDown {
-			since[k] = t
-		} else {
-			since[k] = now
-		}
-	}
-	flappingTargets.Set(float64(held))
-	c.verdicts.m, c.verdicts.downSince = next, since
-	c.verdicts.mu.Unlock()
+	changes := c.verdicts.Judge(idx, statusTargets(targets), now)
+	flappingTargets.Set(float64(c.verdicts.Flapping()))
 
-	for _, t := range targets {
-		was, is := prev[t.Key], next[t.Key]
-		if was.Verdict == is.Verdict {
-			continue
-		}
+	for _, ch := range changes {
+		t, was, is := byKey[ch.Target.Key], ch.From, ch.To
 		kind := "target"
 		if t.Beacon {
 			kind = "beacon"
@@ -291,6 +213,15 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 	return out, nil
 }
 
+// statusTargets returns what the quorum judges of targets.
+func statusTargets(targets []healthTarget) []status.Target {
+	out := make([]status.Target, len(targets))
+	for i, t := range targets {
+		out[i] = t.Target
+	}
+	return out
+}
+
 // servicesOnNode returns the Services with a proxy pod on node.
 func (c *Controller) servicesOnNode(node string) []cache.ObjectName {
 	pods, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
@@ -347,13 +278,13 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 		if _, done := out[n]; done {
 			continue
 		}
-		v := status.NodeVerdicts{Beacon: c.verdicts.get(contract.BeaconKey(n)), Ports: map[status.PortKey]status.Judgement{}, Published: published[n]}
+		v := status.NodeVerdicts{Beacon: c.verdicts.Verdict(contract.BeaconKey(n)), Ports: map[status.PortKey]status.Judgement{}, Published: published[n]}
 		for _, sp := range svc.Spec.Ports {
 			proto := sp.Protocol
 			if proto == "" {
 				proto = corev1.ProtocolTCP
 			}
-			v.Ports[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.get(contract.TargetKey(name, string(proto), sp.Port, n))
+			v.Ports[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.Verdict(contract.TargetKey(name, string(proto), sp.Port, n))
 		}
 		out[n] = status.NodeHealth(v, publishWhen)
 	}
@@ -375,13 +306,13 @@ func (c *Controller) failedOver(ctx context.Context, svc *corev1.Service, r stat
 		}
 		dropped = append(dropped, n)
 		name := cache.MetaObjectToName(svc).String()
-		cands := []status.Judgement{c.verdicts.get(contract.BeaconKey(n))}
+		cands := []status.Judgement{c.verdicts.Verdict(contract.BeaconKey(n))}
 		for _, sp := range svc.Spec.Ports {
 			proto := sp.Protocol
 			if proto == "" {
 				proto = corev1.ProtocolTCP
 			}
-			cands = append(cands, c.verdicts.get(contract.TargetKey(name, string(proto), sp.Port, n)))
+			cands = append(cands, c.verdicts.Verdict(contract.TargetKey(name, string(proto), sp.Port, n)))
 		}
 		for _, j := range cands {
 			if !j.FirstFailure.IsZero() && (first.IsZero() || j.FirstFailure.Before(first)) {

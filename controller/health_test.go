@@ -39,6 +39,17 @@ func (f *fixture) healthController(ctx context.Context, reports ...*v1alpha1.Pro
 	return c
 }
 
+// setReports stores reports in c's cache as written at now.
+func setReports(t *testing.T, c *Controller, now time.Time, reports ...*v1alpha1.ProbeReport) {
+	t.Helper()
+	for _, r := range reports {
+		r.Status.HeartbeatTime = metav1.NewTime(now)
+		if err := c.cfg.Health.Reports.GetStore().Update(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func proberPod(node string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: "pulselb-prober-" + node,
@@ -125,7 +136,7 @@ func TestNodeFailoverByQuorum(t *testing.T) {
 	if err := c.evaluate(ctx, healthKey); err != nil {
 		t.Fatal(err)
 	}
-	if j := c.verdicts.get(contract.BeaconKey("n1")); j.Verdict != status.VerdictDown {
+	if j := c.verdicts.Verdict(contract.BeaconKey("n1")); j.Verdict != status.VerdictDown {
 		t.Fatalf("beacon n1: %v (%s), want Down by 2 of 3", j.Verdict, j.Summary())
 	}
 	if ev := f.events(); !hasEvent(ev, ReasonNodeFailed) {
@@ -379,11 +390,11 @@ func TestProberOnDownNodeIgnored(t *testing.T) {
 	if err := c.evaluate(ctx, healthKey); err != nil {
 		t.Fatal(err)
 	}
-	if j := c.verdicts.get(contract.BeaconKey("n1")); j.Verdict != status.VerdictDown {
+	if j := c.verdicts.Verdict(contract.BeaconKey("n1")); j.Verdict != status.VerdictDown {
 		t.Fatalf("beacon n1: %v (%s), want Down", j.Verdict, j.Summary())
 	}
 	tk := contract.TargetKey("shop/web", "TCP", 80, "n2")
-	if j := c.verdicts.get(tk); j.Verdict != status.VerdictUp {
+	if j := c.verdicts.Verdict(tk); j.Verdict != status.VerdictUp {
 		t.Fatalf("%s: %v (%s), want Up from n3 alone, n1 ignored", tk, j.Verdict, j.Summary())
 	}
 }
@@ -396,24 +407,21 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 	svc := published(newService("web"), "n1,n2")
 	f := newFixture(t, cluster(svc)...)
 	c := f.healthController(ctx)
-	store := c.cfg.Health.Reports.GetStore()
 	now := testNow
 	c.now = func() time.Time { return now }
 	tk := contract.TargetKey("shop/web", "TCP", 80, "n1")
 	step := func(at time.Duration, state v1alpha1.State) status.Judgement {
 		t.Helper()
 		now = testNow.Add(at)
+		var reports []*v1alpha1.ProbeReport
 		for _, by := range []string{"n2", "n3", "n4"} {
-			r := withResult(report(by, 0), svc, 80, "n1", state)
-			r.Status.HeartbeatTime = metav1.NewTime(now)
-			if err := store.Update(r); err != nil {
-				t.Fatal(err)
-			}
+			reports = append(reports, withResult(report(by, 0), svc, 80, "n1", state))
 		}
+		setReports(t, c, now, reports...)
 		if err := c.evaluate(ctx, healthKey); err != nil {
 			t.Fatal(err)
 		}
-		return c.verdicts.get(tk)
+		return c.verdicts.Verdict(tk)
 	}
 	for i, s := range []struct {
 		at    time.Duration
@@ -436,7 +444,7 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 			if j.Reason != status.ReasonFlapping {
 				t.Errorf("step %d: held Down with reason %q, want %q", i, j.Reason, status.ReasonFlapping)
 			}
-			if d := c.verdicts.downFor(tk, now); d != 0 {
+			if d := c.verdicts.DownFor(tk, now); d != 0 {
 				t.Errorf("step %d: held Down counts as down for %s toward a proxy restart", i, d)
 			}
 		}

@@ -39,7 +39,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	beacon := status.VerdictUnknown
 	var summary string
 	if c.reports != nil {
-		j := c.verdicts.get(contract.BeaconKey(name))
+		j := c.verdicts.Verdict(contract.BeaconKey(name))
 		beacon, summary = j.Verdict, j.Summary()
 	}
 	_, unhealthy := node.Labels[contract.LabelUnhealthy]

@@ -252,7 +252,7 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 			if _, done := ports[n]; done {
 				continue
 			}
-			beacons[n] = c.verdicts.get(contract.BeaconKey(n)).Verdict
+			beacons[n] = c.verdicts.Verdict(contract.BeaconKey(n)).Verdict
 			m := map[status.PortKey]status.Verdict{}
 			for _, sp := range svc.Spec.Ports {
 				proto := sp.Protocol
@@ -260,8 +260,8 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 					proto = corev1.ProtocolTCP
 				}
 				tk := contract.TargetKey(name.String(), string(proto), sp.Port, n)
-				m[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.get(tk).Verdict
-				downFor[n] = max(downFor[n], c.verdicts.downFor(tk, now))
+				m[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.Verdict(tk).Verdict
+				downFor[n] = max(downFor[n], c.verdicts.DownFor(tk, now))
 			}
 			ports[n] = m
 		}

@@ -213,7 +213,7 @@ func TestBackendDownNoRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"n1", "n2"} {
-		if j := c.verdicts.get(contract.TargetKey(svc.Namespace+"/"+svc.Name, "TCP", 80, n)); j.Verdict != status.VerdictDown {
+		if j := c.verdicts.Verdict(contract.TargetKey(svc.Namespace+"/"+svc.Name, "TCP", 80, n)); j.Verdict != status.VerdictDown {
 			t.Fatalf("port 80 on %s: %v (%s), want Down", n, j.Verdict, j.Summary())
 		}
 	}

@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
@@ -56,14 +55,16 @@ type Runner struct {
 	// wake asks the judging loop to look again.
 	wake chan struct{}
 
-	mu       sync.Mutex
-	cfg      *Config
-	targets  map[string]targetInfo
-	order    []string
-	probers  map[string]builtProber
-	peers    map[string]*peerState
-	verdicts map[string]*verdictState
-	damper   status.Damper
+	mu      sync.Mutex
+	cfg     *Config
+	targets map[string]targetInfo
+	order   []string
+	probers map[string]builtProber
+	peers   map[string]*peerState
+	// engine judges the targets; since holds when each target's verdict
+	// last changed, for the dashboard and the state file.
+	engine status.Engine
+	since  map[string]time.Time
 	// publishedHosts are, per service, the hosts in its DNS answer now.
 	publishedHosts map[string]map[string]bool
 	transitions    []dashboard.Transition
@@ -88,11 +89,6 @@ type builtProber struct {
 	prober prober.Prober
 }
 
-type verdictState struct {
-	verdict status.Verdict
-	since   time.Time
-}
-
 // New checks cfg, opens the DNS and HTTP sockets, loads the state file and
 // returns a Runner ready to Run. A state file that cannot be read is
 // logged and ignored: the instance then starts from Unknown.
@@ -113,7 +109,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		cfg:            cfg,
 		probers:        map[string]builtProber{},
 		peers:          map[string]*peerState{},
-		verdicts:       map[string]*verdictState{},
+		since:          map[string]time.Time{},
 		publishedHosts: map[string]map[string]bool{},
 		saved:          true,
 	}
@@ -126,7 +122,8 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		logger.Error(err, "Ignoring the state file; starting from Unknown", "stateFile", cfg.StateFile)
 	}
 	for k, v := range saved {
-		r.verdicts[k] = &verdictState{verdict: v.verdict, since: v.since}
+		r.engine.Restore(k, v.verdict)
+		r.since[k] = v.since
 	}
 	if len(saved) > 0 {
 		logger.Info("Loaded verdicts from the state file", "stateFile", cfg.StateFile, "targets", len(saved))
@@ -376,9 +373,9 @@ func (r *Runner) setTargetsLocked(infos map[string]targetInfo, probers map[strin
 		r.order = append(r.order, k)
 	}
 	slices.Sort(r.order)
-	for k := range r.verdicts {
+	for k := range r.since {
 		if _, ok := infos[k]; !ok {
-			delete(r.verdicts, k)
+			delete(r.since, k)
 			r.saved = false
 		}
 	}
@@ -507,28 +504,20 @@ func (r *Runner) evaluate(ctx context.Context) {
 	if len(cfg.Peers) == 0 {
 		minDown = 1
 	}
+	targets := make([]status.Target, len(r.order))
+	for i, key := range r.order {
+		targets[i] = status.Target{Key: key, Node: r.targets[key].host, Vantages: vantages, MinDown: minDown}
+	}
 	var changes []dashboard.Transition
-	r.damper.Retain(func(k string) bool { _, ok := r.targets[k]; return ok })
-	judgements := make(map[string]status.Judgement, len(r.order))
-	for _, key := range r.order {
-		ti := r.targets[key]
-		vs := r.verdicts[key]
-		if vs == nil {
-			vs = &verdictState{}
-			r.verdicts[key] = vs
-		}
-		j := r.damper.Apply(key, vs.verdict, status.Judge(idx, status.Target{Key: key, Node: ti.host, Vantages: vantages, MinDown: minDown}, vs.verdict), now)
-		judgements[key] = j
-		if j.Verdict != vs.verdict {
-			changes = append(changes, dashboard.Transition{Time: now, Service: ti.service, Node: ti.host, Address: ti.addr.Addr().String(),
-				Port: int(ti.port.Port), From: vs.verdict.String(), To: j.Verdict.String(), Reason: j.Summary()})
-			vs.verdict, vs.since = j.Verdict, now
-			r.saved = false
-			r.metrics.verdicts.WithLabelValues(j.Verdict.String()).Inc()
-		}
+	for _, c := range r.engine.Judge(idx, targets, now) {
+		ti, to := r.targets[c.Target.Key], c.To.Verdict
+		changes = append(changes, dashboard.Transition{Time: now, Service: ti.service, Node: ti.host, Address: ti.addr.Addr().String(),
+			Port: int(ti.port.Port), From: c.From.Verdict.String(), To: to.String(), Reason: c.To.Summary()})
+		r.since[c.Target.Key] = now
+		r.saved = false
+		r.metrics.verdicts.WithLabelValues(to.String()).Inc()
 	}
 
-	views := viewReports(reports, now)
 	var zone []dnsexport.Service
 	var services []dashboard.Service
 	certs := r.certExpiries()
@@ -538,22 +527,20 @@ func (r *Runner) evaluate(ctx context.Context) {
 		for _, h := range svc.Hosts {
 			nv := status.NodeVerdicts{Ports: map[status.PortKey]status.Judgement{}, Published: prev[h.Name]}
 			for _, p := range svc.Ports {
-				nv.Ports[p.PortKey()] = judgements[Key(svc.Name, p, h.Name)]
+				nv.Ports[p.PortKey()] = r.engine.Verdict(Key(svc.Name, p, h.Name))
 			}
 			if !status.NodeHealth(nv, svc.PublishWhen).Down {
 				healthy = append(healthy, h.Name)
 			}
 		}
-		pub := healthy
+		all := make([]string, len(svc.Hosts))
+		for i, h := range svc.Hosts {
+			all[i] = h.Name
+		}
+		pub, _ := status.Publish(healthy, all, svc.AllDown)
 		allDown := ""
 		if len(healthy) == 0 {
 			allDown = svc.AllDown
-			pub = nil
-			if svc.AllDown != status.AllDownPublishNone {
-				for _, h := range svc.Hosts {
-					pub = append(pub, h.Name)
-				}
-			}
 		}
 		hosts := map[string]bool{}
 		var ips []netip.Addr
@@ -573,7 +560,7 @@ func (r *Runner) evaluate(ctx context.Context) {
 			ds.Ports = append(ds.Ports, dnsexport.Port{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
 		}
 		zone = append(zone, ds)
-		services = append(services, r.dashboardService(cfg, svc, ips, len(healthy) > 0, allDown, views, vantages, certs))
+		services = append(services, r.dashboardService(cfg, svc, ips, len(healthy) > 0, allDown, idx, vantages, certs))
 	}
 	for name := range r.publishedHosts {
 		if !slices.ContainsFunc(cfg.Services, func(s Service) bool { return s.Name == name }) {
@@ -622,9 +609,9 @@ func (r *Runner) flushState(ctx context.Context) {
 		r.mu.Unlock()
 		return
 	}
-	verdicts := make(map[string]savedVerdict, len(r.verdicts))
-	for k, v := range r.verdicts {
-		verdicts[k] = savedVerdict{v.verdict, v.since}
+	verdicts := make(map[string]savedVerdict, len(r.order))
+	for _, k := range r.order {
+		verdicts[k] = savedVerdict{r.engine.Verdict(k).Verdict, r.since[k]}
 	}
 	path, instance := r.cfg.StateFile, r.cfg.Instance
 	r.saved = true
@@ -639,7 +626,7 @@ func (r *Runner) flushState(ctx context.Context) {
 
 // dashboardService describes svc for the dashboard. r.mu is held.
 func (r *Runner) dashboardService(cfg *Config, svc Service, ips []netip.Addr, healthy bool, allDown string,
-	views map[string]*reportView, vantages []string, certs map[string]time.Time) dashboard.Service {
+	reports status.Reports, vantages []string, certs map[string]time.Time) dashboard.Service {
 	ds := dashboard.Service{Name: svc.Name, DNSNames: append([]string{svc.Name + "." + cfg.Zone}, svc.Hostnames...),
 		Published: []string{}, Healthy: healthy, AllDown: allDown}
 	for _, ip := range ips {
@@ -648,17 +635,13 @@ func (r *Runner) dashboardService(cfg *Config, svc Service, ips []netip.Addr, he
 	for _, h := range svc.Hosts {
 		for _, p := range svc.Ports {
 			key := Key(svc.Name, p, h.Name)
-			vs := r.verdicts[key]
-			if vs == nil {
-				vs = &verdictState{}
-			}
 			t := dashboard.Target{Node: h.Name, Address: h.ProbeAddress.String(), Port: int(p.Port), Protocol: p.Protocol,
-				Probe: p.Probe, State: vs.verdict.String(), Since: vs.since, CertNotAfter: certs[key]}
+				Probe: p.Probe, State: r.engine.Verdict(key).Verdict.String(), Since: r.since[key], CertNotAfter: certs[key]}
 			for _, v := range vantages {
 				vr := dashboard.VantageResult{Vantage: v, State: status.VerdictUnknown.String()}
-				rep := views[v]
-				vr.Stale = rep == nil || !rep.fresh
-				if obs := rep.observation(key); obs != nil {
+				fresh, _ := reports.Vantage(v)
+				vr.Stale = !fresh
+				if obs := reports.Observation(v, status.Target{Key: key}); obs != nil {
 					vr.State, vr.Outcome, vr.Message = string(obs.State), obs.Outcome, obs.Message
 					if obs.Latency != nil {
 						vr.LatencySeconds = obs.Latency.Seconds()
@@ -677,41 +660,6 @@ func (r *Runner) dashboardService(cfg *Config, svc Service, ips []netip.Addr, he
 			strings.Compare(a.Protocol, b.Protocol))
 	})
 	return ds
-}
-
-// reportView is one vantage's report as the dashboard shows it.
-type reportView struct {
-	fresh   bool
-	results map[string]*v1alpha1.Observation
-}
-
-// viewReports indexes reports by vantage and target key, applying the
-// quorum's staleness rule.
-func viewReports(reports []*v1alpha1.ProbeReport, now time.Time) map[string]*reportView {
-	out := make(map[string]*reportView, len(reports))
-	for _, rep := range reports {
-		hb := status.DefaultHeartbeat
-		if rep.Status.HeartbeatSeconds > 0 {
-			hb = time.Duration(rep.Status.HeartbeatSeconds) * time.Second
-		}
-		v := &reportView{
-			fresh:   !rep.Status.HeartbeatTime.IsZero() && now.Sub(rep.Status.HeartbeatTime.Time) <= status.StaleHeartbeats*hb,
-			results: make(map[string]*v1alpha1.Observation, len(rep.Status.Results)),
-		}
-		for i := range rep.Status.Results {
-			res := &rep.Status.Results[i]
-			v.results[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
-		}
-		out[rep.Name] = v
-	}
-	return out
-}
-
-func (v *reportView) observation(key string) *v1alpha1.Observation {
-	if v == nil {
-		return nil
-	}
-	return v.results[key]
 }
 
 func statusProtocol(p string) corev1.Protocol { return corev1.Protocol(p) }

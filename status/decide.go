@@ -135,29 +135,26 @@ func Decide(in Input) Result {
 	svc := in.Service
 	scheduled, ready := podNodes(in.Pods)
 
-	healthy := map[string]bool{}
-	for n := range ready {
+	healthy := make([]string, 0, len(ready))
+	for _, n := range setList(ready) {
 		if in.Health[n].Down {
 			continue
 		}
 		if in.LocalEndpointNodes != nil && !in.LocalEndpointNodes[n] {
 			continue
 		}
-		healthy[n] = true
+		healthy = append(healthy, n)
 	}
-	published := healthy
-	failOpen := false
-	if len(healthy) == 0 && in.AllDown != AllDownPublishNone &&
-		(len(ready) > 0 || len(svc.Status.LoadBalancer.Ingress) > 0) {
-		// Fail open: an empty list makes external-dns delete the
-		// records, so publish where proxies run rather than nothing.
-		failOpen = true
-		published = ready
-		if len(published) == 0 {
-			published = scheduled
+	nodes, failOpen := healthy, false
+	// With no proxy ready and nothing published there is nothing to fail
+	// open to.
+	if len(ready) > 0 || len(svc.Status.LoadBalancer.Ingress) > 0 {
+		candidates := ready
+		if len(candidates) == 0 {
+			candidates = scheduled
 		}
+		nodes, failOpen = Publish(healthy, setList(candidates), in.AllDown)
 	}
-	nodes := setList(published)
 
 	families := familyOrder(svc)
 	useExternal, useInternal := addressTypes(in.AddressType, setList(scheduled), in.Nodes, families)
@@ -220,7 +217,7 @@ func Decide(in Input) Result {
 	}
 
 	sched := scheduledCondition(in, scheduled)
-	health := healthyCondition(in, len(ready), healthy, published, failOpen)
+	health := healthyCondition(in, len(ready), len(healthy), len(nodes), failOpen)
 	valid := metav1.Condition{Type: ConditionConfigValid, Status: metav1.ConditionTrue, Reason: ReasonValid,
 		Message: "every pulselb setting is valid"}
 	if len(in.Problems) > 0 {
@@ -233,6 +230,18 @@ func Decide(in Input) Result {
 	r.Conditions = mergeConditions(svc, in.Now, sched, health, valid)
 	r.Events = events(in, svc.Status.Conditions, sched, valid)
 	return r
+}
+
+// Publish returns the hosts to publish given the healthy ones and the
+// candidates to fall back on: the healthy hosts when there are any, else,
+// failing open, every candidate, unless allDown is AllDownPublishNone. An
+// empty list would make DNS (and external-dns) drop the name altogether,
+// so publishing where proxies run is better than nothing.
+func Publish(healthy, candidates []string, allDown string) (published []string, failOpen bool) {
+	if len(healthy) > 0 || allDown == AllDownPublishNone {
+		return healthy, false
+	}
+	return candidates, true
 }
 
 // podNodes returns the nodes of the pods that are scheduled (bound, not
@@ -339,19 +348,19 @@ func scheduledCondition(in Input, scheduled map[string]bool) metav1.Condition {
 	return c
 }
 
-func healthyCondition(in Input, ready int, healthy, published map[string]bool, failOpen bool) metav1.Condition {
+func healthyCondition(in Input, ready, healthy, published int, failOpen bool) metav1.Condition {
 	c := metav1.Condition{Type: ConditionHealthy, Status: metav1.ConditionFalse}
 	switch {
-	case len(healthy) > 0:
+	case healthy > 0:
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonHealthy
-		c.Message = fmt.Sprintf("%d of %d ready proxy nodes are healthy", len(healthy), ready)
+		c.Message = fmt.Sprintf("%d of %d ready proxy nodes are healthy", healthy, ready)
 	case ready == 0 && !failOpen:
 		c.Reason, c.Message = ReasonNoProxyReady, "no proxy pod is running and ready"
 	case in.AllDown == AllDownPublishNone:
 		c.Reason, c.Message = ReasonAllDown, "no proxy node is healthy; publishing none (all-down: publish-none)"
 	default:
 		c.Reason = ReasonAllDown
-		c.Message = fmt.Sprintf("no proxy node is healthy; publishing all %d proxy nodes (all-down: publish-all)", len(published))
+		c.Message = fmt.Sprintf("no proxy node is healthy; publishing all %d proxy nodes (all-down: publish-all)", published)
 	}
 	return c
 }

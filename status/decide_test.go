@@ -260,3 +260,28 @@ func TestCleared(t *testing.T) {
 		t.Errorf("cleared Service still has %+v %+v %v", c.Status.LoadBalancer, c.Status.Conditions, c.Annotations)
 	}
 }
+
+func TestPublish(t *testing.T) {
+	all := []string{"a", "b"}
+	tests := []struct {
+		name     string
+		healthy  []string
+		allDown  string
+		want     []string
+		failOpen bool
+	}{
+		{"the healthy ones", []string{"b"}, "", []string{"b"}, false},
+		{"healthy ones even with publish-none", []string{"b"}, AllDownPublishNone, []string{"b"}, false},
+		{"none healthy: fail open to every candidate", nil, "", all, true},
+		{"none healthy with publish-all", nil, AllDownPublishAll, all, true},
+		{"none healthy with publish-none: nothing", nil, AllDownPublishNone, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, failOpen := Publish(tt.healthy, all, tt.allDown)
+			if !slices.Equal(got, tt.want) || failOpen != tt.failOpen {
+				t.Errorf("Publish(%v, %v, %q) = %v, %v; want %v, %v", tt.healthy, all, tt.allDown, got, failOpen, tt.want, tt.failOpen)
+			}
+		})
+	}
+}

@@ -112,6 +112,24 @@ type indexedReport struct {
 	beacons map[string]*v1alpha1.Observation
 }
 
+// Vantage returns whether node's prober has a report, and whether the
+// report is fresh enough to count.
+func (r Reports) Vantage(node string) (fresh, ok bool) {
+	ir, ok := r.byNode[node]
+	return ir.fresh, ok
+}
+
+// Observation returns what vantage's report, fresh or stale, says about
+// t: its result for t.Key, or for a beacon its beacon of t.Node; nil when
+// it says nothing.
+func (r Reports) Observation(vantage string, t Target) *v1alpha1.Observation {
+	ir := r.byNode[vantage]
+	if t.Beacon {
+		return ir.beacons[t.Node]
+	}
+	return ir.results[t.Key]
+}
+
 // IndexReports indexes reports (named after their prober node) and marks
 // those whose heartbeat is older than StaleHeartbeats intervals at now as
 // stale.
@@ -151,7 +169,7 @@ type Target struct {
 	// Ignore lists vantages whose own node is Down by quorum: a prober cut
 	// off with its node cannot see anything, and its report would otherwise
 	// count as fresh until it goes stale, holding back verdicts such as a
-	// replacement proxy's first Up.
+	// replacement proxy's first Up. Engine.Judge sets it.
 	Ignore map[string]bool
 	// MinDown is the fewest Down votes that can make the verdict Down; 0
 	// means MinDownVotes. Only a standalone instance without peers, its
@@ -174,17 +192,11 @@ func Judge(reports Reports, t Target, prev Verdict) Judgement {
 	}
 	var downMsgs []string
 	for _, v := range t.Vantages {
-		r, ok := reports.byNode[v]
-		if !ok || !r.fresh || t.Ignore[v] {
+		if fresh, _ := reports.Vantage(v); !fresh || t.Ignore[v] {
 			continue
 		}
 		j.Fresh++
-		var obs *v1alpha1.Observation
-		if t.Beacon {
-			obs = r.beacons[t.Node]
-		} else {
-			obs = r.results[t.Key]
-		}
+		obs := reports.Observation(v, t)
 		if obs == nil {
 			continue
 		}
@@ -208,7 +220,11 @@ func Judge(reports Reports, t Target, prev Verdict) Judgement {
 		j.Reason = ReasonNoFreshVantage
 	case 2*j.Down > j.Fresh && j.Down >= minDown:
 		j.Verdict, j.Reason = VerdictDown, ReasonMajorityDown
-		j.Message = downMsgs[0]
+		// A report, such as a standalone peer's, may say Down without
+		// saying why.
+		if len(downMsgs) > 0 {
+			j.Message = downMsgs[0]
+		}
 	case 2*j.Up > j.Fresh:
 		j.Verdict, j.Reason = VerdictUp, ReasonMajorityUp
 	case 2*j.Down > j.Fresh:

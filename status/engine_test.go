@@ -1,0 +1,189 @@
+package status
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/v1alpha1"
+)
+
+// engineTargets are what the engine tests judge, by a short name: web,
+// shop/web's port on n1, probed from n2 and n3; and the beacons of n1 and
+// n2, each probed from the three other nodes.
+var engineTargets = map[string]Target{
+	"web": {Key: contract.TargetKey("shop/web", "TCP", 80, "n1"), Node: "n1", Vantages: []string{"n2", "n3"}},
+	"b1":  {Key: contract.BeaconKey("n1"), Node: "n1", Beacon: true, Vantages: []string{"n2", "n3", "n4"}},
+	"b2":  {Key: contract.BeaconKey("n2"), Node: "n2", Beacon: true, Vantages: []string{"n1", "n3", "n4"}},
+}
+
+// says is what prober node by reports about the target named target.
+type says struct {
+	by, target string
+	state      v1alpha1.State
+}
+
+// engineReports indexes at now one fresh report from each of n1 to n4,
+// holding what ss say.
+func engineReports(now time.Time, ss ...says) Reports {
+	byNode := map[string]*v1alpha1.ProbeReport{}
+	for _, n := range []string{"n1", "n2", "n3", "n4"} {
+		byNode[n] = &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Name: n},
+			Status: v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(now)}}
+	}
+	for _, s := range ss {
+		r := byNode[s.by]
+		t := engineTargets[s.target]
+		obs := v1alpha1.Observation{Node: t.Node, State: s.state}
+		if t.Beacon {
+			r.Status.Beacons = append(r.Status.Beacons, v1alpha1.BeaconResult{Observation: obs})
+		} else {
+			r.Status.Results = append(r.Status.Results, v1alpha1.ProbeResult{Service: "shop/web", Port: 80, PortProtocol: "TCP", Observation: obs})
+		}
+	}
+	var reports []*v1alpha1.ProbeReport
+	for _, r := range byNode {
+		reports = append(reports, r)
+	}
+	return IndexReports(reports, now)
+}
+
+// webSays is n2 and n3 both saying state about web.
+func webSays(state v1alpha1.State) []says {
+	return []says{{"n2", "web", state}, {"n3", "web", state}}
+}
+
+func TestEngine(t *testing.T) {
+	const up, down = v1alpha1.StateUp, v1alpha1.StateDown
+	u, d, unk := VerdictUp, VerdictDown, VerdictUnknown
+	// round is one call of Judge, at a time since the start, and what must
+	// follow.
+	type round struct {
+		at   time.Duration
+		says []says
+		// judged names the targets judged; nil means all of them.
+		judged []string
+		want   map[string]Verdict
+		// changes are "name from>to" in the order of the targets judged.
+		changes []string
+		// flapping is Flapping() after the round; downFor is DownFor of
+		// each named target at the round's time.
+		flapping int
+		downFor  map[string]time.Duration
+	}
+	b2Down := []says{{"n1", "b2", down}, {"n3", "b2", down}, {"n4", "b2", up}}
+	tests := []struct {
+		name   string
+		rounds []round
+	}{
+		{"a prober on a node whose beacon is down now does not count for ports", []round{
+			// n2 is cut off: it says web is Down; n3 says Up. Counting n2
+			// would leave no majority.
+			{at: 0, says: append(b2Down, says{"n2", "web", down}, says{"n3", "web", up}),
+				want: map[string]Verdict{"b2": d, "web": u}, changes: []string{"web Unknown>Up", "b2 Unknown>Down"}},
+		}},
+		{"a prober on a node whose beacon was down does not count for beacons until a round later", []round{
+			{at: 0, says: b2Down, want: map[string]Verdict{"b2": d, "b1": unk}, changes: []string{"b2 Unknown>Down"}},
+			// n2 is back, and with n3 says n1's beacon is Down; n4 says
+			// Up. This round n2 still does not count for beacons: no
+			// majority on b1.
+			{at: time.Second, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
+				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}},
+				want: map[string]Verdict{"b2": u, "b1": unk}, changes: []string{"b2 Down>Up"}},
+			{at: 2 * time.Second, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
+				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}},
+				want: map[string]Verdict{"b2": u, "b1": d}, changes: []string{"b1 Unknown>Down"}},
+		}},
+		{"flap damping holds an Up after a flap, then releases it", []round{
+			{at: 0, says: webSays(up), want: map[string]Verdict{"web": u}, changes: []string{"web Unknown>Up"}},
+			{at: time.Minute, says: webSays(down), want: map[string]Verdict{"web": d}, changes: []string{"web Up>Down"},
+				downFor: map[string]time.Duration{"web": 0}},
+			{at: 61 * time.Second, says: webSays(up), want: map[string]Verdict{"web": u}, changes: []string{"web Down>Up"}},
+			{at: 62 * time.Second, says: webSays(down), want: map[string]Verdict{"web": d}, changes: []string{"web Up>Down"}},
+			{at: 63 * time.Second, says: webSays(up), want: map[string]Verdict{"web": d}, flapping: 1,
+				downFor: map[string]time.Duration{"web": 0}},
+			{at: 64 * time.Second, says: webSays(up), want: map[string]Verdict{"web": d}, flapping: 1},
+			{at: 65 * time.Second, says: webSays(up), want: map[string]Verdict{"web": u}, changes: []string{"web Down>Up"}},
+		}},
+		{"down since the round it turned Down, while it stays Down", []round{
+			{at: 0, says: webSays(up), want: map[string]Verdict{"web": u}, changes: []string{"web Unknown>Up"},
+				downFor: map[string]time.Duration{"web": 0}},
+			{at: time.Minute, says: webSays(down), want: map[string]Verdict{"web": d}, changes: []string{"web Up>Down"}},
+			{at: 70 * time.Second, says: webSays(down), want: map[string]Verdict{"web": d},
+				downFor: map[string]time.Duration{"web": 10 * time.Second}},
+			// No majority: still Down, still since a minute.
+			{at: 80 * time.Second, says: []says{{"n2", "web", up}, {"n3", "web", down}}, want: map[string]Verdict{"web": d},
+				downFor: map[string]time.Duration{"web": 20 * time.Second}},
+		}},
+		{"a target no longer judged is forgotten, flaps and all", []round{
+			{at: 0, says: webSays(up), want: map[string]Verdict{"web": u}, changes: []string{"web Unknown>Up"}},
+			{at: time.Minute, says: webSays(down), want: map[string]Verdict{"web": d}, changes: []string{"web Up>Down"}},
+			{at: 61 * time.Second, says: webSays(up), want: map[string]Verdict{"web": u}, changes: []string{"web Down>Up"}},
+			{at: 62 * time.Second, says: webSays(down), want: map[string]Verdict{"web": d}, changes: []string{"web Up>Down"}},
+			{at: 63 * time.Second, judged: []string{"b1"}, want: map[string]Verdict{"web": unk},
+				downFor: map[string]time.Duration{"web": 0}},
+			{at: 64 * time.Second, says: webSays(down), want: map[string]Verdict{"web": d}, changes: []string{"web Unknown>Down"}},
+			// Remembering its flap would hold this Up.
+			{at: 65 * time.Second, says: webSays(up), want: map[string]Verdict{"web": u}, changes: []string{"web Down>Up"}},
+		}},
+	}
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var e Engine
+			for i, r := range tt.rounds {
+				now := start.Add(r.at)
+				names := r.judged
+				if names == nil {
+					names = []string{"web", "b1", "b2"}
+				}
+				nameOf := map[string]string{}
+				var targets []Target
+				for _, n := range names {
+					targets = append(targets, engineTargets[n])
+					nameOf[engineTargets[n].Key] = n
+				}
+				var changes []string
+				for _, c := range e.Judge(engineReports(now, r.says...), targets, now) {
+					changes = append(changes, fmt.Sprintf("%s %s>%s", nameOf[c.Target.Key], c.From.Verdict, c.To.Verdict))
+				}
+				if !slices.Equal(changes, r.changes) {
+					t.Errorf("round %d: changes %q, want %q", i, changes, r.changes)
+				}
+				for n, want := range r.want {
+					if j := e.Verdict(engineTargets[n].Key); j.Verdict != want {
+						t.Errorf("round %d: %s is %s (%s), want %s", i, n, j.Verdict, j.Summary(), want)
+					}
+				}
+				if got := e.Flapping(); got != r.flapping {
+					t.Errorf("round %d: %d flapping, want %d", i, got, r.flapping)
+				}
+				for n, want := range r.downFor {
+					if got := e.DownFor(engineTargets[n].Key, now); got != want {
+						t.Errorf("round %d: %s down for %s, want %s", i, n, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestEngineRestore: a restored verdict is the previous verdict of the
+// next round.
+func TestEngineRestore(t *testing.T) {
+	var e Engine
+	web := engineTargets["web"]
+	e.Restore(web.Key, VerdictDown)
+	if j := e.Verdict(web.Key); j.Verdict != VerdictDown {
+		t.Fatalf("restored verdict %s, want Down", j.Verdict)
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	changes := e.Judge(engineReports(now, webSays(v1alpha1.StateUp)...), []Target{web}, now)
+	if len(changes) != 1 || changes[0].From.Verdict != VerdictDown || changes[0].To.Verdict != VerdictUp {
+		t.Errorf("changes %+v, want web Down>Up", changes)
+	}
+}
