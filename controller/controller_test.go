@@ -216,7 +216,7 @@ func TestSyncCreatesWorkloadAndStatus(t *testing.T) {
 	for _, in := range got.Status.LoadBalancer.Ingress {
 		ips = append(ips, in.IP)
 	}
-	if strings.Join(ips, ",") != "10.0.0.1,10.0.0.2" || got.Annotations[status.AnnotationNodes] != "n1,n2" {
+	if strings.Join(ips, ",") != "10.0.0.1,10.0.0.2" || got.Annotations[contract.AnnotationNodes] != "n1,n2" {
 		t.Errorf("ingress %v, annotations %v", ips, got.Annotations)
 	}
 	d, err := f.client.AppsV1().Deployments(systemNS).Get(ctx, name, metav1.GetOptions{})
@@ -266,7 +266,7 @@ func TestSyncRelease(t *testing.T) {
 		s.Finalizers = []string{Finalizer}
 		s.Spec.LoadBalancerClass = ptrTo("example.com/other")
 		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}}
-		s.Annotations = map[string]string{status.AnnotationNodes: "n1"}
+		s.Annotations = map[string]string{contract.AnnotationNodes: "n1"}
 	}
 	toClusterIP := func(s *corev1.Service) {
 		s.Finalizers = []string{Finalizer}
@@ -307,7 +307,7 @@ func TestSyncRelease(t *testing.T) {
 				return
 			}
 			s := f.service(ctx, "shop", "web")
-			if hasFinalizer(s) || len(s.Status.LoadBalancer.Ingress) != 0 || s.Annotations[status.AnnotationNodes] != "" {
+			if hasFinalizer(s) || len(s.Status.LoadBalancer.Ingress) != 0 || s.Annotations[contract.AnnotationNodes] != "" {
 				t.Errorf("released Service keeps finalizer %v, ingress %v, annotations %v", s.Finalizers, s.Status.LoadBalancer.Ingress, s.Annotations)
 			}
 		})

@@ -287,22 +287,22 @@ func (f *DashboardFeed) service(svc *corev1.Service, targets []dashboard.Target)
 		out.Healthy = len(out.Published) > 0
 	}
 	if !out.Healthy {
-		out.AllDown = cmp.Or(settings.AllDown, status.AllDownPublishAll)
+		out.AllDown = cmp.Or(settings.AllDown, contract.AllDownPublishAll)
 	}
 	if f.cfg.Zone != "" {
 		out.DNSNames = dnsNames(svc, f.cfg.Zone)
 	}
-	probes := map[status.PortKey]string{}
+	probes := map[contract.PortKey]string{}
 	for _, p := range settings.Probes {
 		// The canonical form: it names Secrets, never holds their values.
-		probes[status.PortKey(p.Port)] = p.Spec.String()
+		probes[contract.PortKey(p.Port)] = p.Spec.String()
 	}
 	if out.Targets == nil {
 		out.Targets = []dashboard.Target{}
 	}
 	for i := range out.Targets {
 		t := &out.Targets[i]
-		t.Probe = probes[status.PortKey{Protocol: corev1.Protocol(t.Protocol), Port: int32(t.Port)}]
+		t.Probe = probes[contract.PortKey{Protocol: corev1.Protocol(t.Protocol), Port: int32(t.Port)}]
 	}
 	slices.SortFunc(out.Targets, func(a, b dashboard.Target) int {
 		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port),

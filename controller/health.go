@@ -90,7 +90,7 @@ const healthKey = "verdicts"
 type healthTarget struct {
 	status.Target
 	service cache.ObjectName // zero for a beacon
-	port    status.PortKey
+	port    contract.PortKey
 }
 
 // evaluate judges every target and beacon by quorum over the cached
@@ -194,11 +194,8 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 		}
 		name := cache.MetaObjectToName(svc)
 		for _, sp := range svc.Spec.Ports {
-			proto := sp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			tk := contract.TargetKey(name.String(), string(proto), sp.Port, p.Spec.NodeName)
+			pk := contract.PortKeyOf(sp)
+			tk := pk.TargetKey(name.String(), p.Spec.NodeName)
 			if seen[tk] {
 				continue
 			}
@@ -206,7 +203,7 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 			out = append(out, healthTarget{
 				Target:  status.Target{Key: tk, Node: p.Spec.NodeName, Vantages: prober.Vantages(tk, p.Spec.NodeName, zone[p.Spec.NodeName], cands, k)},
 				service: name,
-				port:    status.PortKey{Protocol: proto, Port: sp.Port},
+				port:    pk,
 			})
 		}
 	}
@@ -266,7 +263,7 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 		return out
 	}
 	published := map[string]bool{}
-	for _, n := range strings.Split(svc.Annotations[status.AnnotationNodes], ",") {
+	for _, n := range strings.Split(svc.Annotations[contract.AnnotationNodes], ",") {
 		published[n] = true
 	}
 	name := cache.MetaObjectToName(svc).String()
@@ -278,13 +275,10 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 		if _, done := out[n]; done {
 			continue
 		}
-		v := status.NodeVerdicts{Beacon: c.verdicts.Verdict(contract.BeaconKey(n)), Ports: map[status.PortKey]status.Judgement{}, Published: published[n]}
+		v := status.NodeVerdicts{Beacon: c.verdicts.Verdict(contract.BeaconKey(n)), Ports: map[contract.PortKey]status.Judgement{}, Published: published[n]}
 		for _, sp := range svc.Spec.Ports {
-			proto := sp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			v.Ports[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.Verdict(contract.TargetKey(name, string(proto), sp.Port, n))
+			pk := contract.PortKeyOf(sp)
+			v.Ports[pk] = c.verdicts.Verdict(pk.TargetKey(name, n))
 		}
 		out[n] = status.NodeHealth(v, publishWhen)
 	}
@@ -300,7 +294,7 @@ func (c *Controller) failedOver(ctx context.Context, svc *corev1.Service, r stat
 	}
 	var dropped []string
 	var first time.Time
-	for _, n := range strings.Split(svc.Annotations[status.AnnotationNodes], ",") {
+	for _, n := range strings.Split(svc.Annotations[contract.AnnotationNodes], ",") {
 		if n == "" || slices.Contains(r.Nodes, n) || !health[n].Down {
 			continue
 		}
@@ -308,11 +302,8 @@ func (c *Controller) failedOver(ctx context.Context, svc *corev1.Service, r stat
 		name := cache.MetaObjectToName(svc).String()
 		cands := []status.Judgement{c.verdicts.Verdict(contract.BeaconKey(n))}
 		for _, sp := range svc.Spec.Ports {
-			proto := sp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			cands = append(cands, c.verdicts.Verdict(contract.TargetKey(name, string(proto), sp.Port, n)))
+			pk := contract.PortKeyOf(sp)
+			cands = append(cands, c.verdicts.Verdict(pk.TargetKey(name, n)))
 		}
 		for _, j := range cands {
 			if !j.FirstFailure.IsZero() && (first.IsZero() || j.FirstFailure.Before(first)) {

@@ -98,7 +98,7 @@ func published(svc *corev1.Service, nodes string) *corev1.Service {
 	if svc.Annotations == nil {
 		svc.Annotations = map[string]string{}
 	}
-	svc.Annotations[status.AnnotationNodes] = nodes
+	svc.Annotations[contract.AnnotationNodes] = nodes
 	svc.Finalizers = []string{Finalizer}
 	return svc
 }

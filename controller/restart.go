@@ -70,10 +70,10 @@ type restartInput struct {
 	// Beacon is the verdict on the pod's node beacon.
 	Beacon status.Verdict
 	// Ports holds the verdict on each Service port on the pod's node.
-	Ports map[status.PortKey]status.Verdict
+	Ports map[contract.PortKey]status.Verdict
 	// Others holds the same for every other node with a proxy pod of the
 	// Service whose beacon is not Down.
-	Others []map[status.PortKey]status.Verdict
+	Others []map[contract.PortKey]status.Verdict
 	// Now and NotBefore: no restart before NotBefore (the backoff).
 	Now, NotBefore time.Time
 }
@@ -121,7 +121,7 @@ func decideRestart(in restartInput) (bool, string) {
 	return true, restartPortDown
 }
 
-func anyDown(m map[status.PortKey]status.Verdict) bool {
+func anyDown(m map[contract.PortKey]status.Verdict) bool {
 	for _, v := range m {
 		if v == status.VerdictDown {
 			return true
@@ -130,7 +130,7 @@ func anyDown(m map[status.PortKey]status.Verdict) bool {
 	return false
 }
 
-func allUp(m map[status.PortKey]status.Verdict) bool {
+func allUp(m map[contract.PortKey]status.Verdict) bool {
 	if len(m) == 0 {
 		return false
 	}
@@ -244,7 +244,7 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 		if err != nil || !c.wants(svc) || svc.DeletionTimestamp != nil {
 			continue
 		}
-		ports := map[string]map[status.PortKey]status.Verdict{}
+		ports := map[string]map[contract.PortKey]status.Verdict{}
 		beacons := map[string]status.Verdict{}
 		downFor := map[string]time.Duration{}
 		for _, p := range pods {
@@ -253,14 +253,11 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 				continue
 			}
 			beacons[n] = c.verdicts.Verdict(contract.BeaconKey(n)).Verdict
-			m := map[status.PortKey]status.Verdict{}
+			m := map[contract.PortKey]status.Verdict{}
 			for _, sp := range svc.Spec.Ports {
-				proto := sp.Protocol
-				if proto == "" {
-					proto = corev1.ProtocolTCP
-				}
-				tk := contract.TargetKey(name.String(), string(proto), sp.Port, n)
-				m[status.PortKey{Protocol: proto, Port: sp.Port}] = c.verdicts.Verdict(tk).Verdict
+				pk := contract.PortKeyOf(sp)
+				tk := pk.TargetKey(name.String(), n)
+				m[pk] = c.verdicts.Verdict(tk).Verdict
 				downFor[n] = max(downFor[n], c.verdicts.DownFor(tk, now))
 			}
 			ports[n] = m
@@ -323,7 +320,7 @@ func readyFor(p *corev1.Pod, now time.Time) time.Duration {
 	return 0
 }
 
-func downPorts(m map[status.PortKey]status.Verdict) []string {
+func downPorts(m map[contract.PortKey]status.Verdict) []string {
 	var out []string
 	for k, v := range m {
 		if v == status.VerdictDown {

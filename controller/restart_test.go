@@ -21,10 +21,10 @@ func TestDecideRestart(t *testing.T) {
 		down = status.VerdictDown
 		unk  = status.VerdictUnknown
 	)
-	http := status.PortKey{Protocol: corev1.ProtocolTCP, Port: 80}
-	https := status.PortKey{Protocol: corev1.ProtocolTCP, Port: 443}
-	ports := func(h, s status.Verdict) map[status.PortKey]status.Verdict {
-		return map[status.PortKey]status.Verdict{http: h, https: s}
+	http := contract.PortKey{Protocol: corev1.ProtocolTCP, Port: 80}
+	https := contract.PortKey{Protocol: corev1.ProtocolTCP, Port: 443}
+	ports := func(h, s status.Verdict) map[contract.PortKey]status.Verdict {
+		return map[contract.PortKey]status.Verdict{http: h, https: s}
 	}
 	now := testNow
 	tests := []struct {
@@ -33,37 +33,37 @@ func TestDecideRestart(t *testing.T) {
 		want   bool
 		reason string
 	}{
-		{"every port up", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(up, up), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now},
+		{"every port up", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(up, up), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			false, keepPortsUp},
-		{"no verdict yet", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(unk, unk), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now},
+		{"no verdict yet", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(unk, unk), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			false, keepPortsUp},
-		{"proxy broken: down here, up elsewhere", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now},
+		{"proxy broken: down here, up elsewhere", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			true, restartPortDown},
-		{"one port down here, that port up elsewhere", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(up, down), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now},
+		{"one port down here, that port up elsewhere", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(up, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			true, restartPortDown},
-		{"node down: the node's problem, not the proxy's", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: down, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now},
+		{"node down: the node's problem, not the proxy's", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: down, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			false, keepNodeNotUp},
-		{"node beacon not judged yet", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: unk, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now},
+		{"node beacon not judged yet", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: unk, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			false, keepNodeNotUp},
-		{"backend down everywhere", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(down, down), ports(down, down)}, Now: now},
+		{"backend down everywhere", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(down, down), ports(down, down)}, Now: now},
 			false, keepBackendDown},
-		{"one backend port down everywhere", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(up, down), Others: []map[status.PortKey]status.Verdict{ports(up, down)}, Now: now},
+		{"one backend port down everywhere", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(up, down), Others: []map[contract.PortKey]status.Verdict{ports(up, down)}, Now: now},
 			false, keepBackendDown},
 		{"single proxy, all down", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Now: now},
 			false, keepBackendDown},
-		{"other proxy not judged yet", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(unk, unk)}, Now: now},
+		{"other proxy not judged yet", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(unk, unk)}, Now: now},
 			false, keepBackendDown},
-		{"in backoff", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now, NotBefore: now.Add(time.Second)},
+		{"in backoff", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now, NotBefore: now.Add(time.Second)},
 			false, keepBackoff},
-		{"backoff over", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now, NotBefore: now},
+		{"backoff over", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now, NotBefore: now},
 			true, restartPortDown},
-		{"pod ready too short", restartInput{Running: true, ReadyFor: RestartGrace - time.Second, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now},
+		{"pod ready too short", restartInput{Running: true, ReadyFor: RestartGrace - time.Second, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			false, keepNotReadyLongEnough},
-		{"pod not ready", restartInput{Running: true, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now},
+		{"pod not ready", restartInput{Running: true, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			false, keepNotReadyLongEnough},
-		{"port down too short: the other nodes may follow", restartInput{Running: true, ReadyFor: time.Minute, DownFor: RestartAfterDown - time.Second, Beacon: up, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now},
+		{"port down too short: the other nodes may follow", restartInput{Running: true, ReadyFor: time.Minute, DownFor: RestartAfterDown - time.Second, Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			false, keepDownTooShort},
-		{"pod not running", restartInput{Beacon: up, Ports: ports(down, down), Others: []map[status.PortKey]status.Verdict{ports(up, up)}, Now: now},
+		{"pod not running", restartInput{Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			false, keepNotRunning},
 	}
 	for _, tt := range tests {

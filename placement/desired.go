@@ -125,12 +125,12 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 		for _, p := range ports {
 			if p.NodePort == 0 {
 				problems = append(problems, contract.Problem{Key: "spec.allocateLoadBalancerNodePorts", Value: "false",
-					Reason:  fmt.Sprintf("externalTrafficPolicy Local needs a NodePort, and port %s:%d has none", protocolOf(p), p.Port),
+					Reason:  fmt.Sprintf("externalTrafficPolicy Local needs a NodePort, and port %s:%d has none", contract.PortKeyOf(p).Protocol, p.Port),
 					Default: "forwarding to the ClusterIP on every eligible node"})
 				nodePorts, local = nil, false
 				break
 			}
-			nodePorts = append(nodePorts, fmt.Sprintf("%s:%d=%d", protocolOf(p), p.Port, p.NodePort))
+			nodePorts = append(nodePorts, fmt.Sprintf("%s:%d=%d", contract.PortKeyOf(p).Protocol, p.Port, p.NodePort))
 		}
 	}
 	if local && len(svc.Spec.Selector) == 0 {
@@ -244,19 +244,12 @@ func specHash(objLabels map[string]string, spec any) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
-func protocolOf(p corev1.ServicePort) corev1.Protocol {
-	if p.Protocol == "" {
-		return corev1.ProtocolTCP
-	}
-	return p.Protocol
-}
-
 // proxyPorts returns the Service ports the proxy can forward (TCP and UDP).
 func proxyPorts(svc *corev1.Service) ([]corev1.ServicePort, []contract.Problem) {
 	var ports []corev1.ServicePort
 	var problems []contract.Problem
 	for _, p := range svc.Spec.Ports {
-		switch protocolOf(p) {
+		switch contract.PortKeyOf(p).Protocol {
 		case corev1.ProtocolTCP, corev1.ProtocolUDP:
 			ports = append(ports, p)
 		default:
@@ -320,7 +313,7 @@ func tolerations(mode contract.Mode) []corev1.Toleration {
 func healthPort(ports []corev1.ServicePort, want int32) int32 {
 	used := map[int32]bool{}
 	for _, p := range ports {
-		if protocolOf(p) == corev1.ProtocolTCP {
+		if contract.PortKeyOf(p).Protocol == corev1.ProtocolTCP {
 			used[p.Port] = true
 		}
 	}
@@ -334,9 +327,9 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 	var portFlags []string
 	var containerPorts []corev1.ContainerPort
 	for _, p := range ports {
-		portFlags = append(portFlags, fmt.Sprintf("%s:%d", protocolOf(p), p.Port))
+		portFlags = append(portFlags, fmt.Sprintf("%s:%d", contract.PortKeyOf(p).Protocol, p.Port))
 		containerPorts = append(containerPorts, corev1.ContainerPort{
-			ContainerPort: p.Port, HostPort: p.Port, Protocol: protocolOf(p),
+			ContainerPort: p.Port, HostPort: p.Port, Protocol: contract.PortKeyOf(p).Protocol,
 		})
 	}
 	args := []string{"proxy",

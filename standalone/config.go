@@ -27,7 +27,6 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/prober"
-	"github.com/pulselb/pulselb/status"
 )
 
 // Defaults of the configuration file.
@@ -35,8 +34,6 @@ const (
 	DefaultDNSListen  = ":53"
 	DefaultHTTPListen = ":9471"
 	DefaultInterval   = time.Second
-	PublishAllPorts   = "all-ports"
-	PublishAnyPort    = "any-port"
 	// MinInterval bounds interval: below it probes and peer polls cost more
 	// than they tell.
 	MinInterval = 100 * time.Millisecond
@@ -159,8 +156,8 @@ func Key(svc string, p Port, host string) string {
 }
 
 // PortKey is p as the status package names ports.
-func (p Port) PortKey() status.PortKey {
-	return status.PortKey{Protocol: statusProtocol(p.Protocol), Port: int32(p.Port)}
+func (p Port) PortKey() contract.PortKey {
+	return contract.PortKey{Protocol: statusProtocol(p.Protocol), Port: int32(p.Port)}
 }
 
 // ConfigError is one problem in a configuration file: the file, the line
@@ -214,7 +211,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	d := &decoder{file: file, dir: filepath.Dir(file)}
 	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL},
 		HTTP: HTTPConfig{Listen: DefaultHTTPListen}, Timing: Timing{Interval: DefaultInterval, Rise: prober.DefaultRise, Fall: prober.DefaultFall},
-		PublishWhen: PublishAllPorts, AllDown: status.AllDownPublishAll}
+		PublishWhen: contract.PublishAllPorts, AllDown: contract.AllDownPublishAll}
 	if len(doc.Content) == 0 {
 		d.errorf(&doc, "", "the file is empty")
 		return nil, d.err()
@@ -451,10 +448,10 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	}
 	d.timing(m, "", &cfg.Timing)
 	if n := m["publish-when"]; n != nil {
-		cfg.PublishWhen, _ = d.oneOf(n, "publish-when", PublishAllPorts, PublishAnyPort)
+		cfg.PublishWhen, _ = d.oneOf(n, "publish-when", contract.PublishAllPorts, contract.PublishAnyPort)
 	}
 	if n := m["all-down"]; n != nil {
-		cfg.AllDown, _ = d.oneOf(n, "all-down", status.AllDownPublishAll, status.AllDownPublishNone)
+		cfg.AllDown, _ = d.oneOf(n, "all-down", contract.AllDownPublishAll, contract.AllDownPublishNone)
 	}
 	if n := m["secrets"]; n != nil {
 		if sm, _, ok := d.mapping(n, "secrets", "dir"); ok && sm["dir"] != nil {
@@ -645,10 +642,10 @@ func (d *decoder) services(n *yaml.Node, cfg *Config) {
 			svc.TTL = uint32(ttl)
 		}
 		if v := m["publish-when"]; v != nil {
-			svc.PublishWhen, _ = d.oneOf(v, p+".publish-when", PublishAllPorts, PublishAnyPort)
+			svc.PublishWhen, _ = d.oneOf(v, p+".publish-when", contract.PublishAllPorts, contract.PublishAnyPort)
 		}
 		if v := m["all-down"]; v != nil {
-			svc.AllDown, _ = d.oneOf(v, p+".all-down", status.AllDownPublishAll, status.AllDownPublishNone)
+			svc.AllDown, _ = d.oneOf(v, p+".all-down", contract.AllDownPublishAll, contract.AllDownPublishNone)
 		}
 		d.timing(m, p, &svc.Timing)
 		if v := m["hosts"]; v != nil {

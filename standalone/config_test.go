@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulselb/pulselb/status"
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 func TestLoadExample(t *testing.T) {
@@ -40,7 +40,7 @@ func TestLoadExample(t *testing.T) {
 		t.Fatalf("%d services", len(cfg.Services))
 	}
 	web := cfg.Services[0]
-	if web.Name != "web" || web.TTL != 30 || web.PublishWhen != PublishAnyPort || web.AllDown != status.AllDownPublishNone ||
+	if web.Name != "web" || web.TTL != 30 || web.PublishWhen != contract.PublishAnyPort || web.AllDown != contract.AllDownPublishNone ||
 		web.Interval != time.Second || web.Rise != 3 || len(web.Hostnames) != 1 || web.Hostnames[0] != "www.lb.example.test." {
 		t.Errorf("web = %+v", web)
 	}
@@ -52,7 +52,7 @@ func TestLoadExample(t *testing.T) {
 		t.Errorf("port = %+v", p)
 	}
 	db := cfg.Services[1]
-	if db.PublishWhen != PublishAllPorts || db.Interval != 2*time.Second || db.Ports[0].Protocol != "TCP" || db.Ports[0].Spec.Secret != "db" {
+	if db.PublishWhen != contract.PublishAllPorts || db.Interval != 2*time.Second || db.Ports[0].Protocol != "TCP" || db.Ports[0].Spec.Secret != "db" {
 		t.Errorf("db = %+v (defaults from the top level)", db)
 	}
 	if len(db.Hosts[0].Addresses) != 1 || db.Hosts[0].ProbeAddress != netip.MustParseAddr("127.0.0.11") {
@@ -73,7 +73,7 @@ services:
 		t.Fatal(err)
 	}
 	if cfg.Zone != "lb.example.test." || cfg.Interval != DefaultInterval || cfg.HTTP.Listen != DefaultHTTPListen ||
-		cfg.DNS.TTL != 5 || cfg.AllDown != status.AllDownPublishAll || cfg.PublishWhen != PublishAllPorts {
+		cfg.DNS.TTL != 5 || cfg.AllDown != contract.AllDownPublishAll || cfg.PublishWhen != contract.PublishAllPorts {
 		t.Errorf("defaults = %+v", cfg)
 	}
 	if p := cfg.Services[0].Ports[0]; p.Protocol != "UDP" || p.Probe != "udp" {

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
@@ -525,7 +526,7 @@ func (r *Runner) evaluate(ctx context.Context) {
 		prev := r.publishedHosts[svc.Name]
 		var healthy []string
 		for _, h := range svc.Hosts {
-			nv := status.NodeVerdicts{Ports: map[status.PortKey]status.Judgement{}, Published: prev[h.Name]}
+			nv := status.NodeVerdicts{Ports: map[contract.PortKey]status.Judgement{}, Published: prev[h.Name]}
 			for _, p := range svc.Ports {
 				nv.Ports[p.PortKey()] = r.engine.Verdict(Key(svc.Name, p, h.Name))
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/prober"
@@ -430,8 +431,8 @@ func TestPublishWhen(t *testing.T) {
 		policy string
 		want   []string
 	}{
-		{PublishAllPorts, []string{"127.0.0.47"}},
-		{PublishAnyPort, []string{"127.0.0.47", "127.0.0.48"}},
+		{contract.PublishAllPorts, []string{"127.0.0.47"}},
+		{contract.PublishAnyPort, []string{"127.0.0.47", "127.0.0.48"}},
 	} {
 		t.Run(tt.policy, func(t *testing.T) {
 			p1 := startHosts(t, "127.0.0.47", "127.0.0.48")

@@ -15,6 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 // Condition types pulselb owns on a Service.
@@ -22,26 +24,6 @@ const (
 	ConditionProxiesScheduled = "pulselb.io/ProxiesScheduled"
 	ConditionHealthy          = "pulselb.io/Healthy"
 	ConditionConfigValid      = "pulselb.io/ConfigValid"
-)
-
-// Annotations pulselb writes on a Service.
-const (
-	AnnotationExternalIPs = "pulselb.io/external-ips"
-	AnnotationInternalIPs = "pulselb.io/internal-ips"
-	AnnotationNodes       = "pulselb.io/nodes"
-)
-
-// Values of the address-type and all-down annotations; an empty or unknown
-// value means the default (auto, publish-all). The placement package
-// validates the annotations.
-const (
-	AddressAuto     = "auto"
-	AddressExternal = "external"
-	AddressInternal = "internal"
-	AddressBoth     = "both"
-
-	AllDownPublishAll  = "publish-all"
-	AllDownPublishNone = "publish-none"
 )
 
 // Condition and Event reasons.
@@ -59,12 +41,6 @@ const (
 	ReasonInvalidAnnotation = "InvalidAnnotation"
 )
 
-// PortKey names a Service port.
-type PortKey struct {
-	Protocol corev1.Protocol
-	Port     int32
-}
-
 // Health is the verdict on one node for one Service. Its zero value is
 // healthy, so a nil Input.Health means "every node healthy" until the
 // probe pipeline supplies verdicts.
@@ -73,7 +49,7 @@ type Health struct {
 	Down bool
 	// PortErrors holds, for ports that are down on the node, the text
 	// published as ingress[].ports[].error.
-	PortErrors map[PortKey]string
+	PortErrors map[contract.PortKey]string
 }
 
 // Problem is a configuration problem to report: Reason is the Event reason
@@ -210,9 +186,9 @@ func Decide(in Input) Result {
 		LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress},
 		Nodes:        nodes,
 		Annotations: map[string]string{
-			AnnotationExternalIPs: joinAddrs(slices.Compact(externalIPs)),
-			AnnotationInternalIPs: joinAddrs(slices.Compact(internalIPs)),
-			AnnotationNodes:       strings.Join(nodes, ","),
+			contract.AnnotationExternalIPs: joinAddrs(slices.Compact(externalIPs)),
+			contract.AnnotationInternalIPs: joinAddrs(slices.Compact(internalIPs)),
+			contract.AnnotationNodes:       strings.Join(nodes, ","),
 		},
 	}
 
@@ -234,11 +210,11 @@ func Decide(in Input) Result {
 
 // Publish returns the hosts to publish given the healthy ones and the
 // candidates to fall back on: the healthy hosts when there are any, else,
-// failing open, every candidate, unless allDown is AllDownPublishNone. An
+// failing open, every candidate, unless allDown is contract.AllDownPublishNone. An
 // empty list would make DNS (and external-dns) drop the name altogether,
 // so publishing where proxies run is better than nothing.
 func Publish(healthy, candidates []string, allDown string) (published []string, failOpen bool) {
-	if len(healthy) > 0 || allDown == AllDownPublishNone {
+	if len(healthy) > 0 || allDown == contract.AllDownPublishNone {
 		return healthy, false
 	}
 	return candidates, true
@@ -293,11 +269,11 @@ func familyOf(ip netip.Addr) corev1.IPFamily {
 // so it does not flip when an ExternalIP node fails.
 func addressTypes(addressType string, proxyNodes []string, nodes map[string]*corev1.Node, families map[corev1.IPFamily]int) (external, internal bool) {
 	switch addressType {
-	case AddressExternal:
+	case contract.AddressExternal:
 		return true, false
-	case AddressInternal:
+	case contract.AddressInternal:
 		return false, true
-	case AddressBoth:
+	case contract.AddressBoth:
 		return true, true
 	}
 	for _, n := range proxyNodes {
@@ -317,12 +293,9 @@ func addressTypes(addressType string, proxyNodes []string, nodes map[string]*cor
 func portStatuses(svc *corev1.Service, h Health) []corev1.PortStatus {
 	var out []corev1.PortStatus
 	for _, p := range svc.Spec.Ports {
-		proto := p.Protocol
-		if proto == "" {
-			proto = corev1.ProtocolTCP
-		}
-		ps := corev1.PortStatus{Port: p.Port, Protocol: proto}
-		if msg, ok := h.PortErrors[PortKey{proto, p.Port}]; ok {
+		k := contract.PortKeyOf(p)
+		ps := corev1.PortStatus{Port: k.Port, Protocol: k.Protocol}
+		if msg, ok := h.PortErrors[k]; ok {
 			ps.Error = ptrTo(msg)
 		}
 		out = append(out, ps)
@@ -356,7 +329,7 @@ func healthyCondition(in Input, ready, healthy, published int, failOpen bool) me
 		c.Message = fmt.Sprintf("%d of %d ready proxy nodes are healthy", healthy, ready)
 	case ready == 0 && !failOpen:
 		c.Reason, c.Message = ReasonNoProxyReady, "no proxy pod is running and ready"
-	case in.AllDown == AllDownPublishNone:
+	case in.AllDown == contract.AllDownPublishNone:
 		c.Reason, c.Message = ReasonAllDown, "no proxy node is healthy; publishing none (all-down: publish-none)"
 	default:
 		c.Reason = ReasonAllDown

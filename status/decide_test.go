@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 var now = metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
@@ -95,36 +97,36 @@ func TestDecide(t *testing.T) {
 			name: "internal IPs when no proxy node has an external one",
 			in:   Input{Service: svc(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("b", "ready"), pod("a", "ready")}},
 			want: []string{"10.0.0.1", "10.0.0.2"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
-			annotations: map[string]string{AnnotationInternalIPs: "10.0.0.1,10.0.0.2", AnnotationExternalIPs: "", AnnotationNodes: "a,b"},
+			annotations: map[string]string{contract.AnnotationInternalIPs: "10.0.0.1,10.0.0.2", contract.AnnotationExternalIPs: "", contract.AnnotationNodes: "a,b"},
 		},
 		{
 			name: "auto prefers external IPs when any proxy node has one",
 			in:   Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")}},
 			want: []string{"203.0.113.1"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
-			annotations: map[string]string{AnnotationInternalIPs: "10.0.0.1,10.0.0.2", AnnotationExternalIPs: "203.0.113.1", AnnotationNodes: "a,b"},
+			annotations: map[string]string{contract.AnnotationInternalIPs: "10.0.0.1,10.0.0.2", contract.AnnotationExternalIPs: "203.0.113.1", contract.AnnotationNodes: "a,b"},
 		},
 		{
-			name: "internal", in: Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, AddressType: AddressInternal, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")}},
+			name: "internal", in: Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, AddressType: contract.AddressInternal, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")}},
 			want: []string{"10.0.0.1", "10.0.0.2"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
 		},
 		{
-			name: "both", in: Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, AddressType: AddressBoth, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")}},
+			name: "both", in: Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, AddressType: contract.AddressBoth, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")}},
 			want: []string{"10.0.0.1", "10.0.0.2", "203.0.113.1"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
 		},
 		{
 			name: "dual-stack IPv6 first by ipFamilies",
-			in: Input{Service: svc(corev1.IPv6Protocol, corev1.IPv4Protocol), Nodes: mixed, AddressType: AddressExternal,
+			in: Input{Service: svc(corev1.IPv6Protocol, corev1.IPv4Protocol), Nodes: mixed, AddressType: contract.AddressExternal,
 				Pods: []*corev1.Pod{pod("c", "ready"), pod("a", "ready")}},
 			want: []string{"2001:db8::3", "203.0.113.1", "203.0.113.3"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
 		},
 		{
 			name: "single-stack IPv4 never publishes IPv6",
-			in:   Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, AddressType: AddressBoth, Pods: []*corev1.Pod{pod("c", "ready")}},
+			in:   Input{Service: svc(corev1.IPv4Protocol), Nodes: mixed, AddressType: contract.AddressBoth, Pods: []*corev1.Pod{pod("c", "ready")}},
 			want: []string{"10.0.0.3", "203.0.113.3"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
 		},
 		{
 			name: "only ready pods publish; terminating and unready do not",
-			in: Input{Service: svc(), Nodes: mixed, AddressType: AddressInternal,
+			in: Input{Service: svc(), Nodes: mixed, AddressType: contract.AddressInternal,
 				Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "running"), pod("c", "terminating")}},
 			want: []string{"10.0.0.1"}, healthy: ReasonHealthy, scheduled: ReasonScheduled,
 		},
@@ -142,7 +144,7 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "all down with publish-none publishes nothing",
-			in: Input{Service: svc(), Nodes: internalOnly, AllDown: AllDownPublishNone, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")},
+			in: Input{Service: svc(), Nodes: internalOnly, AllDown: contract.AllDownPublishNone, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")},
 				Health: map[string]Health{"a": {Down: true}, "b": {Down: true}}},
 			want: nil, healthy: ReasonAllDown, scheduled: ReasonScheduled,
 		},
@@ -244,7 +246,7 @@ func TestDecideSteadyState(t *testing.T) {
 		t.Errorf("a foreign condition was dropped")
 	}
 	// Port errors from the health seam reach the ingress entry.
-	in.Health = map[string]Health{"a": {PortErrors: map[PortKey]string{{corev1.ProtocolTCP, 80}: "L4CON connection refused"}}}
+	in.Health = map[string]Health{"a": {PortErrors: map[contract.PortKey]string{{Protocol: corev1.ProtocolTCP, Port: 80}: "L4CON connection refused"}}}
 	r := Decide(in)
 	if p := r.LoadBalancer.Ingress[0].Ports; len(p) != 1 || p[0].Error == nil || *p[0].Error != "L4CON connection refused" {
 		t.Errorf("ports %+v, want the port error", p)
@@ -271,10 +273,10 @@ func TestPublish(t *testing.T) {
 		failOpen bool
 	}{
 		{"the healthy ones", []string{"b"}, "", []string{"b"}, false},
-		{"healthy ones even with publish-none", []string{"b"}, AllDownPublishNone, []string{"b"}, false},
+		{"healthy ones even with publish-none", []string{"b"}, contract.AllDownPublishNone, []string{"b"}, false},
 		{"none healthy: fail open to every candidate", nil, "", all, true},
-		{"none healthy with publish-all", nil, AllDownPublishAll, all, true},
-		{"none healthy with publish-none: nothing", nil, AllDownPublishNone, nil, false},
+		{"none healthy with publish-all", nil, contract.AllDownPublishAll, all, true},
+		{"none healthy with publish-none: nothing", nil, contract.AllDownPublishNone, nil, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 // Differs reports whether svc's status differs from r's, so the
@@ -51,7 +53,7 @@ func ApplyAnnotations(svc *corev1.Service, r Result) {
 // Cleared returns the Result of a Service pulselb no longer serves: no
 // ingress, no pulselb annotations or conditions, others' conditions kept.
 func Cleared(svc *corev1.Service) Result {
-	r := Result{Annotations: map[string]string{AnnotationExternalIPs: "", AnnotationInternalIPs: "", AnnotationNodes: ""}}
+	r := Result{Annotations: map[string]string{contract.AnnotationExternalIPs: "", contract.AnnotationInternalIPs: "", contract.AnnotationNodes: ""}}
 	for _, c := range svc.Status.Conditions {
 		switch c.Type {
 		case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid:

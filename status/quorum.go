@@ -243,7 +243,7 @@ type NodeVerdicts struct {
 	// Beacon is the node's beacon verdict.
 	Beacon Judgement
 	// Ports holds the verdict on each of the Service's ports on the node.
-	Ports map[PortKey]Judgement
+	Ports map[contract.PortKey]Judgement
 	// Published is whether the node is in the Service's status now; a
 	// node that is not is added only once its ports are probed Up.
 	Published bool
@@ -264,7 +264,7 @@ func NodeHealth(v NodeVerdicts, publishWhen string) Health {
 		switch {
 		case j.Verdict == VerdictDown:
 			if h.PortErrors == nil {
-				h.PortErrors = map[PortKey]string{}
+				h.PortErrors = map[contract.PortKey]string{}
 			}
 			h.PortErrors[p] = j.Summary()
 			down++
@@ -273,9 +273,9 @@ func NodeHealth(v NodeVerdicts, publishWhen string) Health {
 		}
 	}
 	switch {
-	case publishWhen == "any-port" && len(v.Ports) > 0 && down == len(v.Ports):
+	case publishWhen == contract.PublishAnyPort && len(v.Ports) > 0 && down == len(v.Ports):
 		h.Down = true
-	case publishWhen != "any-port" && down > 0:
+	case publishWhen != contract.PublishAnyPort && down > 0:
 		h.Down = true
 	case !v.Published && pending > 0:
 		h.Down = true

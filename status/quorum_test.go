@@ -102,8 +102,8 @@ func TestReportHeartbeatInterval(t *testing.T) {
 }
 
 func TestNodeHealth(t *testing.T) {
-	p80 := PortKey{corev1.ProtocolTCP, 80}
-	p443 := PortKey{corev1.ProtocolTCP, 443}
+	p80 := contract.PortKey{Protocol: corev1.ProtocolTCP, Port: 80}
+	p443 := contract.PortKey{Protocol: corev1.ProtocolTCP, Port: 443}
 	upJ := Judgement{Verdict: VerdictUp, Reason: ReasonMajorityUp, Fresh: 3, Up: 3, Assigned: 3}
 	downJ := Judgement{Verdict: VerdictDown, Reason: ReasonMajorityDown, Fresh: 3, Down: 2, Assigned: 3, Message: "L7STS HTTP 503"}
 	pendingJ := Judgement{Reason: ReasonNoMajority, Fresh: 3, Assigned: 3}
@@ -113,16 +113,16 @@ func TestNodeHealth(t *testing.T) {
 		v           NodeVerdicts
 		publishWhen string
 		wantDown    bool
-		wantErrors  []PortKey
+		wantErrors  []contract.PortKey
 	}{
-		{"all up", NodeVerdicts{Ports: map[PortKey]Judgement{p80: upJ, p443: upJ}, Published: true}, "", false, nil},
-		{"beacon down", NodeVerdicts{Beacon: downJ, Ports: map[PortKey]Judgement{p80: upJ}, Published: true}, "", true, nil},
-		{"one port down, all-ports", NodeVerdicts{Ports: map[PortKey]Judgement{p80: downJ, p443: upJ}, Published: true}, "all-ports", true, []PortKey{p80}},
-		{"one port down, any-port", NodeVerdicts{Ports: map[PortKey]Judgement{p80: downJ, p443: upJ}, Published: true}, "any-port", false, []PortKey{p80}},
-		{"every port down, any-port", NodeVerdicts{Ports: map[PortKey]Judgement{p80: downJ, p443: downJ}, Published: true}, "any-port", true, []PortKey{p80, p443}},
-		{"new node awaits its first Up", NodeVerdicts{Ports: map[PortKey]Judgement{p80: pendingJ}}, "", true, nil},
-		{"published node without verdict stays", NodeVerdicts{Ports: map[PortKey]Judgement{p80: pendingJ}, Published: true}, "", false, nil},
-		{"no prober coverage falls back to readiness", NodeVerdicts{Ports: map[PortKey]Judgement{p80: uncovered}}, "", false, nil},
+		{"all up", NodeVerdicts{Ports: map[contract.PortKey]Judgement{p80: upJ, p443: upJ}, Published: true}, "", false, nil},
+		{"beacon down", NodeVerdicts{Beacon: downJ, Ports: map[contract.PortKey]Judgement{p80: upJ}, Published: true}, "", true, nil},
+		{"one port down, all-ports", NodeVerdicts{Ports: map[contract.PortKey]Judgement{p80: downJ, p443: upJ}, Published: true}, "all-ports", true, []contract.PortKey{p80}},
+		{"one port down, any-port", NodeVerdicts{Ports: map[contract.PortKey]Judgement{p80: downJ, p443: upJ}, Published: true}, contract.PublishAnyPort, false, []contract.PortKey{p80}},
+		{"every port down, any-port", NodeVerdicts{Ports: map[contract.PortKey]Judgement{p80: downJ, p443: downJ}, Published: true}, contract.PublishAnyPort, true, []contract.PortKey{p80, p443}},
+		{"new node awaits its first Up", NodeVerdicts{Ports: map[contract.PortKey]Judgement{p80: pendingJ}}, "", true, nil},
+		{"published node without verdict stays", NodeVerdicts{Ports: map[contract.PortKey]Judgement{p80: pendingJ}, Published: true}, "", false, nil},
+		{"no prober coverage falls back to readiness", NodeVerdicts{Ports: map[contract.PortKey]Judgement{p80: uncovered}}, "", false, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

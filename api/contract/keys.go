@@ -66,3 +66,8 @@ func TargetKey(service, portProtocol string, port int32, node string) string {
 
 // BeaconKey names the beacon of node.
 func BeaconKey(node string) string { return "beacon@" + node }
+
+// TargetKey names port k of service on node (see the function TargetKey).
+func (k PortKey) TargetKey(service, node string) string {
+	return TargetKey(service, string(k.Protocol), k.Port, node)
+}
