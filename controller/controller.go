@@ -10,6 +10,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -450,7 +451,7 @@ func workloadStatusOnly(oldObj, newObj any) bool {
 		return false
 	}
 	return a.GetGeneration() == b.GetGeneration() && a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp()) &&
-		mapsEqual(a.GetLabels(), b.GetLabels()) && mapsEqual(a.GetAnnotations(), b.GetAnnotations())
+		maps.Equal(a.GetLabels(), b.GetLabels()) && maps.Equal(a.GetAnnotations(), b.GetAnnotations())
 }
 
 // enqueueSliceService enqueues an externalTrafficPolicy Local Service whose
@@ -496,8 +497,8 @@ func (c *Controller) nodeChanged(oldObj, newObj any) {
 // nodeRelevantChange reports a change that can alter eligibility or the
 // published addresses; heartbeats and image lists do not.
 func nodeRelevantChange(a, b *corev1.Node) bool {
-	if nodeReady(a) != nodeReady(b) || a.Spec.Unschedulable != b.Spec.Unschedulable ||
-		!mapsEqual(a.Labels, b.Labels) || len(a.Spec.Taints) != len(b.Spec.Taints) ||
+	if contract.NodeReady(a) != contract.NodeReady(b) || a.Spec.Unschedulable != b.Spec.Unschedulable ||
+		!maps.Equal(a.Labels, b.Labels) || len(a.Spec.Taints) != len(b.Spec.Taints) ||
 		len(a.Status.Addresses) != len(b.Status.Addresses) {
 		return true
 	}
@@ -512,25 +513,4 @@ func nodeRelevantChange(a, b *corev1.Node) bool {
 		}
 	}
 	return false
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }

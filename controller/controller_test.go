@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
@@ -264,7 +265,7 @@ func TestSyncRelease(t *testing.T) {
 	}
 	otherClass := func(s *corev1.Service) {
 		s.Finalizers = []string{Finalizer}
-		s.Spec.LoadBalancerClass = ptrTo("example.com/other")
+		s.Spec.LoadBalancerClass = ptr.To("example.com/other")
 		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}}
 		s.Annotations = map[string]string{contract.AnnotationNodes: "n1"}
 	}
@@ -283,7 +284,7 @@ func TestSyncRelease(t *testing.T) {
 		{"type changed", newService("web", toClusterIP), false, []string{"delete deployments", "update services web"}},
 		{"no class under --class-only", newService("web", func(s *corev1.Service) { s.Finalizers = []string{Finalizer} }), true,
 			[]string{"delete deployments", "update services web"}},
-		{"other class never served", newService("web", func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptrTo("example.com/other") }), false,
+		{"other class never served", newService("web", func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr.To("example.com/other") }), false,
 			[]string{"delete deployments"}},
 	}
 	for _, tt := range tests {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -57,7 +58,7 @@ func TestDashboardState(t *testing.T) {
 		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}}
 		s.Status.Conditions = []metav1.Condition{{Type: status.ConditionHealthy, Status: metav1.ConditionTrue}}
 	}), "n1")
-	other := newService("other", func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptrTo("example.com/other") })
+	other := newService("other", func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr.To("example.com/other") })
 	f := newFixture(t, cluster(svc, other)...)
 	// n1's target: up from every vantage. n2's target: down from n1 and n3
 	// (a quorum), up from n4, whose report is stale.

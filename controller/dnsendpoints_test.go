@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/dnsexport"
@@ -55,9 +56,9 @@ func TestSyncDNSEndpoints(t *testing.T) {
 	}
 	otherClass := func(s *corev1.Service) {
 		s.Finalizers = []string{Finalizer}
-		s.Spec.LoadBalancerClass = ptrTo("example.com/other")
+		s.Spec.LoadBalancerClass = ptr.To("example.com/other")
 	}
-	notOurs := func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptrTo("example.com/other") }
+	notOurs := func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr.To("example.com/other") }
 	apiErr := errors.New("connection refused")
 
 	tests := []struct {

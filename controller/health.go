@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -161,7 +162,7 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 	ready := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		zone[n.Name] = n.Labels[corev1.LabelTopologyZone]
-		ready[n.Name] = nodeReady(n)
+		ready[n.Name] = contract.NodeReady(n)
 	}
 	probers, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProberAppName}))
 	if err != nil {
@@ -343,7 +344,7 @@ func (c *Controller) evictFailed(ctx context.Context, node string) error {
 		if p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds == 0 {
 			continue
 		}
-		err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)})
+		err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting pod %s/%s on failed node %s: %w", p.Namespace, p.Name, node, err)
 		}

@@ -307,5 +307,3 @@ func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 	}
 	managedServices.Set(float64(len(c.managed)))
 }
-
-func ptrTo[T any](v T) *T { return &v }

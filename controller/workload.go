@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
@@ -116,7 +117,7 @@ func writeWith[T placement.WorkloadObject](ctx context.Context, client workloadC
 	case placement.WorkloadDelete:
 		uid := obj.GetUID()
 		err = client.Delete(ctx, obj.GetName(), metav1.DeleteOptions{
-			PropagationPolicy: ptrTo(metav1.DeletePropagationBackground),
+			PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
 			Preconditions:     &metav1.Preconditions{UID: &uid},
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 )
 
 // DNSEndpointResource is external-dns' DNSEndpoint CRD, read by its "crd"
@@ -81,7 +82,7 @@ func DesiredEndpoint(svc *corev1.Service, defaultTTL uint32) *unstructured.Unstr
 		Kind:       "Service",
 		Name:       svc.Name,
 		UID:        svc.UID,
-		Controller: new(true),
+		Controller: ptr.To(true),
 	}})
 	return u
 }

@@ -30,15 +30,7 @@ func (c Conflict) String() string {
 		return fmt.Sprintf("port %s:%d is taken on every eligible node by pods outside pulselb's view", c.Protocol, c.Port)
 	}
 	return fmt.Sprintf("port %s:%d is held on node %s by %s", c.Protocol, c.Port,
-		listShort(c.Nodes), listShort(c.Holders))
-}
-
-func listShort(s []string) string {
-	const max = 5
-	if len(s) <= max {
-		return strings.Join(s, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(s[:max], ", "), len(s)-max)
+		contract.ShortList(c.Nodes, 5), contract.ShortList(c.Holders, 5))
 }
 
 // schedulerPortsMessage is what the scheduler's NodePorts plugin writes in a

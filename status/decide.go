@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 )
@@ -168,7 +169,7 @@ func Decide(in Input) Result {
 			seen[ip] = true
 			ingress = append(ingress, corev1.LoadBalancerIngress{
 				IP:     ip.String(),
-				IPMode: ptrTo(corev1.LoadBalancerIPModeProxy),
+				IPMode: ptr.To(corev1.LoadBalancerIPModeProxy),
 				Ports:  portStatuses(svc, in.Health[n]),
 			})
 		}
@@ -296,7 +297,7 @@ func portStatuses(svc *corev1.Service, h Health) []corev1.PortStatus {
 		k := contract.PortKeyOf(p)
 		ps := corev1.PortStatus{Port: k.Port, Protocol: k.Protocol}
 		if msg, ok := h.PortErrors[k]; ok {
-			ps.Error = ptrTo(msg)
+			ps.Error = ptr.To(msg)
 		}
 		out = append(out, ps)
 	}
@@ -316,7 +317,7 @@ func scheduledCondition(in Input, scheduled map[string]bool) metav1.Condition {
 		c.Reason, c.Message = ReasonPending, "no proxy pod is scheduled yet"
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonScheduled
-		c.Message = "proxy pods run on " + listShort(setList(scheduled))
+		c.Message = "proxy pods run on " + contract.ShortList(setList(scheduled), 10)
 	}
 	return c
 }
@@ -414,13 +415,3 @@ func setList(m map[string]bool) []string {
 	sort.Strings(out)
 	return out
 }
-
-func listShort(s []string) string {
-	const max = 10
-	if len(s) <= max {
-		return strings.Join(s, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(s[:max], ", "), len(s)-max)
-}
-
-func ptrTo[T any](v T) *T { return &v }

@@ -54,3 +54,19 @@ func TestServiceOf(t *testing.T) {
 		}
 	}
 }
+
+func TestShortList(t *testing.T) {
+	for _, tt := range []struct {
+		in   []string
+		max  int
+		want string
+	}{
+		{nil, 2, ""},
+		{[]string{"a", "b"}, 2, "a, b"},
+		{[]string{"a", "b", "c", "d"}, 2, "a, b and 2 more"},
+	} {
+		if got := ShortList(tt.in, tt.max); got != tt.want {
+			t.Errorf("ShortList(%q, %d) = %q, want %q", tt.in, tt.max, got, tt.want)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -96,7 +97,7 @@ func TestTargetsFollowVantageAssignment(t *testing.T) {
 		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
 		corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})
 	other := service("other", nil, corev1.ServicePort{Port: 81, Protocol: corev1.ProtocolTCP})
-	other.Spec.LoadBalancerClass = new("example.com/other")
+	other.Spec.LoadBalancerClass = ptr.To("example.com/other")
 	objs := []runtime.Object{web, other}
 	var cands []prober.Vantage
 	for i := range 12 {

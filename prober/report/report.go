@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -88,10 +89,10 @@ func Observation(s prober.TargetStatus, node string) v1alpha1.Observation {
 		obs.State = v1alpha1.StateDown
 	}
 	if !s.LastChange.IsZero() {
-		obs.LastChange = new(metav1.NewTime(s.LastChange))
+		obs.LastChange = ptr.To(metav1.NewTime(s.LastChange))
 	}
 	if !s.FailingSince.IsZero() {
-		obs.FailingSince = new(metav1.NewTime(s.FailingSince))
+		obs.FailingSince = ptr.To(metav1.NewTime(s.FailingSince))
 	}
 	if s.RTT > 0 {
 		obs.Latency = &metav1.Duration{Duration: s.RTT}

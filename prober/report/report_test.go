@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -104,8 +105,8 @@ func TestStatus(t *testing.T) {
 				st := header
 				st.Targets, st.Down = 1, 1
 				o := obs("a", "10.0.0.1:443", v1alpha1.StateDown, resDown)
-				o.LastChange = new(metav1.NewTime(changed))
-				o.FailingSince = new(metav1.NewTime(failing))
+				o.LastChange = ptr.To(metav1.NewTime(changed))
+				o.FailingSince = ptr.To(metav1.NewTime(failing))
 				o.Latency = &metav1.Duration{Duration: 3 * time.Millisecond}
 				o.CertNotAfter = &metav1.Time{Time: time.Date(2031, 3, 4, 4, 6, 7, 0, time.UTC)}
 				st.Results = []v1alpha1.ProbeResult{{Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: "https", Observation: o}}
