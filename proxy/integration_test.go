@@ -134,6 +134,7 @@ func TestProxyCommandFlags(t *testing.T) {
 		{"bad ClusterIP", []string{"proxy", "--cluster-ips=10.96.0", "--ports=TCP:80"}, "", `--cluster-ips="10.96.0": "10.96.0" is not an IP address`},
 		{"two IPv4 ClusterIPs", []string{"proxy", "--cluster-ips=10.96.0.1,10.96.0.2", "--ports=TCP:80"}, "", "two ipv4 ClusterIPs"},
 		{"bad mode", append(base, "--mode=ipvs"), "", `--mode="ipvs": mode "ipvs": want auto, iptables or userspace`},
+		{"negative drain delay from env", base, "PULSELB_DRAIN_DELAY=-5s", `--drain-delay="-5s" (from PULSELB_DRAIN_DELAY): want zero or a positive duration`},
 		{"no ports", []string{"proxy", "--cluster-ips=10.96.0.10"}, "", `--ports="": no ports`},
 		{"bad node-port target", append(base, "--node-port-target=TCP:80=3o080"), "",
 			`--node-port-target="TCP:80=3o080": node-port target "TCP:80=3o080": NodePort "3o080" is not a number`},

@@ -608,6 +608,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"two IPv4 ClusterIPs", Config{ClusterIPs: []netip.Addr{v4, v4}, Ports: tcp80}, ErrConfig},
 		{"no ports", Config{ClusterIPs: []netip.Addr{v4}}, ErrConfig},
 		{"bad mode", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80, Mode: "ipvs"}, ErrConfig},
+		{"negative drain delay", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80, DrainDelay: -time.Second}, ErrConfig},
 		{"node port of another port", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80,
 			NodePorts: map[Port]uint16{{UDP, 80}: 30080}, NodeIPs: []netip.Addr{v4}}, ErrNodePorts},
 		{"node port zero", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80,
