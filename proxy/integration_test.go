@@ -639,14 +639,9 @@ func TestIntegration(t *testing.T) {
 func drainCases(t *testing.T, tp *topology, bin string, mode Mode) {
 	const delay, timeout = 2 * time.Second, 3 * time.Second
 	pp := tp.startProxy(t, bin, mode, mode, "--drain-delay="+delay.String(), "--drain-timeout="+timeout.String())
-	open, err := tp.dialTCP(clientOK4, netip.AddrPortFrom(nodeIP4, echoPort), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer open.Close()
-	if err := roundTrip(open, "before"); err != nil {
-		t.Fatal(err)
-	}
+	open := openEcho(t, func() (*net.TCPConn, error) {
+		return tp.dialTCP(clientOK4, netip.AddrPortFrom(nodeIP4, echoPort), 5*time.Second)
+	})
 	start := time.Now()
 	pp.signal(t, syscall.SIGTERM)
 	waitFor(t, 5*time.Second, "phase delay", func() bool { return tp.healthy("phase=delay") })
@@ -665,17 +660,8 @@ func drainCases(t *testing.T, tp *topology, bin string, mode Mode) {
 	})
 	t.Run("new connection after the delay is refused", func(t *testing.T) {
 		for _, c := range []struct{ src, node netip.Addr }{{clientOK4, nodeIP4}, {clientOK6, nodeIP6}} {
-			waitFor(t, 2*delay, "new connections from "+c.src.String()+" to be refused", func() bool {
-				before := time.Now()
-				conn, err := tp.dialTCP(c.src, netip.AddrPortFrom(c.node, echoPort), time.Second)
-				if err == nil {
-					conn.Close()
-					return false
-				}
-				if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(before) > time.Second {
-					t.Fatalf("connect from %s after the delay: %v after %v, want refused at once", c.src, err, time.Since(before))
-				}
-				return true
+			waitRefused(t, 2*delay, func() (*net.TCPConn, error) {
+				return tp.dialTCP(c.src, netip.AddrPortFrom(c.node, echoPort), time.Second)
 			})
 		}
 		if d := time.Since(start); d < delay {
