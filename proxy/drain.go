@@ -49,8 +49,8 @@ func (p *Proxy) setPhase(ph Phase) {
 // finish for up to DrainTimeout, then removes the rules or closes the
 // connections left. ctx only carries the logger.
 //
-// With no drain delay, iptables mode removes its rules at once, as it did
-// before there was a delay: its drain phase is bought with the delay.
+// With no drain delay, iptables mode removes its rules at once and has no
+// drain phase, exactly as before drain delays existed.
 func (p *Proxy) shutdown(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	mode := p.Mode()
