@@ -134,6 +134,7 @@ func TestProxyCommandFlags(t *testing.T) {
 		{"bad ClusterIP", []string{"proxy", "--cluster-ips=10.96.0", "--ports=TCP:80"}, "", `--cluster-ips="10.96.0": "10.96.0" is not an IP address`},
 		{"two IPv4 ClusterIPs", []string{"proxy", "--cluster-ips=10.96.0.1,10.96.0.2", "--ports=TCP:80"}, "", "two ipv4 ClusterIPs"},
 		{"bad mode", append(base, "--mode=ipvs"), "", `--mode="ipvs": mode "ipvs": want auto, iptables or userspace`},
+		{"negative drain delay from env", base, "PULSELB_DRAIN_DELAY=-5s", `--drain-delay="-5s" (from PULSELB_DRAIN_DELAY): want zero or a positive duration`},
 		{"no ports", []string{"proxy", "--cluster-ips=10.96.0.10"}, "", `--ports="": no ports`},
 		{"bad node-port target", append(base, "--node-port-target=TCP:80=3o080"), "",
 			`--node-port-target="TCP:80=3o080": node-port target "TCP:80=3o080": NodePort "3o080" is not a number`},
@@ -352,14 +353,16 @@ func (pp *proxyProcess) log() string {
 	return pp.stderr.buf.String()
 }
 
-// startProxy starts pulselb proxy with --mode=mode and waits until it
-// reports healthy in the mode want.
-func (tp *topology) startProxy(t *testing.T, bin string, mode, want Mode) *proxyProcess {
+// startProxy starts pulselb proxy with --mode=mode, and extra flags that
+// override the test's defaults, and waits until it reports healthy in the
+// mode want.
+func (tp *topology) startProxy(t *testing.T, bin string, mode, want Mode, extra ...string) *proxyProcess {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", tp.pod, bin, "proxy",
-		"--cluster-ips="+clusterIP4.String()+","+clusterIP6.String(), "--ports="+servicePorts,
-		"--source-ranges="+sourceRanges, "--mode="+string(mode), "--resync-interval=200ms",
-		"--drain-timeout=1s", "--health-address="+healthAddr, "-v=2")
+	args := append([]string{"netns", "exec", tp.pod, bin, "proxy",
+		"--cluster-ips=" + clusterIP4.String() + "," + clusterIP6.String(), "--ports=" + servicePorts,
+		"--source-ranges=" + sourceRanges, "--mode=" + string(mode), "--resync-interval=200ms",
+		"--drain-timeout=1s", "--health-address=" + healthAddr, "-v=2"}, extra...)
+	cmd := exec.Command("ip", args...)
 	pp := &proxyProcess{cmd: cmd, stderr: &syncWriter{}, exited: make(chan struct{})}
 	cmd.Stderr = pp.stderr
 	if err := cmd.Start(); err != nil {
@@ -377,22 +380,26 @@ func (tp *topology) startProxy(t *testing.T, bin string, mode, want Mode) *proxy
 			t.Logf("pulselb proxy (%s) log:\n%s", mode, pp.log())
 		}
 	})
-	client := tp.httpClient()
 	waitFor(t, 20*time.Second, "the proxy to report healthy in "+string(want)+" mode", func() bool {
 		select {
 		case <-pp.exited:
 			t.Fatalf("pulselb proxy exited: %v\n%s", cmd.ProcessState, pp.log())
 		default:
 		}
-		resp, err := client.Get("http://" + healthAddr + "/healthz")
-		if err != nil {
-			return false
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode == 200 && strings.Contains(string(body), "mode="+string(want))
+		return tp.healthy("mode=" + string(want))
 	})
 	return pp
+}
+
+// healthy reports whether the proxy's /healthz answers 200 containing want.
+func (tp *topology) healthy(want string) bool {
+	resp, err := tp.httpClient().Get("http://" + healthAddr + "/healthz")
+	if err != nil {
+		return false
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == 200 && strings.Contains(string(body), want)
 }
 
 // metric returns the value of one series (name and labels exactly as
@@ -419,13 +426,24 @@ func (tp *topology) metric(t *testing.T, series string) float64 {
 // stop sends SIGTERM and waits for a clean exit.
 func (pp *proxyProcess) stop(t *testing.T) {
 	t.Helper()
-	if err := pp.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	pp.signal(t, syscall.SIGTERM)
+	pp.wait(t, 15*time.Second)
+}
+
+func (pp *proxyProcess) signal(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if err := pp.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// wait waits up to timeout for a clean exit.
+func (pp *proxyProcess) wait(t *testing.T, timeout time.Duration) {
+	t.Helper()
 	select {
 	case <-pp.exited:
-	case <-time.After(15 * time.Second):
-		t.Fatal("pulselb proxy did not exit within 15s of SIGTERM")
+	case <-time.After(timeout):
+		t.Fatalf("pulselb proxy did not exit within %v", timeout)
 	}
 	if code := pp.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("pulselb proxy exited with status %d:\n%s", code, pp.log())
@@ -593,6 +611,7 @@ func TestIntegration(t *testing.T) {
 					t.Error("traffic still forwarded after the proxy stopped")
 				}
 			})
+			t.Run("drain delay", func(t *testing.T) { drainCases(t, tp, bin, mode) })
 		})
 	}
 
@@ -608,6 +627,67 @@ func TestIntegration(t *testing.T) {
 		run(t, "ip", "netns", "exec", tp.pod, bin, "proxy", "--cleanup")
 		if got := tp.rules(t); got != "" {
 			t.Errorf("rules left after --cleanup:\n%s", got)
+		}
+	})
+}
+
+// drainCases stops a proxy that has a drain delay and checks its phases as
+// clients see them: a new connection during the delay is forwarded, one
+// after it is refused at once, a connection opened before the SIGTERM works
+// until the drain timeout, and the rules are gone at the end. A second
+// SIGTERM and a SIGINT during the delay change nothing.
+func drainCases(t *testing.T, tp *topology, bin string, mode Mode) {
+	const delay, timeout = 2 * time.Second, 3 * time.Second
+	pp := tp.startProxy(t, bin, mode, mode, "--drain-delay="+delay.String(), "--drain-timeout="+timeout.String())
+	open := openEcho(t, func() (*net.TCPConn, error) {
+		return tp.dialTCP(clientOK4, netip.AddrPortFrom(nodeIP4, echoPort), 5*time.Second)
+	})
+	start := time.Now()
+	pp.signal(t, syscall.SIGTERM)
+	waitFor(t, 5*time.Second, "phase delay", func() bool { return tp.healthy("phase=delay") })
+	pp.signal(t, syscall.SIGTERM)
+	pp.signal(t, syscall.SIGINT)
+
+	t.Run("new connection during the delay is forwarded", func(t *testing.T) {
+		for _, c := range []struct{ src, node netip.Addr }{{clientOK4, nodeIP4}, {clientOK6, nodeIP6}} {
+			if got, err := tp.tcpEcho(c.src, c.node, "during the delay", 5*time.Second); err != nil || got != "during the delay" {
+				t.Errorf("echo from %s during the delay = %q, %v", c.src, got, err)
+			}
+		}
+		if !tp.healthy("phase=delay") {
+			t.Fatalf("no longer in phase delay after the checks (is the machine too slow for a %v delay?)", delay)
+		}
+	})
+	t.Run("new connection after the delay is refused", func(t *testing.T) {
+		for _, c := range []struct{ src, node netip.Addr }{{clientOK4, nodeIP4}, {clientOK6, nodeIP6}} {
+			waitRefused(t, 2*delay, func() (*net.TCPConn, error) {
+				return tp.dialTCP(c.src, netip.AddrPortFrom(c.node, echoPort), time.Second)
+			})
+		}
+		if d := time.Since(start); d < delay {
+			t.Errorf("refused %v after SIGTERM, before the drain delay %v", d, delay)
+		}
+	})
+	t.Run("connection opened before SIGTERM works during the drain", func(t *testing.T) {
+		if !tp.healthy("phase=drain") {
+			t.Fatal("not in phase drain")
+		}
+		if err := roundTrip(open, "during the drain"); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("rules gone after the timeout", func(t *testing.T) {
+		pp.wait(t, delay+timeout+10*time.Second)
+		if d := time.Since(start); d < delay+timeout {
+			t.Errorf("exited %v after SIGTERM, before the drain delay and timeout, %v", d, delay+timeout)
+		}
+		if got := tp.rules(t); got != "" {
+			t.Errorf("rules left after the drain:\n%s", got)
+		}
+		for _, msg := range []string{"Shutting down proxy after the drain delay", "Refusing new proxy connections"} {
+			if !strings.Contains(pp.log(), msg) {
+				t.Errorf("log lacks %q", msg)
+			}
 		}
 	})
 }

@@ -102,6 +102,23 @@ func (m *ruleManager) ensure() (repaired int, err error) {
 	return repaired, nil
 }
 
+// replace makes want the wanted rules and refills only the own chains whose
+// rules it changes: a chain being refilled is briefly empty, which the other
+// chains' flows need not see.
+func (m *ruleManager) replace(want RuleSet) error {
+	old := m.want
+	m.want = want
+	for _, c := range want.Chains {
+		if slices.EqualFunc(old.specs(c), want.specs(c), slices.Equal[[]string]) {
+			continue
+		}
+		if err := m.fill(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // fill flushes one own chain and appends its wanted rules.
 func (m *ruleManager) fill(c Chain) error {
 	delete(m.installed, c)

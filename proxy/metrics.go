@@ -17,6 +17,9 @@ import (
 type Metrics struct {
 	// Mode is pulselb_proxy_mode{mode}: 1 for the mode in use, 0 otherwise.
 	Mode *prometheus.GaugeVec
+	// Phase is pulselb_proxy_phase{phase}: 1 for the phase the proxy is in
+	// (serving, delay or drain), 0 for the others.
+	Phase *prometheus.GaugeVec
 	// Bytes is pulselb_proxy_bytes_total{protocol, direction}; direction is
 	// "in" (client to backend) or "out". In userspace mode TCP bytes are
 	// added when a direction of a connection ends, because the kernel
@@ -60,6 +63,7 @@ func NewMetrics() *Metrics {
 	}
 	m := &Metrics{
 		Mode:        gauge("mode", "1 for the data-plane mode in use (iptables or userspace).", "mode"),
+		Phase:       gauge("phase", "1 for the phase the proxy is in: serving; delay (shutting down, still forwarding new connections); drain (refusing new connections, open ones finishing).", "phase"),
 		Bytes:       counter("bytes_total", "Bytes forwarded, by protocol and direction (in: client to backend); IP packet bytes in iptables mode.", "protocol", "direction"),
 		Connections: counter("connections_total", "TCP connections and UDP sessions forwarded.", "protocol"),
 		Active:      gauge("active", "Open TCP connections and UDP sessions in userspace mode.", "protocol"),
@@ -71,6 +75,9 @@ func NewMetrics() *Metrics {
 	// rather than no data.
 	for _, mode := range []Mode{ModeIPTables, ModeUserspace} {
 		m.Mode.WithLabelValues(string(mode))
+	}
+	for _, ph := range phases {
+		m.Phase.WithLabelValues(string(ph))
 	}
 	for _, p := range []Protocol{TCP, UDP} {
 		m.Bytes.WithLabelValues(string(p), "in")
@@ -89,7 +96,7 @@ func NewMetrics() *Metrics {
 // never from init, so tests choose their own registry.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.Mode, m.Bytes, m.Connections, m.Active, m.Refused, m.RuleRepairs, m.RuleErrors} {
+	for _, c := range []prometheus.Collector{m.Mode, m.Phase, m.Bytes, m.Connections, m.Active, m.Refused, m.RuleRepairs, m.RuleErrors} {
 		if err := r.Register(c); err != nil {
 			errs = append(errs, err)
 		}
@@ -102,11 +109,21 @@ func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 
 // setMode marks mode as the one in use.
 func (m *Metrics) setMode(mode Mode) {
-	for _, other := range []Mode{ModeIPTables, ModeUserspace} {
-		v := 0.0
-		if other == mode {
-			v = 1
+	setOneOf(m.Mode, []Mode{ModeIPTables, ModeUserspace}, mode)
+}
+
+// setPhase marks ph as the phase the proxy is in.
+func (m *Metrics) setPhase(ph Phase) {
+	setOneOf(m.Phase, phases, ph)
+}
+
+// setOneOf sets g to 1 for the label value current and 0 for the others.
+func setOneOf[T ~string](g *prometheus.GaugeVec, values []T, current T) {
+	for _, v := range values {
+		x := 0.0
+		if v == current {
+			x = 1
 		}
-		m.Mode.WithLabelValues(string(other)).Set(v)
+		g.WithLabelValues(string(v)).Set(x)
 	}
 }

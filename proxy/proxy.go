@@ -9,7 +9,8 @@
 // allow-list from loadBalancerSourceRanges, for IPv4 and IPv6, re-checked
 // periodically and removed on shutdown. In userspace mode it relays TCP
 // (kernel splice) and UDP (a session per client) itself. Auto mode picks
-// iptables when it works.
+// iptables when it works. A shutdown goes through phases (see Phase), so a
+// planned change loses no connection.
 package proxy
 
 import (
@@ -48,8 +49,14 @@ type Config struct {
 
 	// ResyncInterval is how often iptables rules are checked and repaired.
 	ResyncInterval time.Duration
-	// DrainTimeout bounds how long userspace mode lets open connections and
-	// sessions finish after a shutdown starts.
+	// DrainDelay is how long a shutdown keeps forwarding new connections as
+	// before, while clients still resolve the node's address; zero refuses
+	// them at once.
+	DrainDelay time.Duration
+	// DrainTimeout bounds how long open connections and sessions may finish
+	// once new ones are refused. Userspace mode stops sooner when all have
+	// ended; iptables mode cannot see the kernel's flows and waits it out,
+	// and only after a drain delay.
 	DrainTimeout time.Duration
 	// DialTimeout bounds a userspace TCP connect to the ClusterIP.
 	DialTimeout time.Duration
@@ -99,6 +106,7 @@ type Proxy struct {
 
 	mu        sync.Mutex
 	mode      Mode // set once by Start
+	phase     Phase
 	healthErr error
 }
 
@@ -121,6 +129,9 @@ func New(cfg Config, metrics *Metrics) (*Proxy, error) {
 	}
 	if len(cfg.Ports) == 0 {
 		return nil, fmt.Errorf("%w: no ports", ErrConfig)
+	}
+	if cfg.DrainDelay < 0 {
+		return nil, fmt.Errorf("%w: negative drain delay %v", ErrConfig, cfg.DrainDelay)
 	}
 	if err := checkNodePorts(&cfg, seen); err != nil {
 		return nil, err
@@ -252,6 +263,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.mode = mode
 	p.mu.Unlock()
 	p.metrics.setMode(mode)
+	p.setPhase(PhaseServing)
 	logger.Info("Started proxy", "mode", mode, "reason", reason,
 		"clusterIPs", p.cfg.ClusterIPs, "ports", portStrings(p.cfg.Ports), "sourceRanges", p.cfg.SourceRanges.String(),
 		"nodePortTarget", nodePortStrings(p.cfg.NodePorts), "nodeIPs", p.cfg.NodeIPs)
@@ -361,35 +373,20 @@ func (p *Proxy) backend(port Port) func(netip.Addr) netip.AddrPort {
 	}
 }
 
-// Run keeps the data plane up until ctx is done, then takes it down: in
-// iptables mode it re-checks the rules every ResyncInterval and finally
-// removes them; in userspace mode it stops accepting and drains. It returns
-// an error only when the rules could not be removed.
+// Run keeps the data plane up until ctx is done (in iptables mode it
+// re-checks the rules every ResyncInterval), then takes it down in phases:
+// forwarding as before for DrainDelay, then refusing new connections while
+// open ones finish for up to DrainTimeout, then removing the rules or
+// closing what is left. Nothing cuts the phases short: the kubelet's SIGKILL
+// at the end of the grace period bounds them. Run returns an error only
+// when the rules could not be removed.
 func (p *Proxy) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
-	switch p.Mode() {
-	case ModeIPTables:
-		ticker := time.NewTicker(p.cfg.ResyncInterval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				for _, m := range p.rules {
-					p.readCounters(ctx, m)
-				}
-				logger.Info("Removing proxy rules")
-				return p.removeIPTables()
-			case <-ticker.C:
-				p.resync(ctx)
-			}
-		}
-	case ModeUserspace:
-		<-ctx.Done()
-		logger.Info("Draining proxy connections", "drainTimeout", p.cfg.DrainTimeout)
-		p.stopUserspace(p.cfg.DrainTimeout)
-		return nil
+	if p.Mode() == "" {
+		return errors.New("running proxy: not started")
 	}
-	return errors.New("running proxy: not started")
+	p.keepUp(ctx)
+	// The phases log through ctx but must not end with it.
+	return p.shutdown(context.WithoutCancel(ctx))
 }
 
 // resync checks and repairs every family's rules once.
@@ -424,7 +421,13 @@ func (p *Proxy) readCounters(ctx context.Context, m *ruleManager) {
 	}
 }
 
-func (p *Proxy) removeIPTables() error {
+// removeIPTables reads the rules' last counts and removes the rules of
+// every family.
+func (p *Proxy) removeIPTables(ctx context.Context) error {
+	for _, m := range p.rules {
+		p.readCounters(ctx, m)
+	}
+	klog.FromContext(ctx).Info("Removing proxy rules")
 	var errs []error
 	for _, m := range p.rules {
 		if err := removeRules(m.ipt); err != nil {

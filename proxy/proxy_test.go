@@ -274,45 +274,18 @@ func TestUserspaceDrain(t *testing.T) {
 	cfg.DrainTimeout = 500 * time.Millisecond
 	p := startProxy(t, cfg)
 	target := netip.AddrPortFrom(proxyAddr, port)
-	c, err := dialFrom(allowedAddr, target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	roundTrip := func(msg string) error {
-		if _, err := c.Write([]byte(msg)); err != nil {
-			return err
-		}
-		buf := make([]byte, len(msg))
-		_, err := io.ReadFull(c, buf)
-		return err
-	}
-	if err := roundTrip("before"); err != nil {
-		t.Fatal(err)
-	}
+	dial := func() (*net.TCPConn, error) { return dialFrom(allowedAddr, target) }
+	c := openEcho(t, dial)
 	start := time.Now()
 	p.stop()
-	waitFor(t, 5*time.Second, "the listener to close", func() bool {
-		c2, err := dialFrom(allowedAddr, target)
-		if err == nil {
-			c2.Close()
-		}
-		return err != nil
-	})
-	if err := roundTrip("during drain"); err != nil {
+	waitRefused(t, 5*time.Second, dial)
+	if err := roundTrip(c, "during drain"); err != nil {
 		t.Errorf("open connection broken during drain: %v", err)
 	}
-	if err := <-p.done; err != nil {
-		t.Fatal(err)
-	}
-	p.done <- nil // for the cleanup
-	if d := time.Since(start); d < cfg.DrainTimeout || d > cfg.DrainTimeout+3*time.Second {
+	if d := p.stopped(t, start); d < cfg.DrainTimeout || d > cfg.DrainTimeout+3*time.Second {
 		t.Errorf("Run returned after %v, want about the drain timeout %v", d, cfg.DrainTimeout)
 	}
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil {
-		t.Error("connection still open after the drain timeout")
-	}
+	wantClosed(t, c)
 }
 
 // udpEcho answers every datagram on the ClusterIP with the datagram.
@@ -436,12 +409,11 @@ func TestUserspaceUDP(t *testing.T) {
 	}
 }
 
-// TestIPTablesModeWithFake runs the whole iptables life cycle against the
-// fake: install, a hand-deleted rule restored by the resync, health and
-// metrics, and removal on shutdown.
-func TestIPTablesModeWithFake(t *testing.T) {
-	ipt := newFakeIPTables()
-	cfg := Config{
+// fakeIPTablesConfig is an iptables-mode Config for one IPv4 port whose
+// rules go to ipt, checked every 20 ms.
+func fakeIPTablesConfig(t *testing.T, ipt *fakeIPTables) Config {
+	t.Helper()
+	return Config{
 		ClusterIPs:     []netip.Addr{netip.MustParseAddr("10.96.0.10")},
 		Ports:          []Port{{TCP, 80}},
 		Mode:           ModeIPTables,
@@ -449,7 +421,38 @@ func TestIPTablesModeWithFake(t *testing.T) {
 		ProcSys:        fakeProcSys(t, "1", "0"),
 		NewIPTables:    func(Family) (IPTables, error) { return ipt, nil },
 	}
-	p := startProxy(t, cfg)
+}
+
+// httpServer serves p's /healthz and /metrics until the test ends.
+func (p *runningProxy) httpServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := p.metrics.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewHandler(p.Proxy, reg))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// get returns the status and body of GET url.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestIPTablesModeWithFake runs the whole iptables life cycle against the
+// fake: install, a hand-deleted rule restored by the resync, health and
+// metrics, and removal on shutdown.
+func TestIPTablesModeWithFake(t *testing.T) {
+	ipt := newFakeIPTables()
+	p := startProxy(t, fakeIPTablesConfig(t, ipt))
 	if p.Mode() != ModeIPTables {
 		t.Fatalf("mode %q, want iptables", p.Mode())
 	}
@@ -465,32 +468,18 @@ func TestIPTablesModeWithFake(t *testing.T) {
 		return testutil.ToFloat64(p.metrics.RuleRepairs.WithLabelValues("ipv4")) >= 1
 	})
 
-	reg := prometheus.NewPedanticRegistry()
-	if err := p.metrics.RegisterMetrics(reg); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(NewHandler(p.Proxy, reg))
-	defer srv.Close()
+	srv := p.httpServer(t)
 	for path, want := range map[string]string{
-		"/healthz": "ok: mode=iptables",
+		"/healthz": "ok: mode=iptables phase=serving",
 		"/metrics": `pulselb_proxy_mode{mode="iptables"} 1`,
 	} {
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
-			t.Errorf("GET %s = %d %q, want 200 containing %q", path, resp.StatusCode, body, want)
+		if code, body := get(t, srv.URL+path); code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s = %d %q, want 200 containing %q", path, code, body, want)
 		}
 	}
 
 	p.stop()
-	if err := <-p.done; err != nil {
-		t.Fatal(err)
-	}
-	p.done <- nil
+	p.stopped(t, time.Now())
 	if got := ipt.dump(); len(got) != 0 {
 		t.Errorf("rules left after shutdown:\n%s", strings.Join(got, "\n"))
 	}
@@ -524,10 +513,7 @@ func TestIPTablesModeNodePortTarget(t *testing.T) {
 		}
 	}
 	p.stop()
-	if err := <-p.done; err != nil {
-		t.Fatal(err)
-	}
-	p.done <- nil
+	p.stopped(t, time.Now())
 	for f, ipt := range ipts {
 		if got := ipt.dump(); len(got) != 0 {
 			t.Errorf("%s rules left after shutdown:\n%s", f, strings.Join(got, "\n"))
@@ -608,6 +594,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"two IPv4 ClusterIPs", Config{ClusterIPs: []netip.Addr{v4, v4}, Ports: tcp80}, ErrConfig},
 		{"no ports", Config{ClusterIPs: []netip.Addr{v4}}, ErrConfig},
 		{"bad mode", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80, Mode: "ipvs"}, ErrConfig},
+		{"negative drain delay", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80, DrainDelay: -time.Second}, ErrConfig},
 		{"node port of another port", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80,
 			NodePorts: map[Port]uint16{{UDP, 80}: 30080}, NodeIPs: []netip.Addr{v4}}, ErrNodePorts},
 		{"node port zero", Config{ClusterIPs: []netip.Addr{v4}, Ports: tcp80,

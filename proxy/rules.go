@@ -185,6 +185,17 @@ func BuildRules(clusterIP netip.Addr, ports []Port, ranges SourceRanges, target 
 	return rs
 }
 
+// specs returns the rule specs rs appends to chain c, in order.
+func (rs RuleSet) specs(c Chain) [][]string {
+	var out [][]string
+	for _, r := range rs.Rules {
+		if r.Chain == c {
+			out = append(out, r.Spec)
+		}
+	}
+	return out
+}
+
 func concat(parts ...[]string) []string {
 	var out []string
 	for _, p := range parts {

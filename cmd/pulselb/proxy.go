@@ -18,8 +18,23 @@ import (
 const proxyUsage = `Usage: pulselb proxy --cluster-ips=IP[,IPv6] --ports=TCP:80,UDP:53 [flags]
 
 Forwards the Service ports arriving in this network namespace (the proxy
-pod's) to the Service's ClusterIP. Runs until SIGTERM or SIGINT, then removes
-its iptables rules or drains its userspace connections.
+pod's) to the Service's ClusterIP. Runs until SIGTERM or SIGINT, then shuts
+down in phases:
+
+  1. for --drain-delay, forwards new connections exactly as before, while
+     clients still resolve the node's address (DNS TTL, external-dns);
+  2. then refuses new connections (iptables: removes the DNAT rules, so the
+     pod answers a reset or port unreachable; userspace: closes the
+     listeners) and lets open ones finish for up to --drain-timeout
+     (userspace stops early when all have ended; iptables waits it out);
+  3. then removes its iptables rules or closes the connections left, and
+     exits.
+
+With --drain-delay=0 phase 1 is skipped, and iptables mode skips phase 2 too
+and removes its rules at once. The pod's terminationGracePeriodSeconds must
+exceed --drain-delay plus --drain-timeout: a further SIGTERM or SIGINT does
+not shorten the phases, only the kubelet's SIGKILL at the end of the grace
+period does.
 
 Every flag can also be set with the environment variable named after it
 (--cluster-ips is PULSELB_CLUSTER_IPS); a flag given on the command line wins.
@@ -39,7 +54,8 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	mode := fs.String("mode", string(proxy.ModeAuto), "auto, iptables or userspace")
 	healthAddr := fs.String("health-address", "127.0.0.1:9470", "address for /healthz and /metrics; empty disables")
 	resync := fs.Duration("resync-interval", proxy.DefaultResyncInterval, "how often iptables rules are checked and restored")
-	drain := fs.Duration("drain-timeout", proxy.DefaultDrainTimeout, "how long userspace mode lets connections finish on shutdown")
+	delay := fs.Duration("drain-delay", 0, "after SIGTERM, keep forwarding new connections this long before refusing them; 0 refuses them at once")
+	drain := fs.Duration("drain-timeout", proxy.DefaultDrainTimeout, "once new connections are refused, how long open ones may finish (iptables mode: only after a drain delay)")
 	idle := fs.Duration("udp-idle-timeout", proxy.DefaultUDPIdleTimeout, "userspace mode: end a UDP session idle this long")
 	maxSessions := fs.Int("udp-max-sessions", proxy.DefaultUDPMaxSessions, "userspace mode: UDP sessions per port")
 	listen := fs.String("listen-address", "", "userspace mode: the address to listen on; empty means all")
@@ -64,7 +80,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 
 	cfg := proxy.Config{
-		ResyncInterval: *resync, DrainTimeout: *drain,
+		ResyncInterval: *resync, DrainDelay: *delay, DrainTimeout: *drain,
 		UDPIdleTimeout: *idle, UDPMaxSessions: *maxSessions,
 	}
 	bad := func(name, value string, err error) int {
@@ -114,6 +130,9 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 			return bad(name, d.String(), errors.New("want a positive duration"))
 		}
 	}
+	if *delay < 0 {
+		return bad("drain-delay", delay.String(), errors.New("want zero or a positive duration"))
+	}
 	if *maxSessions < 1 {
 		return bad("udp-max-sessions", strconv.Itoa(*maxSessions), errors.New("want at least 1"))
 	}
@@ -133,6 +152,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		return failed(logger, err)
 	}
 
+	// The context stays registered for both signals until stop, so a second
+	// SIGTERM or a SIGINT during the drain is absorbed rather than killing
+	// the process: the phases are what let a planned change lose nothing,
+	// and the kubelet's SIGKILL ends them at the grace period anyway.
 	ctx, stop := signalContext(logger)
 	defer stop()
 	if err := p.Start(ctx); err != nil {
