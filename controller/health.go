@@ -119,7 +119,7 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 		byKey[t.Key] = t
 	}
 	changes := c.verdicts.Judge(idx, statusTargets(targets), now)
-	flappingTargets.Set(float64(c.verdicts.Flapping()))
+	c.metrics.flappingTargets.Set(float64(c.verdicts.Flapping()))
 
 	for _, ch := range changes {
 		t, was, is := byKey[ch.Target.Key], ch.From, ch.To
@@ -127,7 +127,7 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 		if t.Beacon {
 			kind = "beacon"
 		}
-		verdictChanges.WithLabelValues(kind, is.Verdict.String()).Inc()
+		c.metrics.verdictChanges.WithLabelValues(kind, is.Verdict.String()).Inc()
 		logger.Info("Verdict changed", "target", t.Key, "from", was.Verdict, "to", is.Verdict, "reason", is.Reason, "summary", is.Summary())
 		if t.Beacon {
 			c.nodeQueue.Add(t.Node)
@@ -317,7 +317,7 @@ func (c *Controller) failedOver(ctx context.Context, svc *corev1.Service, r stat
 	}
 	if !first.IsZero() {
 		d := c.now().Sub(first)
-		failoverDuration.Observe(d.Seconds())
+		c.metrics.failoverDuration.Observe(d.Seconds())
 		klog.FromContext(ctx).Info("Failed over", "dropped", dropped, "nodes", r.Nodes, "sinceFirstFailure", d)
 	}
 	serving := strings.Join(r.Nodes, ", ")
@@ -348,7 +348,7 @@ func (c *Controller) evictFailed(ctx context.Context, node string) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting pod %s/%s on failed node %s: %w", p.Namespace, p.Name, node, err)
 		}
-		writes.WithLabelValues("pods", "delete").Inc()
+		c.metrics.writes.WithLabelValues("pods", "delete").Inc()
 		klog.FromContext(ctx).Info("Deleted proxy pod on failed node", "pod", klog.KObj(p), "node", node)
 	}
 	return nil

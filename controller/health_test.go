@@ -452,7 +452,7 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 		if j.Reason == status.ReasonFlapping {
 			wantHeld = 1
 		}
-		if got := testutil.ToFloat64(flappingTargets); got != wantHeld {
+		if got := testutil.ToFloat64(c.metrics.flappingTargets); got != wantHeld {
 			t.Errorf("step %d: pulselb_controller_flapping_targets = %v, want %v", i, got, wantHeld)
 		}
 	}

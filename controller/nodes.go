@@ -62,7 +62,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 			}
 			return fmt.Errorf("labelling node %s: %w", name, err)
 		}
-		writes.WithLabelValues("nodes", "patch").Inc()
+		c.metrics.writes.WithLabelValues("nodes", "patch").Inc()
 		klog.FromContext(ctx).Info("Updated node labels", "node", klog.KObj(node), "labels", patchLabels)
 		if v, ok := patchLabels[contract.LabelUnhealthy]; ok {
 			if v != nil {

@@ -51,7 +51,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 			return fmt.Errorf("adding finalizer: %w", err)
 		}
 		c.wroteService(svc)
-		writes.WithLabelValues("services", "update").Inc()
+		c.metrics.writes.WithLabelValues("services", "update").Inc()
 	}
 
 	nodes, err := c.nodes.List(everything)
@@ -135,7 +135,7 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 			return nil, fmt.Errorf("updating annotations: %w", err)
 		}
 		c.wroteService(svc)
-		writes.WithLabelValues("services", "update").Inc()
+		c.metrics.writes.WithLabelValues("services", "update").Inc()
 	}
 	if status.Differs(svc, r) {
 		key := cache.MetaObjectToName(svc)
@@ -153,7 +153,7 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 		c.mu.Lock()
 		c.statusWritten[key] = c.now()
 		c.mu.Unlock()
-		writes.WithLabelValues("services/status", "update").Inc()
+		c.metrics.writes.WithLabelValues("services/status", "update").Inc()
 		logger.Info("Updated load balancer status", "nodes", r.Nodes, "ingress", len(r.LoadBalancer.Ingress))
 	}
 	for _, e := range r.Events {
@@ -214,7 +214,7 @@ func (c *Controller) moveLocalProxies(ctx context.Context, own []*corev1.Pod, pr
 			errs = append(errs, fmt.Errorf("deleting proxy pod %s/%s on node %s without a local endpoint: %w", p.Namespace, p.Name, p.Spec.NodeName, err))
 			continue
 		}
-		writes.WithLabelValues("pods", "delete").Inc()
+		c.metrics.writes.WithLabelValues("pods", "delete").Inc()
 		klog.FromContext(ctx).Info("Deleted proxy pod on a node without a local endpoint", "pod", klog.KObj(p), "node", p.Spec.NodeName)
 	}
 	return errors.Join(errs...)
@@ -249,7 +249,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 			return fmt.Errorf("clearing status: %w", err)
 		}
 		c.wroteService(updated)
-		writes.WithLabelValues("services/status", "update").Inc()
+		c.metrics.writes.WithLabelValues("services/status", "update").Inc()
 		svc = updated
 	}
 	cp := svc.DeepCopy()
@@ -263,7 +263,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
 	c.wroteService(updated)
-	writes.WithLabelValues("services", "update").Inc()
+	c.metrics.writes.WithLabelValues("services", "update").Inc()
 	klog.FromContext(ctx).Info("Released service", "deleting", svc.DeletionTimestamp != nil)
 	return nil
 }
@@ -305,5 +305,5 @@ func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 		delete(c.managed, key)
 		delete(c.statusWritten, key)
 	}
-	managedServices.Set(float64(len(c.managed)))
+	c.metrics.managedServices.Set(float64(len(c.managed)))
 }

@@ -81,7 +81,7 @@ func (c *Controller) applyWorkloadAction(ctx context.Context, svc *corev1.Servic
 		return fmt.Errorf("%s %s %s/%s: %w", op, strings.ToLower(a.Kind()), ns, want.Name, err)
 	}
 	resource := workloadResource(a.Kind())
-	writes.WithLabelValues(resource, verb).Inc()
+	c.metrics.writes.WithLabelValues(resource, verb).Inc()
 	logger.Info("Applied proxy workload", "verb", verb, "kind", resource, "workload", klog.KRef(ns, want.Name), "replicas", want.Replicas, "reason", a.Reason)
 	c.recorder.Eventf(svc, corev1.EventTypeNormal, ReasonProxyApplied, "%s %s %s/%s with %d replicas", verb, resource, ns, want.Name, want.Replicas)
 	return nil
@@ -177,7 +177,7 @@ func (c *Controller) deleteWorkload(ctx context.Context, a placement.WorkloadAct
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("deleting %s %s/%s: %w", resource, ns, name, err)
 	}
-	writes.WithLabelValues(resource, "delete").Inc()
+	c.metrics.writes.WithLabelValues(resource, "delete").Inc()
 	logger.Info("Deleted proxy workload", "kind", a.Kind(), "workload", klog.KRef(ns, name), "reason", a.Reason)
 	return nil
 }

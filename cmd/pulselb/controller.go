@@ -109,11 +109,18 @@ func runController(args []string, _, stderr io.Writer) int {
 	defer stop()
 
 	var dash *dashboard.Dashboard
+	metrics := controller.NewMetrics()
+	sets := []func(prometheus.Registerer) error{metrics.RegisterMetrics}
+	if f.dns != nil {
+		sets = append(sets, f.dns.Metrics.RegisterMetrics)
+	}
 	if f.dashboard && f.metricsAddr != "" {
-		dash = dashboard.New(dashboard.Options{Title: "pulselb"})
+		dashMetrics := dashboard.NewMetrics()
+		sets = append(sets, dashMetrics.RegisterMetrics)
+		dash = dashboard.New(dashboard.Options{Title: "pulselb", Metrics: dashMetrics})
 		defer dash.Close()
 	}
-	reg, err := newRegistry(f.metricSets(dash != nil)...)
+	reg, err := newRegistry(sets...)
 	if err != nil {
 		return failed(logger, err)
 	}
@@ -133,7 +140,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	// Informers run on every replica so a new leader starts with warm
 	// caches, and dnsexport serves from them without the lease.
 	inf := newInformerFactories(client, f.placement.Namespace)
-	ctl, err := controller.New(ctx, client, inf.cluster, inf.system, recorder, f.config(health, dyn))
+	ctl, err := controller.New(ctx, client, inf.cluster, inf.system, recorder, f.config(health, dyn, metrics))
 	if err != nil {
 		logger.Error(err, "Creating controller failed")
 		return 1
@@ -280,21 +287,10 @@ func (f *controllerFlags) health(client kubernetes.Interface, dyn dynamic.Interf
 	}, nil
 }
 
-// metricSets returns the RegisterMetrics of the parts this controller runs.
-func (f *controllerFlags) metricSets(dashboardOn bool) []func(prometheus.Registerer) error {
-	sets := []func(prometheus.Registerer) error{controller.RegisterMetrics}
-	if f.dns != nil {
-		sets = append(sets, f.dns.Metrics.RegisterMetrics)
-	}
-	if dashboardOn {
-		sets = append(sets, dashboard.RegisterMetrics)
-	}
-	return sets
-}
-
 // config returns the controller's configuration.
-func (f *controllerFlags) config(health controller.HealthConfig, dyn dynamic.Interface) controller.Config {
+func (f *controllerFlags) config(health controller.HealthConfig, dyn dynamic.Interface, metrics *controller.Metrics) controller.Config {
 	cfg := controller.Config{
+		Metrics:   metrics,
 		Services:  contract.Selection{ClassOnly: f.classOnly},
 		Health:    health,
 		Placement: f.placement,
