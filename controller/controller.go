@@ -28,6 +28,7 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -87,6 +88,7 @@ type Controller struct {
 	podIndex    cache.Indexer // pods by serviceIndex
 	deployments appslisters.DeploymentNamespaceLister
 	daemonSets  appslisters.DaemonSetNamespaceLister
+	budgets     policylisters.PodDisruptionBudgetNamespaceLister
 	synced      []cache.InformerSynced
 
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
@@ -119,12 +121,13 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 	podInformer := system.Core().V1().Pods()
 	deployInformer := system.Apps().V1().Deployments()
 	dsInformer := system.Apps().V1().DaemonSets()
+	pdbInformer := system.Policy().V1().PodDisruptionBudgets()
 	ns := cfg.Placement.Namespace
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
 	for _, inf := range []cache.SharedIndexInformer{svcInformer.Informer(), nodeInformer.Informer(), sliceInformer.Informer(),
-		podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer()} {
+		podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer(), pdbInformer.Informer()} {
 		if err := inf.SetTransform(dropManagedFields); err != nil {
 			// Started already by another user of the factory: it
 			// only costs memory.
@@ -152,9 +155,10 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		podIndex:    podInformer.Informer().GetIndexer(),
 		deployments: deployInformer.Lister().Deployments(ns),
 		daemonSets:  dsInformer.Lister().DaemonSets(ns),
+		budgets:     pdbInformer.Lister().PodDisruptionBudgets(ns),
 		synced: []cache.InformerSynced{
 			svcInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced,
-			podInformer.Informer().HasSynced, deployInformer.Informer().HasSynced, dsInformer.Informer().HasSynced,
+			podInformer.Informer().HasSynced, deployInformer.Informer().HasSynced, dsInformer.Informer().HasSynced, pdbInformer.Informer().HasSynced,
 		},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
@@ -195,7 +199,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			DeleteFunc: c.enqueueSliceService,
 		}},
 	}
-	for _, inf := range []cache.SharedIndexInformer{podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer(), pdbInformer.Informer()} {
 		handlers = append(handlers, struct {
 			informer cache.SharedIndexInformer
 			handler  cache.ResourceEventHandler
