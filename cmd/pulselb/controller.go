@@ -189,6 +189,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	pullPolicy := fs.String("proxy-image-pull-policy", string(corev1.PullIfNotPresent), "Always, IfNotPresent or Never")
 	priorityClass := fs.String("proxy-priority-class", placement.DefaultPriorityClassName, "priority class of proxy pods; empty for none")
 	proxyMode := fs.String("proxy-mode", placement.DefaultProxyMode, "the proxies' --mode: auto, iptables or userspace")
+	drainTimeout := fs.Duration("proxy-drain-timeout", placement.DefaultDrainTimeout, "how long a proxy being removed lets open connections finish after its drain delay (pulselb.io/drain-delay)")
 	fs.BoolVar(&f.classOnly, "class-only", false, "serve only Services with loadBalancerClass "+contract.Class+", not those without a class")
 	fs.IntVar(&f.workers, "workers", 16, "Services reconciled in parallel; most of a sync is waiting on the API server")
 	fs.BoolVar(&f.probeReports, "probe-reports", true, "judge health from the probers' ProbeReports (needs the ProbeReport CRD from deploy/crds/ and the prober DaemonSet); false: a node is down only while labelled pulselb.io/unhealthy")
@@ -224,6 +225,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 		return nil, 2, false
 	case f.workers < 1:
 		fmt.Fprintln(stderr, "pulselb controller: --workers must be at least 1")
+		return nil, 2, false
+	case *drainTimeout <= 0 || *drainTimeout > time.Hour:
+		fmt.Fprintf(stderr, "pulselb controller: --proxy-drain-timeout=%s: want more than 0s, at most 1h\n", *drainTimeout)
 		return nil, 2, false
 	}
 	switch corev1.PullPolicy(*pullPolicy) {
@@ -262,6 +266,8 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 		ImagePullPolicy:   corev1.PullPolicy(*pullPolicy),
 		PriorityClassName: *priorityClass,
 		ProxyMode:         *proxyMode,
+		DNSTTL:            uint32(f.dnsTTL),
+		DrainTimeout:      *drainTimeout,
 	}
 	f.election.namespace = *namespace
 	return f, 0, true
