@@ -41,7 +41,7 @@ type fixture struct {
 	cfg      Config
 	// system is the pulselb-system informer factory of the last
 	// controller made.
-	system informers.SharedInformerFactory
+	system, cluster informers.SharedInformerFactory
 }
 
 func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
@@ -55,7 +55,7 @@ func (f *fixture) controller(ctx context.Context) *Controller {
 	f.client = fake.NewClientset(f.objects...)
 	cluster := informers.NewSharedInformerFactory(f.client, 0)
 	system := informers.NewSharedInformerFactoryWithOptions(f.client, 0, informers.WithNamespace(systemNS))
-	f.system = system
+	f.system, f.cluster = system, cluster
 	c, err := New(ctx, f.client, cluster, system, f.recorder, f.cfg)
 	if err != nil {
 		f.t.Fatal(err)

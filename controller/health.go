@@ -255,8 +255,10 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 	out := map[string]status.Health{}
 	for _, n := range nodes {
 		// A labelled node is down even before (or without) verdicts, such
-		// as right after a controller restart.
-		if _, ok := n.Labels[contract.LabelUnhealthy]; ok {
+		// as right after a controller restart; so is one leaving or out of
+		// service, whose proxies keep forwarding for their drain delay
+		// after its addresses left the status.
+		if _, ok := n.Labels[contract.LabelUnhealthy]; ok || leavingReason(n) != "" {
 			out[n.Name] = status.Health{Down: true}
 		}
 	}
