@@ -278,14 +278,20 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 		if _, done := out[n]; done {
 			continue
 		}
-		v := status.NodeVerdicts{Beacon: c.verdicts.Verdict(contract.BeaconKey(n)), Ports: map[contract.PortKey]status.Judgement{}, Published: published[n]}
-		for _, sp := range svc.Spec.Ports {
-			pk := contract.PortKeyOf(sp)
-			v.Ports[pk] = c.verdicts.Verdict(pk.TargetKey(name, n))
-		}
-		out[n] = status.NodeHealth(v, publishWhen)
+		out[n] = status.NodeHealth(c.nodeVerdicts(svc, name, n, published[n]), publishWhen)
 	}
 	return out
+}
+
+// nodeVerdicts gathers the verdicts on node for svc (named name): its
+// beacon's and its ports'.
+func (c *Controller) nodeVerdicts(svc *corev1.Service, name, node string, published bool) status.NodeVerdicts {
+	v := status.NodeVerdicts{Beacon: c.verdicts.Verdict(contract.BeaconKey(node)), Ports: map[contract.PortKey]status.Judgement{}, Published: published}
+	for _, sp := range svc.Spec.Ports {
+		pk := contract.PortKeyOf(sp)
+		v.Ports[pk] = c.verdicts.Verdict(pk.TargetKey(name, node))
+	}
+	return v
 }
 
 // failedOver records, after svc's status was written without some nodes it

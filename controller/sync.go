@@ -95,6 +95,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		in.Nodes[n.Name] = n
 	}
 	in.Health = c.health(svc, nodes, own, want.Settings.PublishWhen)
+	if err := c.openGates(ctx, svc, own, want.Settings.PublishWhen); err != nil {
+		return err
+	}
 	for _, p := range problems {
 		reason := status.ReasonInvalidAnnotation
 		if !p.IsAnnotation() {

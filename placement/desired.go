@@ -47,6 +47,10 @@ type Config struct {
 	// DrainTimeout is how long a proxy lets open connections finish once
 	// its drain delay is over (default DefaultDrainTimeout).
 	DrainTimeout time.Duration
+	// ReadinessGate makes proxy pods Ready only once the controller has
+	// set contract.PodConditionProbed, on probers' verdicts; set it when
+	// the controller judges health from ProbeReports.
+	ReadinessGate bool
 }
 
 // Defaults of Config.
@@ -471,6 +475,7 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 			TerminationGracePeriodSeconds: ptr.To(int64((delay + cfg.DrainTimeout + terminationMargin + time.Second - 1) / time.Second)),
 			Affinity:                      affinity,
 			Tolerations:                   tolerations(contract.ModeDaemonSet),
+			ReadinessGates:                readinessGates(cfg),
 			InitContainers: []corev1.Container{{
 				Name:            ContainerProxyInit,
 				Image:           cfg.Image,
@@ -505,6 +510,13 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 			}},
 		},
 	}
+}
+
+func readinessGates(cfg Config) []corev1.PodReadinessGate {
+	if !cfg.ReadinessGate {
+		return nil
+	}
+	return []corev1.PodReadinessGate{{ConditionType: contract.PodConditionProbed}}
 }
 
 func resources(cpu, memory, memoryLimit string) corev1.ResourceRequirements {

@@ -30,6 +30,12 @@ const (
 	AnnotationSpecHash = Prefix + "spec-hash"
 )
 
+// PodConditionProbed is the readiness gate of proxy pods: the controller
+// sets it True once the probers found the pod's node serving every port of
+// its Service, so that a rollout replaces a proxy only after its successor
+// is probed Up, not merely started.
+const PodConditionProbed = Prefix + "probed"
+
 // Node labels pulselb reads and writes.
 const (
 	// LabelExcludeFromLB is Kubernetes' well-known exclusion label; any

@@ -268,6 +268,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 		ProxyMode:         *proxyMode,
 		DNSTTL:            uint32(f.dnsTTL),
 		DrainTimeout:      *drainTimeout,
+		ReadinessGate:     f.probeReports,
 	}
 	f.election.namespace = *namespace
 	return f, 0, true
