@@ -357,7 +357,7 @@ func TestDNSBrokenServers(t *testing.T) {
 				})
 			},
 			want:   L4CON,
-			errHas: "connecting over tcp",
+			errHas: "connecting: dial tcp",
 		},
 	}
 	for _, lo := range transportLoopbacks {
