@@ -228,52 +228,49 @@ func TestDNS(t *testing.T) {
 			asked:  []string{"udp", "tcp"},
 		},
 	}
-	for _, lo := range loopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireLoopback(t, "udp", lo.host)
-			for _, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					t.Parallel()
-					zone := &dnsTestZone{}
-					target := dnsTestServer(t, lo.host, zone)
-					spec := tt.spec
-					spec.Protocol = DNS
-					res := probeOnce(t, spec, Options{}, target)
-					checkResult(t, res, tt.want, tt.errHas)
-					if tt.detail != "" && res.Detail != tt.detail {
-						t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
+	onLoopbacks(t, "udp", func(t *testing.T, host string) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				zone := &dnsTestZone{}
+				target := dnsTestServer(t, host, zone)
+				spec := tt.spec
+				spec.Protocol = DNS
+				res := probeOnce(t, spec, Options{}, target)
+				checkResult(t, res, tt.want, tt.errHas)
+				if tt.detail != "" && res.Detail != tt.detail {
+					t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
+				}
+				if res.Timings.Connect <= 0 || res.Timings.FirstByte < res.Timings.Connect || res.Timings.Total < res.Timings.FirstByte {
+					t.Errorf("Timings = %+v, want 0 < Connect <= FirstByte <= Total", res.Timings)
+				}
+				seen := zone.seen()
+				if len(seen) == 0 {
+					t.Fatal("the server saw no query")
+				}
+				for _, q := range seen {
+					if q.rd {
+						t.Errorf("query %+v asked for recursion", q)
 					}
-					if res.Timings.Connect <= 0 || res.Timings.FirstByte < res.Timings.Connect || res.Timings.Total < res.Timings.FirstByte {
-						t.Errorf("Timings = %+v, want 0 < Connect <= FirstByte <= Total", res.Timings)
+					if q.udpSize != dnsUDPSize {
+						t.Errorf("query %+v advertised EDNS0 size %d, want %d", q, q.udpSize, dnsUDPSize)
 					}
-					seen := zone.seen()
-					if len(seen) == 0 {
-						t.Fatal("the server saw no query")
-					}
+				}
+				if tt.spec.Name == "" && (seen[0].name != "." || seen[0].qtype != dns.TypeNS) {
+					t.Errorf("empty name asked %s %s, want . NS", seen[0].name, dns.Type(seen[0].qtype))
+				}
+				if tt.asked != nil {
+					var got []string
 					for _, q := range seen {
-						if q.rd {
-							t.Errorf("query %+v asked for recursion", q)
-						}
-						if q.udpSize != dnsUDPSize {
-							t.Errorf("query %+v advertised EDNS0 size %d, want %d", q, q.udpSize, dnsUDPSize)
-						}
+						got = append(got, q.network)
 					}
-					if tt.spec.Name == "" && (seen[0].name != "." || seen[0].qtype != dns.TypeNS) {
-						t.Errorf("empty name asked %s %s, want . NS", seen[0].name, dns.Type(seen[0].qtype))
+					if strings.Join(got, ",") != strings.Join(tt.asked, ",") {
+						t.Errorf("server saw queries over %v, want %v", got, tt.asked)
 					}
-					if tt.asked != nil {
-						var got []string
-						for _, q := range seen {
-							got = append(got, q.network)
-						}
-						if strings.Join(got, ",") != strings.Join(tt.asked, ",") {
-							t.Errorf("server saw queries over %v, want %v", got, tt.asked)
-						}
-					}
-				})
-			}
-		})
-	}
+				}
+			})
+		}
+	})
 }
 
 // dnsTestRaw answers every UDP query with whatever reply builds from it.
@@ -355,22 +352,19 @@ func TestDNSBrokenServers(t *testing.T) {
 			errHas: "connecting: dial tcp",
 		},
 	}
-	for _, lo := range loopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireLoopback(t, "udp", lo.host)
-			for _, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					t.Parallel()
-					spec := Spec{Protocol: DNS, Name: "a.example", Type: dns.TypeA}
-					res := probeOnce(t, spec, Options{}, tt.target(t, lo.host))
-					checkResult(t, res, tt.want, tt.errHas)
-					if tt.want == L4CON && tt.errHas == "" && !errors.Is(res.Err, syscall.ECONNREFUSED) {
-						t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
-					}
-				})
-			}
-		})
-	}
+	onLoopbacks(t, "udp", func(t *testing.T, host string) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				spec := Spec{Protocol: DNS, Name: "a.example", Type: dns.TypeA}
+				res := probeOnce(t, spec, Options{}, tt.target(t, host))
+				checkResult(t, res, tt.want, tt.errHas)
+				if tt.want == L4CON && tt.errHas == "" && !errors.Is(res.Err, syscall.ECONNREFUSED) {
+					t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
+				}
+			})
+		}
+	})
 }
 
 func TestDNSInvalidName(t *testing.T) {

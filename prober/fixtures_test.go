@@ -159,3 +159,15 @@ func checkResult(t *testing.T, res Result, want Outcome, errHas string) {
 		t.Errorf("Err = %v, want it to contain %q", res.Err, errHas)
 	}
 }
+
+// onLoopbacks runs f as a subtest on each loopback host, skipping the hosts
+// that network cannot bind.
+func onLoopbacks(t *testing.T, network string, f func(t *testing.T, host string)) {
+	t.Helper()
+	for _, lo := range loopbacks {
+		t.Run(lo.name, func(t *testing.T) {
+			requireLoopback(t, network, lo.host)
+			f(t, lo.host)
+		})
+	}
+}

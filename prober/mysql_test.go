@@ -277,21 +277,19 @@ func TestMySQLFakeServer(t *testing.T) {
 			_, _, _ = readMySQLPacket(c)
 		}, L7RSP, "", "logging in"},
 	}
-	for _, lo := range loopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			t.Parallel()
-			for _, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					target := serveTCP(t, lo.host, tt.handle)
-					r := probeOnce(t, tt.spec, Options{Secrets: testSecrets{"db": password}}, target)
-					checkMySQLResult(t, r, tt.want, tt.wantErr, password)
-					if tt.wantDetail != "" && r.Detail != tt.wantDetail {
-						t.Errorf("Detail = %q, want %q", r.Detail, tt.wantDetail)
-					}
-				})
-			}
-		})
-	}
+	onLoopbacks(t, "tcp", func(t *testing.T, host string) {
+		t.Parallel()
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				target := serveTCP(t, host, tt.handle)
+				r := probeOnce(t, tt.spec, Options{Secrets: testSecrets{"db": password}}, target)
+				checkMySQLResult(t, r, tt.want, tt.wantErr, password)
+				if tt.wantDetail != "" && r.Detail != tt.wantDetail {
+					t.Errorf("Detail = %q, want %q", r.Detail, tt.wantDetail)
+				}
+			})
+		}
+	})
 }
 
 // TestMySQLFakeServerHandshake checks what the credential-less probe sends:

@@ -167,80 +167,67 @@ func TestTCP(t *testing.T) {
 			quickly: true,
 		},
 	}
-	for _, lo := range loopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireLoopback(t, "tcp", lo.host)
-			for _, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					t.Parallel()
-					target := serveTCP(t, lo.host, tt.handle)
-					spec := tt.spec
-					spec.Protocol = TCP
-					res := probeOnce(t, spec, Options{}, target)
-					checkResult(t, res, tt.want, tt.errHas)
-					if tt.detail != "" && res.Detail != tt.detail {
-						t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
-					}
-					// A reset can arrive before the dialer has seen the
-					// handshake finish, so only a connection that lived
-					// must have a connect time.
-					if tt.want != L4CON && res.Timings.Connect <= 0 {
-						t.Errorf("Timings.Connect = %v, want > 0", res.Timings.Connect)
-					}
-					if tt.want == L7OK && res.Timings.FirstByte <= 0 {
-						t.Errorf("Timings.FirstByte = %v, want > 0", res.Timings.FirstByte)
-					}
-					if tt.quickly && res.Timings.Total > probeTimeout/2 {
-						t.Errorf("took %v, want a decision well before the %v deadline", res.Timings.Total, probeTimeout)
-					}
-					if tt.want == L7TOUT && res.Timings.Total < probeTimeout*3/4 {
-						t.Errorf("timed out after %v, before the %v deadline", res.Timings.Total, probeTimeout)
-					}
-				})
-			}
-		})
-	}
+	onLoopbacks(t, "tcp", func(t *testing.T, host string) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				target := serveTCP(t, host, tt.handle)
+				spec := tt.spec
+				spec.Protocol = TCP
+				res := probeOnce(t, spec, Options{}, target)
+				checkResult(t, res, tt.want, tt.errHas)
+				if tt.detail != "" && res.Detail != tt.detail {
+					t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
+				}
+				// A reset can arrive before the dialer has seen the
+				// handshake finish, so only a connection that lived
+				// must have a connect time.
+				if tt.want != L4CON && res.Timings.Connect <= 0 {
+					t.Errorf("Timings.Connect = %v, want > 0", res.Timings.Connect)
+				}
+				if tt.want == L7OK && res.Timings.FirstByte <= 0 {
+					t.Errorf("Timings.FirstByte = %v, want > 0", res.Timings.FirstByte)
+				}
+				if tt.quickly && res.Timings.Total > probeTimeout/2 {
+					t.Errorf("took %v, want a decision well before the %v deadline", res.Timings.Total, probeTimeout)
+				}
+				if tt.want == L7TOUT && res.Timings.Total < probeTimeout*3/4 {
+					t.Errorf("timed out after %v, before the %v deadline", res.Timings.Total, probeTimeout)
+				}
+			})
+		}
+	})
 }
 
 func TestTCPClosedPort(t *testing.T) {
-	for _, lo := range loopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireLoopback(t, "tcp", lo.host)
-			res := probeOnce(t, Spec{Protocol: TCP}, Options{}, closedTCPPort(t, lo.host))
-			if res.Outcome != L4CON {
-				t.Fatalf("outcome = %s (%v), want L4CON", res.Outcome, res.Err)
-			}
-			if !errors.Is(res.Err, syscall.ECONNREFUSED) {
-				t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
-			}
-		})
-	}
+	onLoopbacks(t, "tcp", func(t *testing.T, host string) {
+		res := probeOnce(t, Spec{Protocol: TCP}, Options{}, closedTCPPort(t, host))
+		checkResult(t, res, L4CON, "")
+		if !errors.Is(res.Err, syscall.ECONNREFUSED) {
+			t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
+		}
+	})
 }
 
 func TestTCPSendIsExact(t *testing.T) {
-	for _, lo := range loopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireLoopback(t, "tcp", lo.host)
-			got := make(chan []byte, 1)
-			target := serveTCP(t, lo.host, func(c net.Conn) {
-				b, _ := io.ReadAll(c)
-				got <- b
-			})
-			send := []byte("\x00bin\xff\r\x00")
-			res := probeOnce(t, Spec{Protocol: TCP, Send: send}, Options{}, target)
-			if res.Outcome != L4OK {
-				t.Fatalf("outcome = %s (%v), want L4OK", res.Outcome, res.Err)
-			}
-			select {
-			case b := <-got:
-				if !bytes.Equal(b, send) {
-					t.Errorf("server received %q, want exactly %q", b, send)
-				}
-			case <-time.After(2 * time.Second):
-				t.Fatal("server never saw the connection close")
-			}
+	onLoopbacks(t, "tcp", func(t *testing.T, host string) {
+		got := make(chan []byte, 1)
+		target := serveTCP(t, host, func(c net.Conn) {
+			b, _ := io.ReadAll(c)
+			got <- b
 		})
-	}
+		send := []byte("\x00bin\xff\r\x00")
+		res := probeOnce(t, Spec{Protocol: TCP, Send: send}, Options{}, target)
+		checkResult(t, res, L4OK, "")
+		select {
+		case b := <-got:
+			if !bytes.Equal(b, send) {
+				t.Errorf("server received %q, want exactly %q", b, send)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("server never saw the connection close")
+		}
+	})
 }
 
 func TestTCPLocalAddr(t *testing.T) {
@@ -258,9 +245,7 @@ func TestTCPLocalAddr(t *testing.T) {
 		tcpDrain(c)
 	})
 	res := probeOnce(t, Spec{Protocol: TCP}, Options{LocalAddr: local}, target)
-	if res.Outcome != L4OK {
-		t.Fatalf("outcome = %s (%v), want L4OK", res.Outcome, res.Err)
-	}
+	checkResult(t, res, L4OK, "")
 	select {
 	case a := <-from:
 		if got := addrPortOf(t, a).Addr(); got != local {
@@ -305,9 +290,7 @@ func TestTCPConnectTimeout(t *testing.T) {
 		t.Skip("the listen backlog never filled, so a connect timeout cannot be made on loopback")
 	}
 	res := probeOnce(t, Spec{Protocol: TCP}, Options{}, target)
-	if res.Outcome != L4TOUT {
-		t.Fatalf("outcome = %s (%v), want L4TOUT", res.Outcome, res.Err)
-	}
+	checkResult(t, res, L4TOUT, "")
 }
 
 func TestTCPCancel(t *testing.T) {
