@@ -478,31 +478,30 @@ func TestHTTPSProbeBrokenServers(t *testing.T) {
 	}
 }
 
-func TestHTTPProbeIPv6(t *testing.T) {
+// overHTTPAndHTTPS runs f as a subtest over http, and over https with a
+// certificate for name from a CA the probes trust.
+func overHTTPAndHTTPS(t *testing.T, name string, f func(t *testing.T, proto Protocol, cert *tls.Certificate)) {
+	t.Helper()
 	ca := newTestCA(t)
 	useRoots(t, ca.Pool())
-	cert := ca.Leaf(t, certOpts{DNSNames: []string{"app.example"}})
-	tests := []struct {
-		proto Protocol
-		cert  *tls.Certificate
-	}{
-		{HTTP, nil},
-		{HTTPS, &cert},
-	}
-	for _, tc := range tests {
-		t.Run(string(tc.proto), func(t *testing.T) {
-			srv := startHTTPTestServer(t, "::1", tc.cert)
-			spec := Spec{Protocol: tc.proto, Verify: true, Host: "app.example", Body: regexp.MustCompile("pulselb")}
-			res := probeOnce(t, spec, Options{}, srv.addr)
-			checkResult(t, res, L7OK, "")
-			if got := srv.lastSeen(t).host; got != "app.example" {
-				t.Errorf("server saw Host %q, want app.example", got)
-			}
-			if !strings.HasPrefix(srv.addr.String(), "[::1]:") {
-				t.Errorf("server listens on %v, want [::1]", srv.addr)
-			}
-		})
-	}
+	cert := ca.Leaf(t, certOpts{DNSNames: []string{name}})
+	t.Run(string(HTTP), func(t *testing.T) { f(t, HTTP, nil) })
+	t.Run(string(HTTPS), func(t *testing.T) { f(t, HTTPS, &cert) })
+}
+
+func TestHTTPProbeIPv6(t *testing.T) {
+	overHTTPAndHTTPS(t, "app.example", func(t *testing.T, proto Protocol, cert *tls.Certificate) {
+		srv := startHTTPTestServer(t, "::1", cert)
+		spec := Spec{Protocol: proto, Verify: true, Host: "app.example", Body: regexp.MustCompile("pulselb")}
+		res := probeOnce(t, spec, Options{}, srv.addr)
+		checkResult(t, res, L7OK, "")
+		if got := srv.lastSeen(t).host; got != "app.example" {
+			t.Errorf("server saw Host %q, want app.example", got)
+		}
+		if !strings.HasPrefix(srv.addr.String(), "[::1]:") {
+			t.Errorf("server listens on %v, want [::1]", srv.addr)
+		}
+	})
 }
 
 func TestHTTPProbeLocalAddr(t *testing.T) {
@@ -689,44 +688,32 @@ func httpRedirectServer(t *testing.T, location string, cert *tls.Certificate) ne
 }
 
 func TestHTTPProbeRedirectToOtherHost(t *testing.T) {
-	ca := newTestCA(t)
-	useRoots(t, ca.Pool())
-	cert := ca.Leaf(t, certOpts{DNSNames: []string{"sni.example"}})
-	tests := []struct {
-		proto Protocol
-		cert  *tls.Certificate
-	}{
-		{HTTP, nil},
-		{HTTPS, &cert},
-	}
-	for _, tc := range tests {
-		t.Run(string(tc.proto), func(t *testing.T) {
-			final := startHTTPTestServer(t, "127.0.0.1", tc.cert)
-			// localhost is a name, so the probe resolves it; it may name
-			// ::1 first, where nothing listens, before 127.0.0.1.
-			finalHost := fmt.Sprintf("localhost:%d", final.addr.Port())
-			start := httpRedirectServer(t, fmt.Sprintf("%s://%s/final", tc.proto, finalHost), tc.cert)
-			spec := Spec{Protocol: tc.proto, Host: "app.example", Follow: true, Status: StatusSet{{200, 200}},
-				Body: regexp.MustCompile("^final page$")}
-			if tc.proto == HTTPS {
-				spec.Verify, spec.SNI = true, "sni.example"
+	overHTTPAndHTTPS(t, "sni.example", func(t *testing.T, proto Protocol, cert *tls.Certificate) {
+		final := startHTTPTestServer(t, "127.0.0.1", cert)
+		// localhost is a name, so the probe resolves it; it may name
+		// ::1 first, where nothing listens, before 127.0.0.1.
+		finalHost := fmt.Sprintf("localhost:%d", final.addr.Port())
+		start := httpRedirectServer(t, fmt.Sprintf("%s://%s/final", proto, finalHost), cert)
+		spec := Spec{Protocol: proto, Host: "app.example", Follow: true, Status: StatusSet{{200, 200}},
+			Body: regexp.MustCompile("^final page$")}
+		if proto == HTTPS {
+			spec.Verify, spec.SNI = true, "sni.example"
+		}
+		res := probeOnce(t, spec, Options{}, start)
+		checkResult(t, res, L7OK, "")
+		// An absolute Location names its host, so the Host header follows it.
+		if got := final.lastSeen(t); got.host != finalHost || got.path != "/final" {
+			t.Errorf("final server saw %+v, want Host %s and /final", got, finalHost)
+		}
+		if proto == HTTPS {
+			if got := recv(t, final.sni, "ClientHello"); got != "sni.example" {
+				t.Errorf("final server saw SNI %q, want the configured sni.example", got)
 			}
-			res := probeOnce(t, spec, Options{}, start)
-			checkResult(t, res, L7OK, "")
-			// An absolute Location names its host, so the Host header follows it.
-			if got := final.lastSeen(t); got.host != finalHost || got.path != "/final" {
-				t.Errorf("final server saw %+v, want Host %s and /final", got, finalHost)
+			if res.TLS == nil || !res.TLS.Verified {
+				t.Errorf("TLS = %+v, want the final hop's verified certificate", res.TLS)
 			}
-			if tc.proto == HTTPS {
-				if got := recv(t, final.sni, "ClientHello"); got != "sni.example" {
-					t.Errorf("final server saw SNI %q, want the configured sni.example", got)
-				}
-				if res.TLS == nil || !res.TLS.Verified {
-					t.Errorf("TLS = %+v, want the final hop's verified certificate", res.TLS)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 func TestHTTPProbeRedirectToClosedHost(t *testing.T) {
