@@ -17,7 +17,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/api/contract"
-	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/status"
 )
@@ -173,15 +172,7 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 			out[n.Name] = r
 		}
 	}
-	var reports []*v1alpha1.ProbeReport
-	if c.reports != nil {
-		for _, o := range c.reports.List() {
-			if r, ok := o.(*v1alpha1.ProbeReport); ok && r.Namespace == c.cfg.Placement.Namespace {
-				reports = append(reports, r)
-			}
-		}
-	}
-	idx := status.IndexReports(reports, now)
+	idx := c.reportIndex(now)
 	targets, err := c.healthTargets()
 	if err != nil {
 		return st, err

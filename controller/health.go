@@ -102,13 +102,7 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 	logger := klog.FromContext(ctx)
 	now := c.now()
 
-	var reports []*v1alpha1.ProbeReport
-	for _, o := range c.reports.List() {
-		if r, ok := o.(*v1alpha1.ProbeReport); ok && r.Namespace == c.cfg.Placement.Namespace {
-			reports = append(reports, r)
-		}
-	}
-	idx := status.IndexReports(reports, now)
+	idx := c.reportIndex(now)
 	targets, err := c.healthTargets()
 	if err != nil {
 		return err
@@ -148,6 +142,20 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 		}
 	}
 	return c.restartBrokenProxies(ctx)
+}
+
+// reportIndex indexes the cached ProbeReports of the pulselb namespace
+// (none without the health pipeline) as of now.
+func (c *Controller) reportIndex(now time.Time) status.Reports {
+	var reports []*v1alpha1.ProbeReport
+	if c.reports != nil {
+		for _, o := range c.reports.List() {
+			if r, ok := o.(*v1alpha1.ProbeReport); ok && r.Namespace == c.cfg.Placement.Namespace {
+				reports = append(reports, r)
+			}
+		}
+	}
+	return status.IndexReports(reports, now)
 }
 
 // healthTargets lists every target the quorum judges: each served
