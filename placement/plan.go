@@ -76,7 +76,7 @@ type WorkloadAction struct {
 
 // Kind returns the Kind of a's object: Deployment, DaemonSet or
 // PodDisruptionBudget.
-func (a WorkloadAction) Kind() string { return kindOf(a.Object) }
+func (a WorkloadAction) Kind() string { return KindOf(a.Object) }
 
 // WorkloadPlan is what makes a Service's current proxy workload the desired
 // one. The deletes come first: the workloads they remove hold the host
@@ -127,7 +127,7 @@ func sortOut(svc types.NamespacedName, desired WorkloadObject, othersWanted bool
 	var existing WorkloadObject
 	var deletes []WorkloadAction
 	for _, cur := range current {
-		if desired != nil && kindOf(cur) == kindOf(desired) && cur.GetName() == desired.GetName() {
+		if desired != nil && KindOf(cur) == KindOf(desired) && cur.GetName() == desired.GetName() {
 			existing = cur
 			continue
 		}
@@ -136,7 +136,7 @@ func sortOut(svc types.NamespacedName, desired WorkloadObject, othersWanted bool
 		}
 		reason := PlanNotWanted
 		switch {
-		case desired == nil && othersWanted, desired != nil && kindOf(cur) != kindOf(desired):
+		case desired == nil && othersWanted, desired != nil && KindOf(cur) != KindOf(desired):
 			reason = PlanModeChanged
 		case desired != nil:
 			reason = PlanNameChanged
@@ -218,9 +218,9 @@ func labelledFor(o WorkloadObject, svc types.NamespacedName) bool {
 	return ok && key == svc
 }
 
-// kindOf names o's kind from its Go type: objects from an informer's cache
+// KindOf names o's kind from its Go type: objects from an informer's cache
 // carry no TypeMeta.
-func kindOf(o WorkloadObject) string {
+func KindOf(o WorkloadObject) string {
 	switch o.(type) {
 	case *appsv1.Deployment:
 		return "Deployment"
