@@ -167,10 +167,10 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "services", MetricsProvider: cfg.Metrics}),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "services", MetricsProvider: queueMetrics{cfg.Metrics}}),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: cfg.Metrics}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: queueMetrics{cfg.Metrics}}),
 		managed:       map[cache.ObjectName]bool{},
 		statusWritten: map[cache.ObjectName]time.Time{},
 	}
@@ -229,7 +229,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		c.reports = cfg.Health.Reports.GetStore()
 		c.healthQueue = workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "health", MetricsProvider: cfg.Metrics})
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "health", MetricsProvider: queueMetrics{cfg.Metrics}})
 		c.synced = append(c.synced, cfg.Health.Reports.HasSynced)
 		evaluate := cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.healthQueue.Add(healthKey) },
