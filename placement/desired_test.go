@@ -91,7 +91,8 @@ func TestDesired(t *testing.T) {
 				node("gpu", taint("gpu", corev1.TaintEffectNoSchedule)),
 				node("soft", taint("gpu", corev1.TaintEffectPreferNoSchedule)),
 			},
-			mode: contract.ModeDeployment, replicas: 3, eligible: []string{"cp", "ok", "soft"},
+			// The cordoned node counts toward the cap, not as eligible.
+			mode: contract.ModeDeployment, replicas: 4, eligible: []string{"cp", "ok", "soft"},
 		},
 		{
 			name: "node selector", svc: service(annotate(contract.AnnotationNodeSelector, "role in (edge),zone!=b")),

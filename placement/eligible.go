@@ -53,6 +53,17 @@ func Ineligible(node *corev1.Node, s contract.Settings) string {
 	return ""
 }
 
+// hostable counts the nodes that are eligible or only cordoned.
+func hostable(nodes []*corev1.Node, s contract.Settings) int {
+	n := 0
+	for _, node := range nodes {
+		if r := Ineligible(node, s); r == "" || r == ReasonUnschedulable {
+			n++
+		}
+	}
+	return n
+}
+
 // EligibleNodes returns the sorted names of the nodes that can host proxies.
 func EligibleNodes(nodes []*corev1.Node, s contract.Settings) []string {
 	var out []string

@@ -110,7 +110,7 @@ type Result struct {
 // Decide computes what svc's status, annotations and conditions should be.
 func Decide(in Input) Result {
 	svc := in.Service
-	scheduled, ready := podNodes(in.Pods)
+	scheduled, ready, draining := podNodes(in.Pods)
 
 	healthy := make([]string, 0, len(ready))
 	for _, n := range slices.Sorted(maps.Keys(ready)) {
@@ -126,7 +126,14 @@ func Decide(in Input) Result {
 	// With no proxy ready and nothing published there is nothing to fail
 	// open to.
 	if len(ready) > 0 || len(svc.Status.LoadBalancer.Ingress) > 0 {
+		// The fallbacks, best first: proxies ready; proxies being removed
+		// but still forwarding for their drain delay (a drain of every
+		// proxy node at once, whose replacements are not ready yet);
+		// proxies scheduled.
 		candidates := ready
+		if len(candidates) == 0 {
+			candidates = draining
+		}
 		if len(candidates) == 0 {
 			candidates = scheduled
 		}
@@ -222,25 +229,27 @@ func Publish(healthy, candidates []string, allDown string) (published []string, 
 }
 
 // podNodes returns the nodes of the pods that are scheduled (bound, not
-// terminating, not finished) and of those also Running and Ready.
-func podNodes(pods []*corev1.Pod) (scheduled, ready map[string]bool) {
-	scheduled, ready = map[string]bool{}, map[string]bool{}
+// terminating, not finished), of those the ones also Running and Ready, and
+// the nodes of terminating pods still Running and Ready: proxies that keep
+// forwarding for their drain delay.
+func podNodes(pods []*corev1.Pod) (scheduled, ready, draining map[string]bool) {
+	scheduled, ready, draining = map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil ||
-			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if p.DeletionTimestamp != nil {
+			if contract.PodReady(p) {
+				draining[p.Spec.NodeName] = true
+			}
 			continue
 		}
 		scheduled[p.Spec.NodeName] = true
-		if p.Status.Phase != corev1.PodRunning {
-			continue
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready[p.Spec.NodeName] = true
-			}
+		if contract.PodReady(p) {
+			ready[p.Spec.NodeName] = true
 		}
 	}
-	return scheduled, ready
+	return scheduled, ready, draining
 }
 
 // familyOrder ranks IP families by spec.ipFamilies, 1 first; 0 means the

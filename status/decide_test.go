@@ -163,6 +163,17 @@ func TestDecide(t *testing.T) {
 			want: []string{"10.0.0.1", "10.0.0.2"}, healthy: ReasonAllDown, scheduled: ReasonScheduled,
 		},
 		{
+			// Every proxy node drained at once: the old proxies still
+			// forward for their drain delay, the new one is not ready.
+			name: "published Service whose proxies are all being removed stays on the draining ones, not the new one",
+			in: Input{Service: func() *corev1.Service {
+				s := svc()
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}, {IP: "10.0.0.2"}}
+				return s
+			}(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "terminating"), pod("b", "terminating"), pod("c", "pending")}},
+			want: []string{"10.0.0.1", "10.0.0.2"}, healthy: ReasonAllDown, scheduled: ReasonScheduled,
+		},
+		{
 			name: "externalTrafficPolicy Local publishes only nodes with a ready endpoint",
 			in: Input{Service: svc(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "ready"), pod("b", "ready")},
 				LocalEndpointNodes: map[string]bool{"b": true}},

@@ -108,9 +108,10 @@ func NodeReady(node *corev1.Node) bool {
 	return false
 }
 
-// PodReady reports whether p runs, is not terminating and is Ready.
+// PodReady reports whether p is Running with its Ready condition True,
+// terminating or not.
 func PodReady(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+	if p.Status.Phase != corev1.PodRunning {
 		return false
 	}
 	for _, c := range p.Status.Conditions {
@@ -129,7 +130,7 @@ func Candidates(pods []*corev1.Pod, ready map[string]bool, zone map[string]strin
 	seen := map[string]bool{}
 	for _, p := range pods {
 		n := p.Spec.NodeName
-		if n == "" || seen[n] || !ready[n] || !PodReady(p) {
+		if n == "" || seen[n] || !ready[n] || p.DeletionTimestamp != nil || !PodReady(p) {
 			continue
 		}
 		seen[n] = true
