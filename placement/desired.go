@@ -198,11 +198,12 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 		ds.Annotations[contract.AnnotationTemplateHash] = specHash(nil, ds.Spec.Template)
 		w.DaemonSet = ds
 	default:
-		// Cordoned nodes count toward the cap: a drain cordons its nodes
-		// before it evicts, and a cap that shrank with them would have the
-		// ReplicaSet delete a proxy outside the disruption budget while the
-		// drain evicts another, leaving the Service none. Their pods stay,
-		// and a replacement that finds no node waits, Pending.
+		// Cordoned nodes and nodes in maintenance count toward the cap: a
+		// drain cordons its nodes before it evicts, and a cap that shrank
+		// with them would have the ReplicaSet delete a proxy outside the
+		// disruption budget, perhaps on a node that stays, while the drain
+		// evicts another, leaving the Service none. A replacement that
+		// finds no node waits, Pending, until the node is back.
 		w.Replicas = min(s.Replicas, int32(hostable(nodes, s)))
 		if w.Replicas == 0 {
 			// Keep one pod Pending rather than none, so the Service

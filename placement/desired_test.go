@@ -91,8 +91,9 @@ func TestDesired(t *testing.T) {
 				node("gpu", taint("gpu", corev1.TaintEffectNoSchedule)),
 				node("soft", taint("gpu", corev1.TaintEffectPreferNoSchedule)),
 			},
-			// The cordoned node counts toward the cap, not as eligible.
-			mode: contract.ModeDeployment, replicas: 4, eligible: []string{"cp", "ok", "soft"},
+			// The cordoned node and the one in maintenance count toward
+			// the cap, not as eligible.
+			mode: contract.ModeDeployment, replicas: 5, eligible: []string{"cp", "ok", "soft"},
 		},
 		{
 			name: "node selector", svc: service(annotate(contract.AnnotationNodeSelector, "role in (edge),zone!=b")),

@@ -53,11 +53,12 @@ func Ineligible(node *corev1.Node, s contract.Settings) string {
 	return ""
 }
 
-// hostable counts the nodes that are eligible or only cordoned.
+// hostable counts the nodes that are eligible, or out only for a while:
+// cordoned or in maintenance.
 func hostable(nodes []*corev1.Node, s contract.Settings) int {
 	n := 0
 	for _, node := range nodes {
-		if r := Ineligible(node, s); r == "" || r == ReasonUnschedulable {
+		if r := Ineligible(node, s); r == "" || r == ReasonUnschedulable || r == ReasonMaintenance {
 			n++
 		}
 	}
