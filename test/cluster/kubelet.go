@@ -65,7 +65,8 @@ type simNode struct {
 	leaseInterval, statusInterval time.Duration
 	mu                            sync.Mutex
 	down                          bool
-	beatMu                        sync.Mutex // serialises beats: lease and lastStatus
+	upCh                          chan struct{} // closed by NodeUp; nil while up
+	beatMu                        sync.Mutex    // serialises beats: lease and lastStatus
 	lease                         *coordinationv1.Lease
 	lastStatus                    time.Time
 	proxy                         *process

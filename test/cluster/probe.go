@@ -174,17 +174,25 @@ func (rt *podRuntime) runProbes(ctx context.Context, pod *corev1.Pod, c corev1.C
 // probeLoop probes after the initial delay and then every period. Startup
 // probes return at their first result, liveness probes at a failure, and
 // readiness probes run until ctx ends, calling changed on every flip. It
-// returns the last result and the last failure's message.
+// returns the last result and the last failure's message. Once the pod is
+// terminating, liveness and startup probes stop with success, as the
+// kubelet's do; readiness probes go on.
 func (rt *podRuntime) probeLoop(ctx context.Context, pod *corev1.Pod, c corev1.Container, kind probeKind, probe *corev1.Probe, env []string, pid int, changed func(bool)) (bool, string) {
 	logger := klog.FromContext(ctx).WithValues("pod", rt.key, "container", c.Name, "probe", kind.String())
 	s := newProbeState(kind, probe)
 	initialDelay, period, timeout := probeTiming(probe)
 	wait := initialDelay
 	var msg string
+	var terminating <-chan struct{} // nil (never) for readiness
+	if kind != readinessProbe {
+		terminating = rt.terminating
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return s.ok(), msg
+		case <-terminating:
+			return true, msg
 		case <-time.After(wait):
 		}
 		wait = period
