@@ -8,15 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -293,31 +290,13 @@ func dialInNetns(ctx context.Context, ns, network, addr string) (net.Conn, error
 	if ns == "" {
 		return d.DialContext(ctx, network, addr)
 	}
-	type result struct {
-		conn net.Conn
-		err  error
-	}
-	res := make(chan result, 1)
-	go func() {
-		// The socket is made on this thread, inside ns. The thread is
-		// never unlocked, so it dies with the goroutine instead of
-		// carrying the namespace to other goroutines.
-		runtime.LockOSThread()
-		f, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			res <- result{err: fmt.Errorf("opening network namespace: %w", err)}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			res <- result{err: fmt.Errorf("entering network namespace %s: %w", ns, err)}
-			return
-		}
-		conn, err := d.DialContext(ctx, network, addr)
-		res <- result{conn, err}
-	}()
-	r := <-res
-	return r.conn, r.err
+	var conn net.Conn
+	err := RunInNamespace(ns, func() error {
+		var err error
+		conn, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
 }
 
 func httpProbe(ctx context.Context, ns string, g *corev1.HTTPGetAction, host string, port int) error {
