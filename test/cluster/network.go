@@ -286,3 +286,7 @@ func RunInNamespace(ns string, fn func() error) error {
 	}()
 	return <-errc
 }
+
+// BridgeIP is the root namespace's address on the nodes' bridge: the
+// nodes and the client namespace reach the harness' own processes there.
+const BridgeIP = bridgeIP
