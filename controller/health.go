@@ -102,13 +102,7 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 	logger := klog.FromContext(ctx)
 	now := c.now()
 
-	var reports []*v1alpha1.ProbeReport
-	for _, o := range c.reports.List() {
-		if r, ok := o.(*v1alpha1.ProbeReport); ok && r.Namespace == c.cfg.Placement.Namespace {
-			reports = append(reports, r)
-		}
-	}
-	idx := status.IndexReports(reports, now)
+	idx := c.reportIndex(now)
 	targets, err := c.healthTargets()
 	if err != nil {
 		return err
@@ -119,7 +113,7 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 		byKey[t.Key] = t
 	}
 	changes := c.verdicts.Judge(idx, statusTargets(targets), now)
-	flappingTargets.Set(float64(c.verdicts.Flapping()))
+	c.metrics.flappingTargets.Set(float64(c.verdicts.Flapping()))
 
 	for _, ch := range changes {
 		t, was, is := byKey[ch.Target.Key], ch.From, ch.To
@@ -127,7 +121,7 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 		if t.Beacon {
 			kind = "beacon"
 		}
-		verdictChanges.WithLabelValues(kind, is.Verdict.String()).Inc()
+		c.metrics.verdictChanges.WithLabelValues(kind, is.Verdict.String()).Inc()
 		logger.Info("Verdict changed", "target", t.Key, "from", was.Verdict, "to", is.Verdict, "reason", is.Reason, "summary", is.Summary())
 		if t.Beacon {
 			c.nodeQueue.Add(t.Node)
@@ -148,6 +142,20 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 		}
 	}
 	return c.restartBrokenProxies(ctx)
+}
+
+// reportIndex indexes the cached ProbeReports of the pulselb namespace
+// (none without the health pipeline) as of now.
+func (c *Controller) reportIndex(now time.Time) status.Reports {
+	var reports []*v1alpha1.ProbeReport
+	if c.reports != nil {
+		for _, o := range c.reports.List() {
+			if r, ok := o.(*v1alpha1.ProbeReport); ok && r.Namespace == c.cfg.Placement.Namespace {
+				reports = append(reports, r)
+			}
+		}
+	}
+	return status.IndexReports(reports, now)
 }
 
 // healthTargets lists every target the quorum judges: each served
@@ -255,8 +263,10 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 	out := map[string]status.Health{}
 	for _, n := range nodes {
 		// A labelled node is down even before (or without) verdicts, such
-		// as right after a controller restart.
-		if _, ok := n.Labels[contract.LabelUnhealthy]; ok {
+		// as right after a controller restart; so is one leaving or out of
+		// service, whose proxies keep forwarding for their drain delay
+		// after its addresses left the status.
+		if _, ok := n.Labels[contract.LabelUnhealthy]; ok || leavingReason(n) != "" {
 			out[n.Name] = status.Health{Down: true}
 		}
 	}
@@ -276,14 +286,20 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 		if _, done := out[n]; done {
 			continue
 		}
-		v := status.NodeVerdicts{Beacon: c.verdicts.Verdict(contract.BeaconKey(n)), Ports: map[contract.PortKey]status.Judgement{}, Published: published[n]}
-		for _, sp := range svc.Spec.Ports {
-			pk := contract.PortKeyOf(sp)
-			v.Ports[pk] = c.verdicts.Verdict(pk.TargetKey(name, n))
-		}
-		out[n] = status.NodeHealth(v, publishWhen)
+		out[n] = status.NodeHealth(c.nodeVerdicts(svc, name, n, published[n]), publishWhen)
 	}
 	return out
+}
+
+// nodeVerdicts gathers the verdicts on node for svc (named name): its
+// beacon's and its ports'.
+func (c *Controller) nodeVerdicts(svc *corev1.Service, name, node string, published bool) status.NodeVerdicts {
+	v := status.NodeVerdicts{Beacon: c.verdicts.Verdict(contract.BeaconKey(node)), Ports: map[contract.PortKey]status.Judgement{}, Published: published}
+	for _, sp := range svc.Spec.Ports {
+		pk := contract.PortKeyOf(sp)
+		v.Ports[pk] = c.verdicts.Verdict(pk.TargetKey(name, node))
+	}
+	return v
 }
 
 // failedOver records, after svc's status was written without some nodes it
@@ -317,7 +333,7 @@ func (c *Controller) failedOver(ctx context.Context, svc *corev1.Service, r stat
 	}
 	if !first.IsZero() {
 		d := c.now().Sub(first)
-		failoverDuration.Observe(d.Seconds())
+		c.metrics.failoverDuration.Observe(d.Seconds())
 		klog.FromContext(ctx).Info("Failed over", "dropped", dropped, "nodes", r.Nodes, "sinceFirstFailure", d)
 	}
 	serving := strings.Join(r.Nodes, ", ")
@@ -348,7 +364,7 @@ func (c *Controller) evictFailed(ctx context.Context, node string) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting pod %s/%s on failed node %s: %w", p.Namespace, p.Name, node, err)
 		}
-		writes.WithLabelValues("pods", "delete").Inc()
+		c.metrics.writes.WithLabelValues("pods", "delete").Inc()
 		klog.FromContext(ctx).Info("Deleted proxy pod on failed node", "pod", klog.KObj(p), "node", node)
 	}
 	return nil

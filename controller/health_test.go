@@ -94,6 +94,30 @@ func withResult(r *v1alpha1.ProbeReport, svc *corev1.Service, port int32, node s
 	return r
 }
 
+// meshReports returns a fresh report from each of the four nodes of
+// cluster in which every other node's beacon is up, so every vantage counts,
+// and in which svc's port 80 on each node of port80 has its state there,
+// as seen by every node but that one.
+func meshReports(svc *corev1.Service, port80 map[string]v1alpha1.State) []*v1alpha1.ProbeReport {
+	nodes := []string{"n1", "n2", "n3", "n4"}
+	var reports []*v1alpha1.ProbeReport
+	for _, by := range nodes {
+		r := report(by, 0)
+		for _, n := range nodes {
+			if n != by {
+				withBeacon(r, n, v1alpha1.StateUp)
+			}
+		}
+		for _, n := range nodes {
+			if state, ok := port80[n]; ok && n != by {
+				withResult(r, svc, 80, n, state)
+			}
+		}
+		reports = append(reports, r)
+	}
+	return reports
+}
+
 func published(svc *corev1.Service, nodes string) *corev1.Service {
 	if svc.Annotations == nil {
 		svc.Annotations = map[string]string{}
@@ -452,7 +476,7 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 		if j.Reason == status.ReasonFlapping {
 			wantHeld = 1
 		}
-		if got := testutil.ToFloat64(flappingTargets); got != wantHeld {
+		if got := testutil.ToFloat64(c.metrics.flappingTargets); got != wantHeld {
 			t.Errorf("step %d: pulselb_controller_flapping_targets = %v, want %v", i, got, wantHeld)
 		}
 	}

@@ -12,118 +12,138 @@ const (
 	metricsSubsystem = "controller"
 )
 
-var (
-	syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name:    "sync_duration_seconds",
-		Help:    "Time to reconcile one object, by queue and result.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-	}, []string{"queue", "result"})
-	syncErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "sync_errors_total",
-		Help: "Reconciles that failed and were retried, by queue.",
-	}, []string{"queue"})
-	writes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "writes_total",
-		Help: "Writes to the API server, by resource and verb.",
-	}, []string{"resource", "verb"})
-	managedServices = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "managed_services",
-		Help: "LoadBalancer Services this controller serves.",
-	})
+// Metrics are the controller's metrics, its work queues' included. Each
+// Controller has its own (Config.Metrics); main registers them.
+type Metrics struct {
+	syncDuration     *prometheus.HistogramVec
+	syncErrors       *prometheus.CounterVec
+	writes           *prometheus.CounterVec
+	managedServices  prometheus.Gauge
+	verdictChanges   *prometheus.CounterVec
+	flappingTargets  prometheus.Gauge
+	failoverDuration prometheus.Histogram
+	proxyRestarts    prometheus.Counter
+	queueDepth       *prometheus.GaugeVec
+	queueAdds        *prometheus.CounterVec
+	queueLatency     *prometheus.HistogramVec
+	queueWork        *prometheus.HistogramVec
+	queueUnfinished  *prometheus.GaugeVec
+	queueLongest     *prometheus.GaugeVec
+	queueRetries     *prometheus.CounterVec
+}
 
-	verdictChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "verdict_changes_total",
-		Help: "Quorum verdict changes, by kind (target or beacon) and new verdict.",
-	}, []string{"kind", "verdict"})
-	flappingTargets = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "flapping_targets",
-		Help: "Targets and beacons whose verdict flap damping holds Down while a majority says Up.",
-	})
-	failoverDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name:    "failover_duration_seconds",
-		Help:    "Time from the first failed probe of a Down verdict to the Service status written without the node.",
-		Buckets: []float64{0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10, 20, 30, 60},
-	})
-	proxyRestarts = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "proxy_restarts_total",
-		Help: "Proxy pods deleted because a port was down on a node that is up.",
-	})
+// NewMetrics returns unregistered controller metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name:    "sync_duration_seconds",
+			Help:    "Time to reconcile one object, by queue and result.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"queue", "result"}),
+		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "sync_errors_total",
+			Help: "Reconciles that failed and were retried, by queue.",
+		}, []string{"queue"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "writes_total",
+			Help: "Writes to the API server, by resource and verb.",
+		}, []string{"resource", "verb"}),
+		managedServices: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "managed_services",
+			Help: "LoadBalancer Services this controller serves.",
+		}),
 
-	queueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "workqueue_depth", Help: "Items waiting in the work queue.",
-	}, []string{"queue"})
-	queueAdds = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "workqueue_adds_total", Help: "Items added to the work queue.",
-	}, []string{"queue"})
-	queueLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "workqueue_queue_duration_seconds", Help: "Time an item waits in the work queue.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-	}, []string{"queue"})
-	queueWork = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "workqueue_work_duration_seconds", Help: "Time to process an item from the work queue.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-	}, []string{"queue"})
-	queueUnfinished = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration.",
-	}, []string{"queue"})
-	queueLongest = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "workqueue_longest_running_processor_seconds", Help: "Seconds the longest running processor has been running.",
-	}, []string{"queue"})
-	queueRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "workqueue_retries_total", Help: "Items requeued after an error.",
-	}, []string{"queue"})
-)
+		verdictChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "verdict_changes_total",
+			Help: "Quorum verdict changes, by kind (target or beacon) and the verdict changed to.",
+		}, []string{"kind", "to"}),
+		flappingTargets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "flapping_targets",
+			Help: "Targets and beacons whose verdict flap damping holds Down while a majority says Up.",
+		}),
+		failoverDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name:    "failover_duration_seconds",
+			Help:    "Time from the first failed probe of a Down verdict to the Service status written without the node.",
+			Buckets: []float64{0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10, 20, 30, 60},
+		}),
+		proxyRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "proxy_restarts_total",
+			Help: "Proxy pods deleted because a port was down on a node that is up.",
+		}),
 
-// RegisterMetrics registers the controller's metrics, its work queues'
-// included, with r.
-func RegisterMetrics(r prometheus.Registerer) error {
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "workqueue_depth", Help: "Items waiting in the work queue.",
+		}, []string{"queue"}),
+		queueAdds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "workqueue_adds_total", Help: "Items added to the work queue.",
+		}, []string{"queue"}),
+		queueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "workqueue_queue_duration_seconds", Help: "Time an item waits in the work queue.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"queue"}),
+		queueWork: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "workqueue_work_duration_seconds", Help: "Time to process an item from the work queue.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"queue"}),
+		queueUnfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration.",
+		}, []string{"queue"}),
+		queueLongest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "workqueue_longest_running_processor_seconds", Help: "Seconds the longest running processor has been running.",
+		}, []string{"queue"}),
+		queueRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "workqueue_retries_total", Help: "Items requeued after an error.",
+		}, []string{"queue"}),
+	}
+}
+
+// RegisterMetrics registers m with r.
+func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{syncDuration, syncErrors, writes, managedServices, verdictChanges, flappingTargets, failoverDuration, proxyRestarts,
-		queueDepth, queueAdds, queueLatency, queueWork, queueUnfinished, queueLongest, queueRetries} {
+	for _, c := range []prometheus.Collector{m.syncDuration, m.syncErrors, m.writes, m.managedServices, m.verdictChanges, m.flappingTargets,
+		m.failoverDuration, m.proxyRestarts, m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries} {
 		errs = append(errs, r.Register(c))
 	}
 	return errors.Join(errs...)
 }
 
-// queueMetrics gives the work queues this package's metrics, labelled by
-// queue name, instead of client-go's global provider.
-type queueMetrics struct{}
+// Metrics gives the work queues its metrics, labelled by queue name,
+// instead of client-go's global provider.
+var _ workqueue.MetricsProvider = (*Metrics)(nil)
 
-var _ workqueue.MetricsProvider = queueMetrics{}
-
-func (queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
-	return queueDepth.WithLabelValues(name)
+func (m *Metrics) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return m.queueDepth.WithLabelValues(name)
 }
-func (queueMetrics) NewAddsMetric(name string) workqueue.CounterMetric {
-	return queueAdds.WithLabelValues(name)
+func (m *Metrics) NewAddsMetric(name string) workqueue.CounterMetric {
+	return m.queueAdds.WithLabelValues(name)
 }
-func (queueMetrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	return queueLatency.WithLabelValues(name)
+func (m *Metrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return m.queueLatency.WithLabelValues(name)
 }
-func (queueMetrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	return queueWork.WithLabelValues(name)
+func (m *Metrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return m.queueWork.WithLabelValues(name)
 }
-func (queueMetrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return queueUnfinished.WithLabelValues(name)
+func (m *Metrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return m.queueUnfinished.WithLabelValues(name)
 }
-func (queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return queueLongest.WithLabelValues(name)
+func (m *Metrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return m.queueLongest.WithLabelValues(name)
 }
-func (queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
-	return queueRetries.WithLabelValues(name)
+func (m *Metrics) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return m.queueRetries.WithLabelValues(name)
 }

@@ -17,8 +17,9 @@ import (
 
 // syncNode keeps the node's labels: pulselb.io/external-ip equal to whether
 // the node has an ExternalIP address (proxies prefer such nodes), and
-// pulselb.io/unhealthy while its beacon is down by quorum. On a failed node
-// it also force-deletes the Deployment proxy pods.
+// pulselb.io/unhealthy while its beacon is down by quorum. On a failed node,
+// or one out of service, it also force-deletes the Deployment proxy pods;
+// from a leaving node it evicts them (syncLeaving).
 func (c *Controller) syncNode(ctx context.Context, name string) error {
 	node, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
@@ -62,7 +63,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 			}
 			return fmt.Errorf("labelling node %s: %w", name, err)
 		}
-		writes.WithLabelValues("nodes", "patch").Inc()
+		c.metrics.writes.WithLabelValues("nodes", "patch").Inc()
 		klog.FromContext(ctx).Info("Updated node labels", "node", klog.KObj(node), "labels", patchLabels)
 		if v, ok := patchLabels[contract.LabelUnhealthy]; ok {
 			if v != nil {
@@ -72,10 +73,16 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 			}
 		}
 	}
-	if beacon == status.VerdictDown {
-		return c.evictFailed(ctx, name)
+	if beacon == status.VerdictDown || outOfService(node) {
+		if err := c.evictFailed(ctx, name); err != nil {
+			return err
+		}
 	}
-	return nil
+	again, err := c.syncLeaving(ctx, node)
+	if again {
+		c.nodeQueue.AddAfter(name, leavingRecheck)
+	}
+	return err
 }
 
 func hasExternalIP(n *corev1.Node) bool {

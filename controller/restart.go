@@ -293,8 +293,8 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("deleting broken proxy pod %s/%s: %w", p.Namespace, p.Name, err))
 				continue
 			}
-			writes.WithLabelValues("pods", "delete").Inc()
-			proxyRestarts.Inc()
+			c.metrics.writes.WithLabelValues("pods", "delete").Inc()
+			c.metrics.proxyRestarts.Inc()
 			wait := c.restarts.restarted(bk, now)
 			down := downPorts(ports[n])
 			logger.Info("Restarted broken proxy", "pod", klog.KObj(p), "node", n, "downPorts", down, "nextNotBefore", wait)

@@ -121,22 +121,7 @@ func TestRestartBackoff(t *testing.T) {
 func TestBrokenProxyRestarted(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := published(newService("web"), "n1,n2")
-	var reports []*v1alpha1.ProbeReport
-	for _, by := range []string{"n1", "n2", "n3", "n4"} {
-		r := report(by, 0)
-		for _, n := range []string{"n1", "n2", "n3", "n4"} {
-			if n != by {
-				withBeacon(r, n, v1alpha1.StateUp)
-			}
-		}
-		if by != "n1" {
-			withResult(r, svc, 80, "n1", v1alpha1.StateDown)
-		}
-		if by != "n2" {
-			withResult(r, svc, 80, "n2", v1alpha1.StateUp)
-		}
-		reports = append(reports, r)
-	}
+	reports := meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateDown, "n2": v1alpha1.StateUp})
 	f := newFixture(t, cluster(svc)...)
 	c := f.healthController(ctx, reports...)
 	// The verdict has just turned Down: too soon to tell a broken proxy
@@ -194,19 +179,7 @@ func TestBrokenProxyRestarted(t *testing.T) {
 func TestBackendDownNoRestart(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := published(newService("web"), "n1,n2")
-	var reports []*v1alpha1.ProbeReport
-	for _, by := range []string{"n1", "n2", "n3", "n4"} {
-		r := report(by, 0)
-		for _, n := range []string{"n1", "n2", "n3", "n4"} {
-			if n != by {
-				withBeacon(r, n, v1alpha1.StateUp)
-			}
-			if (n == "n1" || n == "n2") && n != by {
-				withResult(r, svc, 80, n, v1alpha1.StateDown)
-			}
-		}
-		reports = append(reports, r)
-	}
+	reports := meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateDown, "n2": v1alpha1.StateDown})
 	f := newFixture(t, cluster(svc)...)
 	c := f.healthController(ctx, reports...)
 	if err := c.evaluate(ctx, healthKey); err != nil {
@@ -230,23 +203,14 @@ func TestBackendDownNoRestart(t *testing.T) {
 func TestRestartWaitsForFreshVerdict(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := published(newService("web"), "n1,n2")
-	var reports []*v1alpha1.ProbeReport
-	for _, by := range []string{"n1", "n2", "n3", "n4"} {
-		r := report(by, 0)
-		for _, n := range []string{"n1", "n2", "n3", "n4"} {
-			if n != by {
-				withBeacon(r, n, v1alpha1.StateUp)
+	reports := meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateDown, "n2": v1alpha1.StateUp})
+	old := metav1.NewTime(testNow.Add(-time.Hour))
+	for _, r := range reports {
+		for i := range r.Status.Results {
+			if r.Status.Results[i].Node == "n1" {
+				r.Status.Results[i].FailingSince = &old
 			}
 		}
-		if by != "n1" {
-			withResult(r, svc, 80, "n1", v1alpha1.StateDown)
-			old := metav1.NewTime(testNow.Add(-time.Hour))
-			r.Status.Results[len(r.Status.Results)-1].FailingSince = &old
-		}
-		if by != "n2" {
-			withResult(r, svc, 80, "n2", v1alpha1.StateUp)
-		}
-		reports = append(reports, r)
 	}
 	f := newFixture(t, cluster(svc)...)
 	c := f.healthController(ctx, reports...)

@@ -51,7 +51,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 			return fmt.Errorf("adding finalizer: %w", err)
 		}
 		c.wroteService(svc)
-		writes.WithLabelValues("services", "update").Inc()
+		c.metrics.writes.WithLabelValues("services", "update").Inc()
 	}
 
 	nodes, err := c.nodes.List(everything)
@@ -95,6 +95,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		in.Nodes[n.Name] = n
 	}
 	in.Health = c.health(svc, nodes, own, want.Settings.PublishWhen)
+	if err := c.openGates(ctx, svc, own, want.Settings.PublishWhen); err != nil {
+		return err
+	}
 	for _, p := range problems {
 		reason := status.ReasonInvalidAnnotation
 		if !p.IsAnnotation() {
@@ -135,7 +138,7 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 			return nil, fmt.Errorf("updating annotations: %w", err)
 		}
 		c.wroteService(svc)
-		writes.WithLabelValues("services", "update").Inc()
+		c.metrics.writes.WithLabelValues("services", "update").Inc()
 	}
 	if status.Differs(svc, r) {
 		key := cache.MetaObjectToName(svc)
@@ -153,7 +156,7 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 		c.mu.Lock()
 		c.statusWritten[key] = c.now()
 		c.mu.Unlock()
-		writes.WithLabelValues("services/status", "update").Inc()
+		c.metrics.writes.WithLabelValues("services/status", "update").Inc()
 		logger.Info("Updated load balancer status", "nodes", r.Nodes, "ingress", len(r.LoadBalancer.Ingress))
 	}
 	for _, e := range r.Events {
@@ -214,7 +217,7 @@ func (c *Controller) moveLocalProxies(ctx context.Context, own []*corev1.Pod, pr
 			errs = append(errs, fmt.Errorf("deleting proxy pod %s/%s on node %s without a local endpoint: %w", p.Namespace, p.Name, p.Spec.NodeName, err))
 			continue
 		}
-		writes.WithLabelValues("pods", "delete").Inc()
+		c.metrics.writes.WithLabelValues("pods", "delete").Inc()
 		klog.FromContext(ctx).Info("Deleted proxy pod on a node without a local endpoint", "pod", klog.KObj(p), "node", p.Spec.NodeName)
 	}
 	return errors.Join(errs...)
@@ -249,7 +252,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 			return fmt.Errorf("clearing status: %w", err)
 		}
 		c.wroteService(updated)
-		writes.WithLabelValues("services/status", "update").Inc()
+		c.metrics.writes.WithLabelValues("services/status", "update").Inc()
 		svc = updated
 	}
 	cp := svc.DeepCopy()
@@ -263,7 +266,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
 	c.wroteService(updated)
-	writes.WithLabelValues("services", "update").Inc()
+	c.metrics.writes.WithLabelValues("services", "update").Inc()
 	klog.FromContext(ctx).Info("Released service", "deleting", svc.DeletionTimestamp != nil)
 	return nil
 }
@@ -305,5 +308,5 @@ func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 		delete(c.managed, key)
 		delete(c.statusWritten, key)
 	}
-	managedServices.Set(float64(len(c.managed)))
+	c.metrics.managedServices.Set(float64(len(c.managed)))
 }

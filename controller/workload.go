@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -81,7 +82,11 @@ func (c *Controller) applyWorkloadAction(ctx context.Context, svc *corev1.Servic
 		return fmt.Errorf("%s %s %s/%s: %w", op, strings.ToLower(a.Kind()), ns, want.Name, err)
 	}
 	resource := workloadResource(a.Kind())
-	writes.WithLabelValues(resource, verb).Inc()
+	c.metrics.writes.WithLabelValues(resource, verb).Inc()
+	if _, budget := a.Object.(*policyv1.PodDisruptionBudget); budget {
+		logger.Info("Applied proxy disruption budget", "verb", verb, "budget", klog.KRef(ns, a.Object.GetName()), "reason", a.Reason)
+		return nil
+	}
 	logger.Info("Applied proxy workload", "verb", verb, "kind", resource, "workload", klog.KRef(ns, want.Name), "replicas", want.Replicas, "reason", a.Reason)
 	c.recorder.Eventf(svc, corev1.EventTypeNormal, ReasonProxyApplied, "%s %s %s/%s with %d replicas", verb, resource, ns, want.Name, want.Replicas)
 	return nil
@@ -96,6 +101,8 @@ func (c *Controller) writeWorkload(ctx context.Context, a placement.WorkloadActi
 		return writeWith(ctx, c.client.AppsV1().Deployments(ns), a.Verb, o)
 	case *appsv1.DaemonSet:
 		return writeWith(ctx, c.client.AppsV1().DaemonSets(ns), a.Verb, o)
+	case *policyv1.PodDisruptionBudget:
+		return writeWith(ctx, c.client.PolicyV1().PodDisruptionBudgets(ns), a.Verb, o)
 	}
 	return nil
 }
@@ -150,12 +157,19 @@ func (c *Controller) listWorkloads(sel labels.Selector) ([]placement.WorkloadObj
 	if err != nil {
 		return nil, fmt.Errorf("listing daemonsets: %w", err)
 	}
-	out := make([]placement.WorkloadObject, 0, len(deps)+len(dss))
+	pdbs, err := c.budgets.List(sel)
+	if err != nil {
+		return nil, fmt.Errorf("listing poddisruptionbudgets: %w", err)
+	}
+	out := make([]placement.WorkloadObject, 0, len(deps)+len(dss)+len(pdbs))
 	for _, d := range deps {
 		out = append(out, d)
 	}
 	for _, d := range dss {
 		out = append(out, d)
+	}
+	for _, b := range pdbs {
+		out = append(out, b)
 	}
 	return out, nil
 }
@@ -177,7 +191,7 @@ func (c *Controller) deleteWorkload(ctx context.Context, a placement.WorkloadAct
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("deleting %s %s/%s: %w", resource, ns, name, err)
 	}
-	writes.WithLabelValues(resource, "delete").Inc()
+	c.metrics.writes.WithLabelValues(resource, "delete").Inc()
 	logger.Info("Deleted proxy workload", "kind", a.Kind(), "workload", klog.KRef(ns, name), "reason", a.Reason)
 	return nil
 }

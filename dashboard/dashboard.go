@@ -28,6 +28,9 @@ type Options struct {
 	// Now is the clock relative times are rendered against (default
 	// time.Now).
 	Now func() time.Time
+	// Metrics receives the dashboard's metrics; nil means unregistered
+	// ones of its own.
+	Metrics *Metrics
 }
 
 // Defaults of Options.
@@ -102,6 +105,9 @@ func New(opts Options) *Dashboard {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics()
+	}
 	return &Dashboard{opts: opts, done: make(chan struct{}), clients: map[*client]struct{}{}}
 }
 
@@ -130,7 +136,7 @@ func (d *Dashboard) Update(s State) {
 	}
 	d.shown = shown
 	d.version++
-	updates.Inc()
+	d.opts.Metrics.updates.Inc()
 	for c := range d.clients {
 		select {
 		case c.notify <- struct{}{}:

@@ -397,10 +397,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestEvents(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	if err := RegisterMetrics(reg); err != nil {
+	m := NewMetrics()
+	if err := m.RegisterMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	d := newTestDashboard(Options{KeepAlive: 20 * time.Millisecond, MaxClients: 2})
+	d := newTestDashboard(Options{KeepAlive: 20 * time.Millisecond, MaxClients: 2, Metrics: m})
 	srv := httptest.NewServer(d)
 	defer srv.Close()
 	defer d.Close() // end the streams first, or srv.Close waits for them
@@ -414,7 +415,7 @@ func TestEvents(t *testing.T) {
 	if v := events.nextVersion(t); v != 0 {
 		t.Fatalf("first event version %d, want 0 before any Update", v)
 	}
-	if got := testutil.ToFloat64(sseClients); got != 1 {
+	if got := testutil.ToFloat64(d.opts.Metrics.sseClients); got != 1 {
 		t.Errorf("sse_clients = %v, want 1", got)
 	}
 	d.Update(testState())
@@ -457,7 +458,7 @@ func TestEvents(t *testing.T) {
 		}
 	}
 	waitFor(t, "every client to be removed", func() bool { return d.Clients() == 0 })
-	if got := testutil.ToFloat64(sseClients); got != 0 {
+	if got := testutil.ToFloat64(d.opts.Metrics.sseClients); got != 0 {
 		t.Errorf("sse_clients = %v after every client left, want 0", got)
 	}
 }

@@ -34,7 +34,7 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &client{notify: make(chan struct{}, 1)}
 	if !d.add(c) {
-		sseRejected.Inc()
+		d.opts.Metrics.sseRejected.Inc()
 		http.Error(w, "too many event stream clients", http.StatusServiceUnavailable)
 		return
 	}
@@ -66,7 +66,7 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 			if write("id: %d\nevent: state\ndata: %s\n\n", version, data) != nil {
 				return
 			}
-			sseEvents.Inc()
+			d.opts.Metrics.sseEvents.Inc()
 			sent, first = version, false
 			keepAlive.Reset(d.opts.KeepAlive)
 		}
@@ -93,7 +93,7 @@ func (d *Dashboard) add(c *client) bool {
 		return false
 	}
 	d.clients[c] = struct{}{}
-	sseClients.Inc()
+	d.opts.Metrics.sseClients.Inc()
 	return true
 }
 
@@ -102,7 +102,7 @@ func (d *Dashboard) remove(c *client) {
 	defer d.mu.Unlock()
 	if _, ok := d.clients[c]; ok {
 		delete(d.clients, c)
-		sseClients.Dec()
+		d.opts.Metrics.sseClients.Dec()
 	}
 }
 

@@ -11,34 +11,42 @@ const (
 	metricsSubsystem = "dashboard"
 )
 
-var (
-	sseClients = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "sse_clients",
-		Help: "Browsers and other clients connected to the server-sent event stream.",
-	})
-	sseEvents = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "sse_events_total",
-		Help: "State change events sent to event stream clients; a slow client gets only the latest.",
-	})
-	sseRejected = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "sse_rejected_total",
-		Help: "Event stream connections refused because MaxClients were connected.",
-	})
-	updates = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem,
-		Name: "updates_total",
-		Help: "States given to the dashboard that changed what it shows.",
-	})
-)
+// Metrics are a Dashboard's metrics (Options.Metrics).
+type Metrics struct {
+	sseClients                      prometheus.Gauge
+	sseEvents, sseRejected, updates prometheus.Counter
+}
 
-// RegisterMetrics registers the dashboard's metrics with r. They are shared
-// by every Dashboard of the process.
-func RegisterMetrics(r prometheus.Registerer) error {
+// NewMetrics returns unregistered dashboard metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		sseClients: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "sse_clients",
+			Help: "Browsers and other clients connected to the server-sent event stream.",
+		}),
+		sseEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "sse_events_total",
+			Help: "State change events sent to event stream clients; a slow client gets only the latest.",
+		}),
+		sseRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "sse_rejected_total",
+			Help: "Event stream connections refused because MaxClients were connected.",
+		}),
+		updates: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "updates_total",
+			Help: "States given to the dashboard that changed what it shows.",
+		}),
+	}
+}
+
+// RegisterMetrics registers m with r.
+func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{sseClients, sseEvents, sseRejected, updates} {
+	for _, c := range []prometheus.Collector{m.sseClients, m.sseEvents, m.sseRejected, m.updates} {
 		errs = append(errs, r.Register(c))
 	}
 	return errors.Join(errs...)

@@ -2,7 +2,8 @@ package placement
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -109,7 +110,7 @@ func PortConflicts(svc *corev1.Service, own, others []*corev1.Pod) []Conflict {
 	var out []Conflict
 	for _, k := range order {
 		if len(nodes[k]) > 0 {
-			out = append(out, Conflict{Protocol: k.proto, Port: k.port, Nodes: setList(nodes[k]), Holders: setList(holders[k])})
+			out = append(out, Conflict{Protocol: k.proto, Port: k.port, Nodes: slices.Sorted(maps.Keys(nodes[k])), Holders: slices.Sorted(maps.Keys(holders[k]))})
 		}
 	}
 	if len(out) == 0 && !heldByOwn(pending, own) {
@@ -139,13 +140,4 @@ func unschedulableForPorts(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-func setList(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -13,9 +13,11 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -38,6 +40,17 @@ type Config struct {
 	// HealthPort is where the proxy serves /healthz in its pod for the
 	// kubelet's probes; moved up when a Service port uses it.
 	HealthPort int32
+	// DNSTTL is the TTL, in seconds, of a Service's records when it sets
+	// none (the controller's --dns-ttl); the default drain delay follows
+	// it (default 5).
+	DNSTTL uint32
+	// DrainTimeout is how long a proxy lets open connections finish once
+	// its drain delay is over (default DefaultDrainTimeout).
+	DrainTimeout time.Duration
+	// ReadinessGate makes proxy pods Ready only once the controller has
+	// set contract.PodConditionProbed, on probers' verdicts; set it when
+	// the controller judges health from ProbeReports.
+	ReadinessGate bool
 }
 
 // Defaults of Config.
@@ -45,6 +58,12 @@ const (
 	DefaultPriorityClassName = "system-cluster-critical"
 	DefaultHealthPort        = 9470
 	DefaultProxyMode         = "auto"
+	DefaultDNSTTL            = 5
+	DefaultDrainTimeout      = 10 * time.Second
+	// terminationMargin is added to a proxy's drain delay and timeout for
+	// its pod's terminationGracePeriodSeconds: the proxy's own shutdown
+	// after the drain, so that the kubelet never kills it mid-drain.
+	terminationMargin = 5 * time.Second
 
 	// ContainerProxy and ContainerProxyInit name the pod's containers.
 	ContainerProxy     = "proxy"
@@ -62,6 +81,10 @@ const (
 	// know them yet still starts and forwards to the ClusterIP.
 	EnvNodePortTarget = "PULSELB_NODE_PORT_TARGET"
 	EnvNodeIPs        = "PULSELB_NODE_IPS"
+	// EnvDrainDelay and EnvDrainTimeout are the proxy's --drain-delay and
+	// --drain-timeout, as environment variables for the same reason.
+	EnvDrainDelay   = "PULSELB_DRAIN_DELAY"
+	EnvDrainTimeout = "PULSELB_DRAIN_TIMEOUT"
 )
 
 // deploymentTolerationSeconds is how long a Deployment proxy stays on a
@@ -81,6 +104,9 @@ type Workload struct {
 	Settings   contract.Settings
 	Deployment *appsv1.Deployment
 	DaemonSet  *appsv1.DaemonSet
+	// Budget is the Deployment's PodDisruptionBudget; nil in daemonset
+	// mode, whose pods a drain leaves alone.
+	Budget *policyv1.PodDisruptionBudget
 	// EligibleNodes are the sorted names of nodes that may host proxies.
 	EligibleNodes []string
 	// Replicas is the number of proxy pods wanted: the capped replica count
@@ -191,14 +217,10 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 				Replicas: ptr.To(w.Replicas),
 				Selector: selector,
 				Template: pod,
-				// A hostPort pod cannot surge onto a node that runs the
-				// old one, so allow one unavailable as well: with both 0
-				// or surge-only, a rollout on as many nodes as replicas
-				// would never finish.
 				Strategy: appsv1.DeploymentStrategy{
 					Type: appsv1.RollingUpdateDeploymentStrategyType,
 					RollingUpdate: &appsv1.RollingUpdateDeployment{
-						MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+						MaxUnavailable: ptr.To(intstr.FromInt32(maxUnavailable(w.Replicas, len(w.EligibleNodes)))),
 						MaxSurge:       ptr.To(intstr.FromInt32(1)),
 					},
 				},
@@ -207,8 +229,42 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 		}
 		d.Annotations[contract.AnnotationSpecHash] = specHash(d.Labels, d.Spec)
 		w.Deployment = d
+		w.Budget = budget(objMeta, selector)
 	}
 	return w, problems
+}
+
+// maxUnavailable is a proxy Deployment's rollout maxUnavailable. A new pod
+// cannot start on a node whose old pod still holds the host ports (it does
+// until its drain is over), so it surges onto a node without one, and only
+// once it is Ready is an old pod replaced: then no proxy goes before its
+// replacement serves. When every eligible node already runs a proxy there
+// is nowhere to surge to, and one must go first or the rollout would never
+// finish; the others keep serving, and the one going keeps forwarding for
+// its drain delay.
+func maxUnavailable(replicas int32, eligible int) int32 {
+	if int(replicas) < eligible {
+		return 0
+	}
+	return 1
+}
+
+// budget is the PodDisruptionBudget of a proxy Deployment: at most one of
+// its pods evicted at a time, so that draining several nodes at once never
+// takes a Service's last ready proxy while its replacement is not ready.
+// Its owner reference to the Deployment is set when the Deployment exists
+// (PlanWorkload), so that it goes with it.
+func budget(objMeta metav1.ObjectMeta, selector *metav1.LabelSelector) *policyv1.PodDisruptionBudget {
+	b := &policyv1.PodDisruptionBudget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: *objMeta.DeepCopy(),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			Selector:       selector.DeepCopy(),
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+		},
+	}
+	b.Annotations[contract.AnnotationSpecHash] = specHash(b.Labels, b.Spec)
+	return b
 }
 
 func withDefaults(cfg Config) Config {
@@ -220,6 +276,12 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.ImagePullPolicy == "" {
 		cfg.ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	if cfg.DNSTTL == 0 {
+		cfg.DNSTTL = DefaultDNSTTL
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	return cfg
 }
@@ -345,7 +407,12 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 		args = append(args, "--source-ranges="+strings.Join(ranges, ","))
 	}
 	hp := healthPort(ports, cfg.HealthPort)
-	env := []corev1.EnvVar{{Name: EnvHealthAddress, Value: ":" + strconv.Itoa(int(hp))}}
+	delay := s.DrainDelay(cfg.DNSTTL)
+	env := []corev1.EnvVar{
+		{Name: EnvHealthAddress, Value: ":" + strconv.Itoa(int(hp))},
+		{Name: EnvDrainDelay, Value: delay.String()},
+		{Name: EnvDrainTimeout, Value: cfg.DrainTimeout.String()},
+	}
 	if len(nodePorts) > 0 {
 		env = append(env,
 			corev1.EnvVar{Name: EnvNodePortTarget, Value: strings.Join(nodePorts, ",")},
@@ -369,6 +436,7 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 		{Key: contract.LabelExcludeFromLB, Operator: corev1.NodeSelectorOpDoesNotExist},
 		{Key: contract.LabelExclude, Operator: corev1.NodeSelectorOpDoesNotExist},
 		{Key: contract.LabelUnhealthy, Operator: corev1.NodeSelectorOpDoesNotExist},
+		{Key: contract.LabelMaintenance, Operator: corev1.NodeSelectorOpDoesNotExist},
 	}
 	required = append(required, s.NodeSelector...)
 	affinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
@@ -404,9 +472,10 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			PriorityClassName:             cfg.PriorityClassName,
-			TerminationGracePeriodSeconds: ptr.To[int64](15),
+			TerminationGracePeriodSeconds: ptr.To(int64((delay + cfg.DrainTimeout + terminationMargin + time.Second - 1) / time.Second)),
 			Affinity:                      affinity,
 			Tolerations:                   tolerations(contract.ModeDaemonSet),
+			ReadinessGates:                readinessGates(cfg),
 			InitContainers: []corev1.Container{{
 				Name:            ContainerProxyInit,
 				Image:           cfg.Image,
@@ -441,6 +510,13 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 			}},
 		},
 	}
+}
+
+func readinessGates(cfg Config) []corev1.PodReadinessGate {
+	if !cfg.ReadinessGate {
+		return nil
+	}
+	return []corev1.PodReadinessGate{{ConditionType: contract.PodConditionProbed}}
 }
 
 func resources(cpu, memory, memoryLimit string) corev1.ResourceRequirements {

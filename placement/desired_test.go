@@ -1,10 +1,12 @@
 package placement
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,6 +85,7 @@ func TestDesired(t *testing.T) {
 				node("excluded", label(contract.LabelExcludeFromLB, "")),
 				node("excluded2", label(contract.LabelExclude, "true")),
 				node("unhealthy", label(contract.LabelUnhealthy, "true")),
+				node("maintenance", label(contract.LabelMaintenance, "true")),
 				node("down", notReady),
 				node("cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }),
 				node("gpu", taint("gpu", corev1.TaintEffectNoSchedule)),
@@ -104,6 +107,7 @@ func TestDesired(t *testing.T) {
 					{Key: contract.LabelExcludeFromLB, Operator: corev1.NodeSelectorOpDoesNotExist},
 					{Key: contract.LabelExclude, Operator: corev1.NodeSelectorOpDoesNotExist},
 					{Key: contract.LabelUnhealthy, Operator: corev1.NodeSelectorOpDoesNotExist},
+					{Key: contract.LabelMaintenance, Operator: corev1.NodeSelectorOpDoesNotExist},
 					{Key: "role", Operator: corev1.NodeSelectorOpIn, Values: []string{"edge"}},
 					{Key: "zone", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"b"}},
 				}
@@ -393,5 +397,63 @@ func TestProxyContainersRunAsRoot(t *testing.T) {
 		if c.Name == ContainerProxy && (sc.Privileged == nil || *sc.Privileged) {
 			t.Errorf("the proxy container is privileged")
 		}
+	}
+}
+
+// TestDesiredPlannedChanges: what lets a planned change lose nothing is in
+// the workload: the proxy's drain delay and timeout, a grace period that
+// covers both, a rollout that surges where it can, and a budget.
+func TestDesiredPlannedChanges(t *testing.T) {
+	env := func(w Workload, name string) string {
+		for _, e := range w.Deployment.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == name {
+				return e.Value
+			}
+		}
+		return ""
+	}
+	three := []*corev1.Node{node("n1"), node("n2"), node("n3")}
+	tests := []struct {
+		name           string
+		svc            *corev1.Service
+		nodes          []*corev1.Node
+		cfg            Config
+		delay, timeout string
+		grace          int64
+		maxUnavailable int32
+	}{
+		{"defaults: the TTL plus the margin", service(), three, Config{}, "15s", "10s", 30, 0},
+		{"the controller's TTL", service(), three, Config{DNSTTL: 30}, "40s", "10s", 55, 0},
+		{"the Service's TTL", service(annotate(contract.AnnotationDNSTTL, "60")), three, Config{DNSTTL: 30}, "1m10s", "10s", 85, 0},
+		{"the annotation", service(annotate(contract.AnnotationDrainDelay, "2m")), three, Config{DrainTimeout: 30 * time.Second}, "2m0s", "30s", 155, 0},
+		{"no delay", service(annotate(contract.AnnotationDrainDelay, "0s")), three, Config{}, "0s", "10s", 15, 0},
+		{"a fraction of a second rounds up", service(annotate(contract.AnnotationDrainDelay, "1500ms")), three, Config{}, "1.5s", "10s", 17, 0},
+		{"every eligible node runs a proxy", service(annotate(contract.AnnotationReplicas, "3")), three, Config{}, "15s", "10s", 30, 1},
+		{"one node", service(annotate(contract.AnnotationReplicas, "1")), three[:1], Config{}, "15s", "10s", 30, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, _ := Desired(tt.svc, tt.nodes, tt.cfg)
+			if got := env(w, EnvDrainDelay); got != tt.delay {
+				t.Errorf("%s = %q, want %q", EnvDrainDelay, got, tt.delay)
+			}
+			if got := env(w, EnvDrainTimeout); got != tt.timeout {
+				t.Errorf("%s = %q, want %q", EnvDrainTimeout, got, tt.timeout)
+			}
+			if got := *w.Deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; got != tt.grace {
+				t.Errorf("terminationGracePeriodSeconds = %d, want %d", got, tt.grace)
+			}
+			if got := w.Deployment.Spec.Strategy.RollingUpdate.MaxUnavailable.IntVal; got != tt.maxUnavailable {
+				t.Errorf("maxUnavailable = %d, want %d", got, tt.maxUnavailable)
+			}
+			b := w.Budget
+			if b == nil || b.Name != w.Name || b.Namespace != w.Namespace || b.Spec.MaxUnavailable.IntVal != 1 ||
+				!maps.Equal(b.Spec.Selector.MatchLabels, w.Deployment.Spec.Selector.MatchLabels) || b.Annotations[contract.AnnotationSpecHash] == "" {
+				t.Errorf("budget %+v, want maxUnavailable 1 over the Deployment's pods", b)
+			}
+		})
+	}
+	if w, _ := Desired(service(annotate(contract.AnnotationProxyMode, "daemonset")), three, Config{}); w.Budget != nil {
+		t.Errorf("daemonset mode has budget %v; a drain leaves daemon pods alone", w.Budget.Name)
 	}
 }

@@ -14,6 +14,7 @@ const (
 	ReasonUnschedulable = "unschedulable"
 	ReasonExcluded      = "excluded"
 	ReasonUnhealthy     = "unhealthy"
+	ReasonMaintenance   = "maintenance"
 	ReasonNotSelected   = "notSelected"
 	ReasonTainted       = "tainted"
 )
@@ -36,6 +37,9 @@ func Ineligible(node *corev1.Node, s contract.Settings) string {
 	}
 	if _, ok := node.Labels[contract.LabelUnhealthy]; ok {
 		return ReasonUnhealthy
+	}
+	if _, ok := node.Labels[contract.LabelMaintenance]; ok {
+		return ReasonMaintenance
 	}
 	if !s.SelectsNode(node.Labels) {
 		return ReasonNotSelected

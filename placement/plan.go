@@ -2,15 +2,17 @@ package placement
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 )
 
-// WorkloadObject is a proxy Deployment or DaemonSet, as PlanWorkload reads
-// and returns it.
+// WorkloadObject is a proxy Deployment, DaemonSet or PodDisruptionBudget,
+// as PlanWorkload reads and returns it.
 type WorkloadObject interface {
 	metav1.Object
 	runtime.Object
@@ -50,6 +52,12 @@ const (
 	// PlanNotWanted: delete, as the Service has no workload: it cannot be
 	// served, is gone, or is no longer pulselb's.
 	PlanNotWanted = "notWanted"
+	// PlanAwaitingOwner: no write yet, as a budget is created once the
+	// Deployment it belongs to exists, so that it can be owned by it.
+	PlanAwaitingOwner = "awaitingOwner"
+	// PlanOwnerChanged: update a budget owned by another Deployment of the
+	// same name (deleted and created again).
+	PlanOwnerChanged = "ownerChanged"
 )
 
 // WorkloadAction is one step of a WorkloadPlan.
@@ -66,7 +74,8 @@ type WorkloadAction struct {
 	Object WorkloadObject
 }
 
-// Kind returns the Kind of a's object: Deployment or DaemonSet.
+// Kind returns the Kind of a's object: Deployment, DaemonSet or
+// PodDisruptionBudget.
 func (a WorkloadAction) Kind() string { return kindOf(a.Object) }
 
 // WorkloadPlan is what makes a Service's current proxy workload the desired
@@ -95,7 +104,12 @@ func PlanWorkload(svc types.NamespacedName, want Workload, current []WorkloadObj
 	desired := want.object()
 	var plan WorkloadPlan
 	var existing WorkloadObject // desired's kind and name
+	var budgets []WorkloadObject
 	for _, cur := range current {
+		if _, ok := cur.(*policyv1.PodDisruptionBudget); ok {
+			budgets = append(budgets, cur)
+			continue
+		}
 		if desired != nil && kindOf(cur) == kindOf(desired) && cur.GetName() == desired.GetName() {
 			existing = cur
 			continue
@@ -116,7 +130,59 @@ func PlanWorkload(svc types.NamespacedName, want Workload, current []WorkloadObj
 	if desired != nil {
 		plan.Actions = append(plan.Actions, planDesired(svc, desired, existing))
 	}
+	return planBudget(plan, svc, want, existing, budgets)
+}
+
+// planBudget adds to plan what makes the budgets of svc want.Budget: it is
+// created once its Deployment exists, owned by it, and updated when its
+// spec hash or owner differs; every other budget labelled for svc goes.
+func planBudget(plan WorkloadPlan, svc types.NamespacedName, want Workload, owner WorkloadObject, current []WorkloadObject) WorkloadPlan {
+	var existing WorkloadObject
+	for _, cur := range current {
+		if want.Budget != nil && cur.GetName() == want.Budget.Name {
+			existing = cur
+			continue
+		}
+		if !labelledFor(cur, svc) {
+			continue
+		}
+		reason := PlanNotWanted
+		switch {
+		case want.object() != nil && want.Budget == nil:
+			reason = PlanModeChanged
+		case want.Budget != nil:
+			reason = PlanNameChanged
+		}
+		plan.Actions = append(plan.Actions, WorkloadAction{Verb: WorkloadDelete, Reason: reason, Object: cur})
+	}
+	if want.Budget == nil {
+		return plan
+	}
+	if _, ok := owner.(*appsv1.Deployment); !ok || !labelledFor(owner, svc) {
+		plan.Actions = append(plan.Actions, WorkloadAction{Verb: WorkloadNone, Reason: PlanAwaitingOwner, Object: want.Budget})
+		return plan
+	}
+	desired := want.Budget.DeepCopy()
+	desired.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment",
+		Name: owner.GetName(), UID: owner.GetUID(), BlockOwnerDeletion: ptr.To(true)}}
+	a := planDesired(svc, desired, existing)
+	if a.Verb == WorkloadNone && a.Reason == PlanUpToDate && !ownedBy(existing, owner) {
+		next := desired.DeepCopy()
+		next.SetResourceVersion(existing.GetResourceVersion())
+		a = WorkloadAction{Verb: WorkloadUpdate, Reason: PlanOwnerChanged, Object: next}
+	}
+	plan.Actions = append(plan.Actions, a)
 	return plan
+}
+
+// ownedBy reports whether o's owner references name owner by UID.
+func ownedBy(o, owner WorkloadObject) bool {
+	for _, r := range o.GetOwnerReferences() {
+		if r.UID == owner.GetUID() {
+			return true
+		}
+	}
+	return false
 }
 
 // planDesired returns the action that makes existing (nil: none) desired.
@@ -159,6 +225,8 @@ func kindOf(o WorkloadObject) string {
 		return "Deployment"
 	case *appsv1.DaemonSet:
 		return "DaemonSet"
+	case *policyv1.PodDisruptionBudget:
+		return "PodDisruptionBudget"
 	}
 	return ""
 }

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -65,6 +66,8 @@ func TestPlanWorkload(t *testing.T) {
 	name := deploy.Name
 	other, _ := Desired(service(func(s *corev1.Service) { s.Name = "api" }), nodes, testCfg)
 	otherLabels := other.Deployment.Labels
+	// Budgets are TestPlanBudget's.
+	deploy.Budget, other.Budget = nil, nil
 
 	tests := []struct {
 		name    string
@@ -124,6 +127,77 @@ func TestPlanWorkload(t *testing.T) {
 			}
 			for _, a := range plan.Actions {
 				checkAction(t, tt.want, tt.current, a)
+			}
+		})
+	}
+}
+
+func TestPlanBudget(t *testing.T) {
+	nodes := []*corev1.Node{node("n1"), node("n2"), node("n3")}
+	svc := service()
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	deploy, _ := Desired(svc, nodes, testCfg)
+	daemon, _ := Desired(service(annotate(contract.AnnotationProxyMode, "daemonset")), nodes, testCfg)
+	other, _ := Desired(service(func(s *corev1.Service) { s.Name = "api" }), nodes, testCfg)
+	name := deploy.Name
+	owned := func(d WorkloadObject) func(metav1.Object) {
+		return func(o metav1.Object) {
+			o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.GetName(), UID: d.GetUID()}})
+		}
+	}
+	dep := stored(t, deploy.Deployment)
+	recreated := stored(t, deploy.Deployment, func(o metav1.Object) { o.SetUID("uid-new") })
+	tests := []struct {
+		name    string
+		want    Workload
+		current []WorkloadObject
+		actions []string
+		owner   types.UID // of a created or updated budget
+	}{
+		{"nothing exists: the budget waits for its Deployment", deploy, nil,
+			[]string{"create notFound Deployment/" + name, "none awaitingOwner PodDisruptionBudget/" + name}, ""},
+		{"the Deployment exists", deploy, []WorkloadObject{dep},
+			[]string{"none upToDate Deployment/" + name, "create notFound PodDisruptionBudget/" + name}, dep.GetUID()},
+		{"up to date", deploy, []WorkloadObject{dep, stored(t, deploy.Budget, owned(dep))},
+			[]string{"none upToDate Deployment/" + name, "none upToDate PodDisruptionBudget/" + name}, ""},
+		{"spec changed", deploy, []WorkloadObject{dep, stored(t, deploy.Budget, owned(dep), hashed("old"))},
+			[]string{"none upToDate Deployment/" + name, "update specChanged PodDisruptionBudget/" + name}, dep.GetUID()},
+		{"the Deployment was created again", deploy, []WorkloadObject{recreated, stored(t, deploy.Budget, owned(dep))},
+			[]string{"none upToDate Deployment/" + name, "update ownerChanged PodDisruptionBudget/" + name}, "uid-new"},
+		{"deployment to daemonset", daemon, []WorkloadObject{dep, stored(t, deploy.Budget, owned(dep))},
+			[]string{"delete modeChanged Deployment/" + name, "create notFound DaemonSet/" + name, "delete modeChanged PodDisruptionBudget/" + name}, ""},
+		{"not wanted", Workload{}, []WorkloadObject{dep, stored(t, deploy.Budget, owned(dep))},
+			[]string{"delete notWanted Deployment/" + name, "delete notWanted PodDisruptionBudget/" + name}, ""},
+		{"old name", deploy, []WorkloadObject{dep, stored(t, deploy.Budget, owned(dep), renamed("pulselb-web-old"))},
+			[]string{"none upToDate Deployment/" + name, "delete nameChanged PodDisruptionBudget/pulselb-web-old", "create notFound PodDisruptionBudget/" + name}, dep.GetUID()},
+		{"another service's budget", deploy, []WorkloadObject{dep, stored(t, other.Budget), stored(t, deploy.Budget, owned(dep))},
+			[]string{"none upToDate Deployment/" + name, "none upToDate PodDisruptionBudget/" + name}, ""},
+		{"name taken by someone else's budget", deploy, []WorkloadObject{dep, stored(t, deploy.Budget, relabelled(map[string]string{"app": "mine"}))},
+			[]string{"none upToDate Deployment/" + name, "none nameTaken PodDisruptionBudget/" + name}, ""},
+		{"the Deployment's name is taken", deploy, []WorkloadObject{stored(t, deploy.Deployment, relabelled(other.Deployment.Labels))},
+			[]string{"none nameTaken Deployment/" + name, "none awaitingOwner PodDisruptionBudget/" + name}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, a := range PlanWorkload(key, tt.want, tt.current).Actions {
+				got = append(got, fmt.Sprintf("%s %s %s/%s", a.Verb, a.Reason, a.Kind(), a.Object.GetName()))
+				b, ok := a.Object.(*policyv1.PodDisruptionBudget)
+				if !ok || (a.Verb != WorkloadCreate && a.Verb != WorkloadUpdate) {
+					continue
+				}
+				if refs := b.OwnerReferences; len(refs) != 1 || refs[0].UID != tt.owner || refs[0].Kind != "Deployment" || refs[0].Name != name {
+					t.Errorf("%s budget owned by %+v, want the Deployment %s with UID %s", a.Verb, refs, name, tt.owner)
+				}
+				if a.Verb == WorkloadUpdate && b.ResourceVersion != "7" {
+					t.Errorf("update without the current resourceVersion: %q", b.ResourceVersion)
+				}
+				if b == tt.want.Budget {
+					t.Error("the plan changed the desired budget in place")
+				}
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.actions, "\n") {
+				t.Errorf("actions\n got %q\nwant %q", got, tt.actions)
 			}
 		})
 	}

@@ -3,26 +3,13 @@ package prober
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"syscall"
+	"time"
 )
-
-// dialer returns a net.Dialer bound to opts.LocalAddr when one is set.
-func dialer(network string, opts Options) *net.Dialer {
-	d := &net.Dialer{KeepAlive: -1} // probes are short-lived
-	if opts.LocalAddr.IsValid() {
-		ap := netip.AddrPortFrom(opts.LocalAddr, 0)
-		switch network {
-		case "udp", "udp4", "udp6":
-			d.LocalAddr = net.UDPAddrFromAddrPort(ap)
-		default:
-			d.LocalAddr = net.TCPAddrFromAddrPort(ap)
-		}
-	}
-	return d
-}
 
 // isTimeout reports whether err is a deadline or timeout error.
 func isTimeout(err error) bool {
@@ -62,18 +49,56 @@ func readOutcome(err error) Outcome {
 	}
 }
 
-// tcpDialer is shared: a Dialer holds no state between dials. Probe
+// probeDialer is shared: a Dialer holds no state between dials. Probe
 // connections are short-lived, so TCP keep-alive (four setsockopt calls per
 // dial) is off.
-var tcpDialer = net.Dialer{KeepAlive: -1}
+var probeDialer = net.Dialer{KeepAlive: -1}
+
+// localAddrPort is the source of a probe's connection: opts.LocalAddr when
+// set, any address otherwise.
+func localAddrPort(opts Options) netip.AddrPort {
+	if opts.LocalAddr.IsValid() {
+		return netip.AddrPortFrom(opts.LocalAddr, 0)
+	}
+	return netip.AddrPort{}
+}
 
 // dialTCP connects to target from opts.LocalAddr (when set). It takes the
 // address as a netip.AddrPort, so no probe pays for formatting and parsing
 // the address again.
 func dialTCP(ctx context.Context, opts Options, target netip.AddrPort) (*net.TCPConn, error) {
-	var laddr netip.AddrPort
-	if opts.LocalAddr.IsValid() {
-		laddr = netip.AddrPortFrom(opts.LocalAddr, 0)
+	return probeDialer.DialTCP(ctx, "tcp", localAddrPort(opts), target)
+}
+
+// connect is the first step of every probe but http's, which may resolve
+// a redirect's name first: it dials target over network ("tcp" or "udp")
+// from opts.LocalAddr, records the connect time in res and puts ctx's
+// deadline on the connection, so every read and write after it ends in
+// time. On failure it sets res.Outcome and res.Err and returns nil.
+//
+// A udp connection is connected too: that is what makes the kernel report
+// an ICMP port unreachable, as ECONNREFUSED on the next read or write.
+func connect(ctx context.Context, network string, opts Options, target netip.AddrPort, start time.Time, res *Result) net.Conn {
+	var conn net.Conn
+	var err error
+	if network == "udp" {
+		conn, err = probeDialer.DialUDP(ctx, network, localAddrPort(opts), target)
+	} else {
+		conn, err = dialTCP(ctx, opts, target)
 	}
-	return tcpDialer.DialTCP(ctx, "tcp", laddr, target)
+	if err != nil {
+		res.Outcome, res.Err = dialOutcome(err), fmt.Errorf("connecting: %w", err)
+		return nil
+	}
+	res.Timings.Connect = time.Since(start)
+	deadline, _ := ctx.Deadline()
+	_ = conn.SetDeadline(deadline)
+	return conn
+}
+
+// abortOnCancel makes blocked reads and writes on conn return when ctx is
+// cancelled before its deadline; the deadline itself is already on conn.
+// The returned function releases the hook.
+func abortOnCancel(ctx context.Context, conn net.Conn) func() bool {
+	return context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 }

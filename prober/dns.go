@@ -48,12 +48,9 @@ func newDNS(spec Spec, opts Options) (Prober, error) {
 // truncated. Connect and FirstByte describe the exchange that gave the
 // final answer.
 func (p *dnsProber) Probe(ctx context.Context, target netip.AddrPort) Result {
-	ctx, cancel := withDeadline(ctx)
-	defer cancel()
-	start := time.Now()
-	res := p.probe(ctx, target, start)
-	res.Timings.Total = time.Since(start)
-	return res
+	return timed(ctx, func(ctx context.Context, start time.Time) Result {
+		return p.probe(ctx, target, start)
+	})
 }
 
 func (p *dnsProber) probe(ctx context.Context, target netip.AddrPort, start time.Time) Result {
@@ -101,20 +98,15 @@ func (p *dnsProber) probe(ctx context.Context, target netip.AddrPort, start time
 // exchange sends q over network and reads one answer. On failure it sets
 // res.Outcome and returns an error that names the transport.
 func (p *dnsProber) exchange(ctx context.Context, network string, q *dns.Msg, target netip.AddrPort, start time.Time, res *Result) (*dns.Msg, error) {
-	c := &dns.Client{Net: network, Dialer: dialer(network, p.opts)}
-	co, err := c.DialContext(ctx, target.String())
-	if err != nil {
-		res.Outcome = dialOutcome(err)
-		return nil, fmt.Errorf("connecting over %s: %w", network, err)
+	conn := connect(ctx, network, p.opts, target, start, res)
+	if conn == nil {
+		return nil, res.Err
 	}
-	res.Timings.Connect = time.Since(start)
-	defer co.Close()
-	deadline, _ := ctx.Deadline()
-	_ = co.SetDeadline(deadline)
-	defer abortOnCancel(ctx, co.Conn)()
+	defer conn.Close()
+	defer abortOnCancel(ctx, conn)()
 	// Read whole datagrams even from a server that ignores the advertised
 	// size; a cut datagram would only fail to unpack.
-	co.UDPSize = dns.MaxMsgSize
+	co := &dns.Conn{Conn: conn, UDPSize: dns.MaxMsgSize}
 
 	if err := co.WriteMsg(q); err != nil {
 		res.Outcome = sendOutcome(err)

@@ -110,7 +110,7 @@ func dnsTestServer(t *testing.T, host string, h dns.Handler) netip.AddrPort {
 	if err != nil {
 		t.Fatalf("listening on udp next to tcp: %v", err)
 	}
-	target := transportAddrPort(t, l.Addr())
+	target := addrPortOf(t, l.Addr())
 
 	started := make(chan struct{}, 2)
 	done := make(chan struct{}, 2)
@@ -228,57 +228,49 @@ func TestDNS(t *testing.T) {
 			asked:  []string{"udp", "tcp"},
 		},
 	}
-	for _, lo := range transportLoopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireTransportLoopback(t, "udp", lo.host)
-			for _, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					t.Parallel()
-					zone := &dnsTestZone{}
-					target := dnsTestServer(t, lo.host, zone)
-					spec := tt.spec
-					spec.Protocol = DNS
-					res := transportProbe(t, spec, Options{}, target, transportTimeout)
-					if res.Outcome != tt.want {
-						t.Fatalf("outcome = %s (%v), want %s", res.Outcome, res.Err, tt.want)
+	onLoopbacks(t, "udp", func(t *testing.T, host string) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				zone := &dnsTestZone{}
+				target := dnsTestServer(t, host, zone)
+				spec := tt.spec
+				spec.Protocol = DNS
+				res := probeOnce(t, spec, Options{}, target)
+				checkResult(t, res, tt.want, tt.errHas)
+				if tt.detail != "" && res.Detail != tt.detail {
+					t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
+				}
+				if res.Timings.Connect <= 0 || res.Timings.FirstByte < res.Timings.Connect || res.Timings.Total < res.Timings.FirstByte {
+					t.Errorf("Timings = %+v, want 0 < Connect <= FirstByte <= Total", res.Timings)
+				}
+				seen := zone.seen()
+				if len(seen) == 0 {
+					t.Fatal("the server saw no query")
+				}
+				for _, q := range seen {
+					if q.rd {
+						t.Errorf("query %+v asked for recursion", q)
 					}
-					if tt.detail != "" && res.Detail != tt.detail {
-						t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
+					if q.udpSize != dnsUDPSize {
+						t.Errorf("query %+v advertised EDNS0 size %d, want %d", q, q.udpSize, dnsUDPSize)
 					}
-					if tt.errHas != "" && (res.Err == nil || !strings.Contains(res.Err.Error(), tt.errHas)) {
-						t.Errorf("Err = %v, want it to contain %q", res.Err, tt.errHas)
-					}
-					if res.Timings.Connect <= 0 || res.Timings.FirstByte < res.Timings.Connect || res.Timings.Total < res.Timings.FirstByte {
-						t.Errorf("Timings = %+v, want 0 < Connect <= FirstByte <= Total", res.Timings)
-					}
-					seen := zone.seen()
-					if len(seen) == 0 {
-						t.Fatal("the server saw no query")
-					}
+				}
+				if tt.spec.Name == "" && (seen[0].name != "." || seen[0].qtype != dns.TypeNS) {
+					t.Errorf("empty name asked %s %s, want . NS", seen[0].name, dns.Type(seen[0].qtype))
+				}
+				if tt.asked != nil {
+					var got []string
 					for _, q := range seen {
-						if q.rd {
-							t.Errorf("query %+v asked for recursion", q)
-						}
-						if q.udpSize != dnsUDPSize {
-							t.Errorf("query %+v advertised EDNS0 size %d, want %d", q, q.udpSize, dnsUDPSize)
-						}
+						got = append(got, q.network)
 					}
-					if tt.spec.Name == "" && (seen[0].name != "." || seen[0].qtype != dns.TypeNS) {
-						t.Errorf("empty name asked %s %s, want . NS", seen[0].name, dns.Type(seen[0].qtype))
+					if strings.Join(got, ",") != strings.Join(tt.asked, ",") {
+						t.Errorf("server saw queries over %v, want %v", got, tt.asked)
 					}
-					if tt.asked != nil {
-						var got []string
-						for _, q := range seen {
-							got = append(got, q.network)
-						}
-						if strings.Join(got, ",") != strings.Join(tt.asked, ",") {
-							t.Errorf("server saw queries over %v, want %v", got, tt.asked)
-						}
-					}
-				})
-			}
-		})
-	}
+				}
+			})
+		}
+	})
 }
 
 // dnsTestRaw answers every UDP query with whatever reply builds from it.
@@ -357,30 +349,22 @@ func TestDNSBrokenServers(t *testing.T) {
 				})
 			},
 			want:   L4CON,
-			errHas: "connecting over tcp",
+			errHas: "connecting: dial tcp",
 		},
 	}
-	for _, lo := range transportLoopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireTransportLoopback(t, "udp", lo.host)
-			for _, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					t.Parallel()
-					spec := Spec{Protocol: DNS, Name: "a.example", Type: dns.TypeA}
-					res := transportProbe(t, spec, Options{}, tt.target(t, lo.host), transportTimeout)
-					if res.Outcome != tt.want {
-						t.Fatalf("outcome = %s (%v), want %s", res.Outcome, res.Err, tt.want)
-					}
-					if tt.errHas != "" && (res.Err == nil || !strings.Contains(res.Err.Error(), tt.errHas)) {
-						t.Errorf("Err = %v, want it to contain %q", res.Err, tt.errHas)
-					}
-					if tt.want == L4CON && tt.errHas == "" && !errors.Is(res.Err, syscall.ECONNREFUSED) {
-						t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
-					}
-				})
-			}
-		})
-	}
+	onLoopbacks(t, "udp", func(t *testing.T, host string) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				spec := Spec{Protocol: DNS, Name: "a.example", Type: dns.TypeA}
+				res := probeOnce(t, spec, Options{}, tt.target(t, host))
+				checkResult(t, res, tt.want, tt.errHas)
+				if tt.want == L4CON && tt.errHas == "" && !errors.Is(res.Err, syscall.ECONNREFUSED) {
+					t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
+				}
+			})
+		}
+	})
 }
 
 func TestDNSInvalidName(t *testing.T) {

@@ -192,14 +192,12 @@ func (r *httpConnReader) Read(b []byte) (int, error) {
 // checks the certificate (https), the status, the headers and the first
 // 64 KiB of the body.
 func (p *httpProber) Probe(ctx context.Context, target netip.AddrPort) Result {
-	ctx, cancel := withDeadline(ctx)
-	defer cancel()
-	start := time.Now()
-	var tm Timings
-	res := p.probe(ctx, target, start, &tm)
-	res.Timings = tm
-	res.Timings.Total = time.Since(start)
-	return res
+	return timed(ctx, func(ctx context.Context, start time.Time) Result {
+		var tm Timings
+		res := p.probe(ctx, target, start, &tm)
+		res.Timings = tm
+		return res
+	})
 }
 
 // probe follows the request through its redirects and checks the final

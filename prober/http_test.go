@@ -94,7 +94,7 @@ func startHTTPTestServer(t *testing.T, host string, cert *tls.Certificate) *http
 
 	srv := httptest.NewUnstartedServer(record)
 	if host != "127.0.0.1" {
-		ln, _ := tlsTestListen(t, host)
+		ln, _ := listenTCP(t, host)
 		_ = srv.Listener.Close()
 		srv.Listener = ln
 	}
@@ -271,9 +271,9 @@ func TestHTTPProbe(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := tlsTestProbe(t, tc.spec, srv.addr)
+			res := probeOnce(t, tc.spec, Options{}, srv.addr)
 			t.Logf("%v: %s", res.Outcome, res.Message())
-			tlsTestCheck(t, res, tc.want, tc.errPart)
+			checkResult(t, res, tc.want, tc.errPart)
 			if tc.detail != "" && res.Detail != tc.detail {
 				t.Errorf("Detail = %q, want %q", res.Detail, tc.detail)
 			}
@@ -296,8 +296,7 @@ func TestHTTPProbe(t *testing.T) {
 
 func TestHTTPProbeTimeouts(t *testing.T) {
 	srv := startHTTPTestServer(t, "127.0.0.1", nil)
-	ln, closed := tlsTestListen(t, "127.0.0.1")
-	_ = ln.Close()
+	closed := closedTCPPort(t, "127.0.0.1")
 	tests := []struct {
 		name    string
 		path    string
@@ -311,9 +310,9 @@ func TestHTTPProbeTimeouts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := tlsTestProbe(t, Spec{Protocol: HTTP, Path: tc.path}, tc.target)
+			res := probeOnce(t, Spec{Protocol: HTTP, Path: tc.path}, Options{}, tc.target)
 			t.Logf("%v: %s", res.Outcome, res.Message())
-			tlsTestCheck(t, res, tc.want, tc.errPart)
+			checkResult(t, res, tc.want, tc.errPart)
 		})
 	}
 }
@@ -427,14 +426,14 @@ func TestHTTPSProbe(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := startHTTPTestServer(t, "127.0.0.1", &tc.cert)
-			res := tlsTestProbe(t, tc.spec, srv.addr)
+			res := probeOnce(t, tc.spec, Options{}, srv.addr)
 			t.Logf("%v: %s", res.Outcome, res.Message())
-			tlsTestCheck(t, res, tc.want, tc.errPart)
+			checkResult(t, res, tc.want, tc.errPart)
 			wantSNI := tc.spec.SNI
 			if wantSNI == "" {
 				wantSNI = tc.spec.Host
 			}
-			if got := tlsTestReceive(t, srv.sni, "ClientHello"); got != wantSNI {
+			if got := recv(t, srv.sni, "ClientHello"); got != wantSNI {
 				t.Errorf("server saw SNI %q, want %q", got, wantSNI)
 			}
 			if res.Outcome == L6ERR && tc.spec.MinValid == 0 {
@@ -460,7 +459,7 @@ func TestHTTPSProbe(t *testing.T) {
 
 func TestHTTPSProbeBrokenServers(t *testing.T) {
 	plain := startHTTPTestServer(t, "127.0.0.1", nil)
-	silent := tlsTestServe(t, "127.0.0.1", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	silent := serveTCP(t, "127.0.0.1", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 	tests := []struct {
 		name    string
 		target  netip.AddrPort
@@ -472,38 +471,37 @@ func TestHTTPSProbeBrokenServers(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := tlsTestProbe(t, Spec{Protocol: HTTPS}, tc.target)
+			res := probeOnce(t, Spec{Protocol: HTTPS}, Options{}, tc.target)
 			t.Logf("%v: %s", res.Outcome, res.Message())
-			tlsTestCheck(t, res, tc.want, tc.errPart)
+			checkResult(t, res, tc.want, tc.errPart)
 		})
 	}
 }
 
-func TestHTTPProbeIPv6(t *testing.T) {
+// overHTTPAndHTTPS runs f as a subtest over http, and over https with a
+// certificate for name from a CA the probes trust.
+func overHTTPAndHTTPS(t *testing.T, name string, f func(t *testing.T, proto Protocol, cert *tls.Certificate)) {
+	t.Helper()
 	ca := newTestCA(t)
 	useRoots(t, ca.Pool())
-	cert := ca.Leaf(t, certOpts{DNSNames: []string{"app.example"}})
-	tests := []struct {
-		proto Protocol
-		cert  *tls.Certificate
-	}{
-		{HTTP, nil},
-		{HTTPS, &cert},
-	}
-	for _, tc := range tests {
-		t.Run(string(tc.proto), func(t *testing.T) {
-			srv := startHTTPTestServer(t, "::1", tc.cert)
-			spec := Spec{Protocol: tc.proto, Verify: true, Host: "app.example", Body: regexp.MustCompile("pulselb")}
-			res := tlsTestProbe(t, spec, srv.addr)
-			tlsTestCheck(t, res, L7OK, "")
-			if got := srv.lastSeen(t).host; got != "app.example" {
-				t.Errorf("server saw Host %q, want app.example", got)
-			}
-			if !strings.HasPrefix(srv.addr.String(), "[::1]:") {
-				t.Errorf("server listens on %v, want [::1]", srv.addr)
-			}
-		})
-	}
+	cert := ca.Leaf(t, certOpts{DNSNames: []string{name}})
+	t.Run(string(HTTP), func(t *testing.T) { f(t, HTTP, nil) })
+	t.Run(string(HTTPS), func(t *testing.T) { f(t, HTTPS, &cert) })
+}
+
+func TestHTTPProbeIPv6(t *testing.T) {
+	overHTTPAndHTTPS(t, "app.example", func(t *testing.T, proto Protocol, cert *tls.Certificate) {
+		srv := startHTTPTestServer(t, "::1", cert)
+		spec := Spec{Protocol: proto, Verify: true, Host: "app.example", Body: regexp.MustCompile("pulselb")}
+		res := probeOnce(t, spec, Options{}, srv.addr)
+		checkResult(t, res, L7OK, "")
+		if got := srv.lastSeen(t).host; got != "app.example" {
+			t.Errorf("server saw Host %q, want app.example", got)
+		}
+		if !strings.HasPrefix(srv.addr.String(), "[::1]:") {
+			t.Errorf("server listens on %v, want [::1]", srv.addr)
+		}
+	})
 }
 
 func TestHTTPProbeLocalAddr(t *testing.T) {
@@ -528,7 +526,7 @@ func TestHTTPProbeLocalAddr(t *testing.T) {
 // read to requests.
 func httpRawServer(t *testing.T, response string, requests chan<- string) netip.AddrPort {
 	t.Helper()
-	return tlsTestServe(t, "127.0.0.1", func(c net.Conn) {
+	return serveTCP(t, "127.0.0.1", func(c net.Conn) {
 		var req []byte
 		buf := make([]byte, 1024)
 		for !strings.Contains(string(req), "\r\n\r\n") {
@@ -638,9 +636,9 @@ func TestHTTPProbeWireFormats(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := httpRawServer(t, tc.response, nil)
-			res := tlsTestProbe(t, tc.spec, addr)
+			res := probeOnce(t, tc.spec, Options{}, addr)
 			t.Logf("%v: %s", res.Outcome, res.Message())
-			tlsTestCheck(t, res, tc.want, tc.errPart)
+			checkResult(t, res, tc.want, tc.errPart)
 			if tc.detail != "" && res.Detail != tc.detail {
 				t.Errorf("Detail = %q, want %q", res.Detail, tc.detail)
 			}
@@ -654,9 +652,9 @@ func TestHTTPProbeWireFormats(t *testing.T) {
 func TestHTTPProbeRequest(t *testing.T) {
 	requests := make(chan string, 1)
 	addr := httpRawServer(t, "HTTP/1.1 204 No Content\r\n\r\n", requests)
-	res := tlsTestProbe(t, Spec{Protocol: HTTP, Method: "POST", Path: "/health?full=1", Host: "app.example:8080"}, addr)
-	tlsTestCheck(t, res, L7OK, "")
-	req := tlsTestReceive(t, requests, "request")
+	res := probeOnce(t, Spec{Protocol: HTTP, Method: "POST", Path: "/health?full=1", Host: "app.example:8080"}, Options{}, addr)
+	checkResult(t, res, L7OK, "")
+	req := recv(t, requests, "request")
 	for _, line := range []string{
 		"POST /health?full=1 HTTP/1.1\r\n",
 		"\r\nHost: app.example:8080\r\n",
@@ -690,52 +688,39 @@ func httpRedirectServer(t *testing.T, location string, cert *tls.Certificate) ne
 }
 
 func TestHTTPProbeRedirectToOtherHost(t *testing.T) {
-	ca := newTestCA(t)
-	useRoots(t, ca.Pool())
-	cert := ca.Leaf(t, certOpts{DNSNames: []string{"sni.example"}})
-	tests := []struct {
-		proto Protocol
-		cert  *tls.Certificate
-	}{
-		{HTTP, nil},
-		{HTTPS, &cert},
-	}
-	for _, tc := range tests {
-		t.Run(string(tc.proto), func(t *testing.T) {
-			final := startHTTPTestServer(t, "127.0.0.1", tc.cert)
-			// localhost is a name, so the probe resolves it; it may name
-			// ::1 first, where nothing listens, before 127.0.0.1.
-			finalHost := fmt.Sprintf("localhost:%d", final.addr.Port())
-			start := httpRedirectServer(t, fmt.Sprintf("%s://%s/final", tc.proto, finalHost), tc.cert)
-			spec := Spec{Protocol: tc.proto, Host: "app.example", Follow: true, Status: StatusSet{{200, 200}},
-				Body: regexp.MustCompile("^final page$")}
-			if tc.proto == HTTPS {
-				spec.Verify, spec.SNI = true, "sni.example"
+	overHTTPAndHTTPS(t, "sni.example", func(t *testing.T, proto Protocol, cert *tls.Certificate) {
+		final := startHTTPTestServer(t, "127.0.0.1", cert)
+		// localhost is a name, so the probe resolves it; it may name
+		// ::1 first, where nothing listens, before 127.0.0.1.
+		finalHost := fmt.Sprintf("localhost:%d", final.addr.Port())
+		start := httpRedirectServer(t, fmt.Sprintf("%s://%s/final", proto, finalHost), cert)
+		spec := Spec{Protocol: proto, Host: "app.example", Follow: true, Status: StatusSet{{200, 200}},
+			Body: regexp.MustCompile("^final page$")}
+		if proto == HTTPS {
+			spec.Verify, spec.SNI = true, "sni.example"
+		}
+		res := probeOnce(t, spec, Options{}, start)
+		checkResult(t, res, L7OK, "")
+		// An absolute Location names its host, so the Host header follows it.
+		if got := final.lastSeen(t); got.host != finalHost || got.path != "/final" {
+			t.Errorf("final server saw %+v, want Host %s and /final", got, finalHost)
+		}
+		if proto == HTTPS {
+			if got := recv(t, final.sni, "ClientHello"); got != "sni.example" {
+				t.Errorf("final server saw SNI %q, want the configured sni.example", got)
 			}
-			res := tlsTestProbe(t, spec, start)
-			tlsTestCheck(t, res, L7OK, "")
-			// An absolute Location names its host, so the Host header follows it.
-			if got := final.lastSeen(t); got.host != finalHost || got.path != "/final" {
-				t.Errorf("final server saw %+v, want Host %s and /final", got, finalHost)
+			if res.TLS == nil || !res.TLS.Verified {
+				t.Errorf("TLS = %+v, want the final hop's verified certificate", res.TLS)
 			}
-			if tc.proto == HTTPS {
-				if got := tlsTestReceive(t, final.sni, "ClientHello"); got != "sni.example" {
-					t.Errorf("final server saw SNI %q, want the configured sni.example", got)
-				}
-				if res.TLS == nil || !res.TLS.Verified {
-					t.Errorf("TLS = %+v, want the final hop's verified certificate", res.TLS)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 func TestHTTPProbeRedirectToClosedHost(t *testing.T) {
-	ln, closed := tlsTestListen(t, "127.0.0.1")
-	_ = ln.Close()
+	closed := closedTCPPort(t, "127.0.0.1")
 	start := httpRedirectServer(t, fmt.Sprintf("http://%s/", closed), nil)
-	res := tlsTestProbe(t, Spec{Protocol: HTTP, Follow: true}, start)
-	tlsTestCheck(t, res, L4CON, "connecting")
+	res := probeOnce(t, Spec{Protocol: HTTP, Follow: true}, Options{}, start)
+	checkResult(t, res, L4CON, "connecting")
 }
 
 func TestHTTPProbeCancel(t *testing.T) {

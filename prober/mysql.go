@@ -126,36 +126,26 @@ func newMySQL(spec Spec, opts Options) (Prober, error) {
 
 // Probe checks the server at target.
 func (p *mysqlProber) Probe(ctx context.Context, target netip.AddrPort) Result {
-	start := time.Now()
-	ctx, cancel := withDeadline(ctx)
-	defer cancel()
-	var r Result
+	probe := p.handshake
 	if p.spec.User != "" {
-		r = p.login(ctx, target, start)
-	} else {
-		r = p.handshake(ctx, target, start)
+		probe = p.login
 	}
-	r.Timings.Total = time.Since(start)
-	return r
+	return timed(ctx, func(ctx context.Context, start time.Time) Result {
+		return probe(ctx, target, start)
+	})
 }
 
 // open dials target and reads the server greeting, recording the timings
 // and server version in r. On failure it sets r.Outcome and r.Err and
 // returns a nil conn. raw is the greeting packet as received.
-func (p *mysqlProber) open(ctx context.Context, addr string, start time.Time, r *Result) (conn net.Conn, g *mysqlGreeting, raw []byte) {
-	nc, err := dialer("tcp", p.opts).DialContext(ctx, "tcp", addr)
-	if err != nil {
-		r.Outcome, r.Err = dialOutcome(err), fmt.Errorf("connecting: %w", err)
+func (p *mysqlProber) open(ctx context.Context, target netip.AddrPort, start time.Time, r *Result) (conn net.Conn, g *mysqlGreeting, raw []byte) {
+	nc := connect(ctx, "tcp", p.opts, target, start, r)
+	if nc == nil {
 		return nil, nil, nil
-	}
-	r.Timings.Connect = time.Since(start)
-	if dl, ok := ctx.Deadline(); ok {
-		_ = nc.SetDeadline(dl)
 	}
 	// Unblock the reads when ctx is cancelled before its deadline; past the
 	// greeting the caller, or the driver, watches ctx.
-	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	defer abortOnCancel(ctx, nc)()
 	fail := func(o Outcome, err error) (net.Conn, *mysqlGreeting, []byte) {
 		nc.Close()
 		r.Outcome, r.Err = o, err
@@ -219,8 +209,8 @@ func (p *mysqlProber) login(ctx context.Context, target netip.AddrPort, start ti
 	// The dial reads and validates the greeting itself, so the driver never
 	// sees a malformed one and the probe keeps the version and timings of the
 	// one connection it opens.
-	cfg.DialFunc = func(ctx context.Context, _, addr string) (net.Conn, error) {
-		nc, g, raw := p.open(ctx, addr, start, &r)
+	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		nc, g, raw := p.open(ctx, target, start, &r)
 		if nc == nil {
 			return nil, r.Err
 		}
@@ -282,14 +272,13 @@ func (p *mysqlProber) driverFailure(ctx context.Context, what string, conn *mysq
 // "Access denied" as proof of life.
 func (p *mysqlProber) handshake(ctx context.Context, target netip.AddrPort, start time.Time) Result {
 	var r Result
-	conn, g, _ := p.open(ctx, target.String(), start, &r)
+	conn, g, _ := p.open(ctx, target, start, &r)
 	if conn == nil {
 		return r
 	}
 	defer conn.Close()
 	// Unblock the reads when ctx is cancelled before its deadline.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	defer abortOnCancel(ctx, conn)()
 	product := mysqlProduct(g.Version)
 
 	fail := func(o Outcome, err error) Result {

@@ -196,43 +196,6 @@ func TestMySQLNew(t *testing.T) {
 	}
 }
 
-// fakeMySQL is a TCP server on loopback that runs handle on every
-// connection, for behaviours a real server cannot be made to show.
-func fakeMySQL(t *testing.T, network string, handle func(net.Conn)) netip.AddrPort {
-	t.Helper()
-	addr := "127.0.0.1:0"
-	if network == "tcp6" {
-		addr = "[::1]:0"
-	}
-	ln, err := net.Listen(network, addr)
-	if err != nil {
-		t.Skipf("cannot listen on %s: %v", addr, err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				handle(c)
-			}()
-		}
-	}()
-	return netip.MustParseAddrPort(ln.Addr().String())
-}
-
 var testOKPacket = []byte{0x00, 0, 0, 2, 0, 0, 0}
 
 // fakeLogin greets, reads the handshake response, and answers with replies
@@ -314,30 +277,19 @@ func TestMySQLFakeServer(t *testing.T) {
 			_, _, _ = readMySQLPacket(c)
 		}, L7RSP, "", "logging in"},
 	}
-	for _, network := range []string{"tcp4", "tcp6"} {
-		t.Run(network, func(t *testing.T) {
-			t.Parallel()
-			for _, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					target := fakeMySQL(t, network, tt.handle)
-					p, err := New(tt.spec, Options{Secrets: testSecrets{"db": password}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-					defer cancel()
-					r := p.Probe(ctx, target)
-					checkMySQLResult(t, r, tt.want, tt.wantErr, password)
-					if tt.wantDetail != "" && r.Detail != tt.wantDetail {
-						t.Errorf("Detail = %q, want %q", r.Detail, tt.wantDetail)
-					}
-					if r.Timings.Total > time.Second {
-						t.Errorf("probe took %v with a 300ms context", r.Timings.Total)
-					}
-				})
-			}
-		})
-	}
+	onLoopbacks(t, "tcp", func(t *testing.T, host string) {
+		t.Parallel()
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				target := serveTCP(t, host, tt.handle)
+				r := probeOnce(t, tt.spec, Options{Secrets: testSecrets{"db": password}}, target)
+				checkMySQLResult(t, r, tt.want, tt.wantErr, password)
+				if tt.wantDetail != "" && r.Detail != tt.wantDetail {
+					t.Errorf("Detail = %q, want %q", r.Detail, tt.wantDetail)
+				}
+			})
+		}
+	})
 }
 
 // TestMySQLFakeServerHandshake checks what the credential-less probe sends:
@@ -349,7 +301,7 @@ func TestMySQLFakeServerHandshake(t *testing.T) {
 		payload []byte
 	}
 	got := make(chan packet, 10)
-	target := fakeMySQL(t, "tcp4", func(c net.Conn) {
+	target := serveTCP(t, "127.0.0.1", func(c net.Conn) {
 		_ = writeMySQLPacket(c, 0, testGreeting("8.0.36", testCaps, "caching_sha2_password"))
 		replies := [][]byte{append([]byte{0xfe}, "mysql_native_password\x00abcdefghijklmnopqrst\x00"...), testOKPacket}
 		for i := 0; ; i++ {
@@ -415,23 +367,12 @@ func TestMySQLRefused(t *testing.T) {
 	}
 }
 
-// checkMySQLResult checks the outcome, that Err is set exactly when the
-// outcome is down and contains wantErr, and that password appears nowhere.
+// checkMySQLResult checks that password appears nowhere in r, that Err is
+// set exactly when the outcome is down, and then the outcome and wantErr
+// as checkResult does.
 func checkMySQLResult(t *testing.T, r Result, want Outcome, wantErr, password string) {
 	t.Helper()
 	t.Logf("%v: %s", r.Outcome, r.Message())
-	if r.Outcome != want {
-		t.Errorf("Outcome = %v (err %v, detail %q), want %v", r.Outcome, r.Err, r.Detail, want)
-	}
-	if (r.Err != nil) == r.Up() {
-		t.Errorf("Err = %v with outcome %v", r.Err, r.Outcome)
-	}
-	if wantErr != "" && (r.Err == nil || !strings.Contains(r.Err.Error(), wantErr)) {
-		t.Errorf("Err = %v, want it to contain %q", r.Err, wantErr)
-	}
-	if r.Timings.Total <= 0 {
-		t.Errorf("Timings.Total = %v", r.Timings.Total)
-	}
 	if password != "" {
 		all := fmt.Sprintf("%+v %q %q %q", r, r.Message(), r.Detail, r.ServerVersion)
 		if r.Err != nil {
@@ -441,6 +382,13 @@ func checkMySQLResult(t *testing.T, r Result, want Outcome, wantErr, password st
 			t.Errorf("result contains the password: %s", all)
 		}
 	}
+	if (r.Err != nil) == r.Up() {
+		t.Errorf("Err = %v with outcome %v", r.Err, r.Outcome)
+	}
+	if r.Timings.Total <= 0 {
+		t.Errorf("Timings.Total = %v", r.Timings.Total)
+	}
+	checkResult(t, r, want, wantErr)
 }
 
 // probeMySQL runs one probe of m with spec.

@@ -70,10 +70,19 @@ func New(spec Spec, opts Options) (Prober, error) {
 	return p, nil
 }
 
-// withDeadline returns ctx bounded by DefaultTimeout when it has no deadline.
-func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+// timed is the frame of every prober's Probe: it bounds ctx by
+// DefaultTimeout when it has no deadline, hands probe the start time its
+// phase timings count from, and records the total time in the Result.
+func timed(ctx context.Context, probe func(ctx context.Context, start time.Time) Result) Result {
+	var cancel context.CancelFunc
 	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 	}
-	return context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	start := time.Now()
+	res := probe(ctx, start)
+	res.Timings.Total = time.Since(start)
+	return res
 }

@@ -70,13 +70,6 @@ func sendOutcome(err error) Outcome {
 	}
 }
 
-// abortOnCancel makes blocked reads and writes on conn return when ctx is
-// cancelled before its deadline; the deadline itself is already on conn.
-// The returned function releases the hook.
-func abortOnCancel(ctx context.Context, conn net.Conn) func() bool {
-	return context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-}
-
 // tcpProber connects, optionally sends bytes and optionally checks the answer.
 type tcpProber struct {
 	send   []byte
@@ -97,36 +90,28 @@ func newTCP(spec Spec, opts Options) (Prober, error) {
 // reads until the answer matches, the peer closes, 64 KiB arrived or the
 // deadline passes.
 func (p *tcpProber) Probe(ctx context.Context, target netip.AddrPort) Result {
-	ctx, cancel := withDeadline(ctx)
-	defer cancel()
-	start := time.Now()
-	res := p.probe(ctx, target, start)
-	res.Timings.Total = time.Since(start)
-	return res
+	return timed(ctx, func(ctx context.Context, start time.Time) Result {
+		return p.probe(ctx, target, start)
+	})
 }
 
 func (p *tcpProber) probe(ctx context.Context, target netip.AddrPort, start time.Time) Result {
 	var res Result
-	conn, err := dialTCP(ctx, p.opts, target)
-	if err != nil {
-		res.Outcome = dialOutcome(err)
-		res.Err = fmt.Errorf("connecting: %w", err)
+	conn := connect(ctx, "tcp", p.opts, target, start, &res)
+	if conn == nil {
 		return res
 	}
-	res.Timings.Connect = time.Since(start)
 	defer conn.Close()
 	if len(p.send) == 0 && !p.expect.set() {
 		// Nothing was exchanged, so an orderly close would only cost the
 		// server a FIN exchange and leave this host a TIME_WAIT socket per
 		// probe; a reset ends the connection at once, as load balancers'
 		// connect checks do.
-		_ = conn.SetLinger(0)
+		_ = conn.(*net.TCPConn).SetLinger(0)
 		res.Outcome = L4OK
 		res.Detail = "connected"
 		return res
 	}
-	deadline, _ := ctx.Deadline()
-	_ = conn.SetDeadline(deadline)
 	defer abortOnCancel(ctx, conn)()
 
 	if len(p.send) > 0 {

@@ -8,122 +8,10 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// transportTimeout bounds every probe in the tcp, udp and dns tests.
-const transportTimeout = 300 * time.Millisecond
-
-// transportLoopbacks are the loopback hosts every tcp, udp and dns case runs against.
-var transportLoopbacks = []struct{ name, host string }{
-	{"ipv4", "127.0.0.1"},
-	{"ipv6", "::1"},
-}
-
-// requireTransportLoopback skips the test when host cannot be bound on network.
-func requireTransportLoopback(t *testing.T, network, host string) {
-	t.Helper()
-	addr := net.JoinHostPort(host, "0")
-	var c io.Closer
-	var err error
-	if strings.HasPrefix(network, "udp") {
-		c, err = net.ListenPacket(network, addr)
-	} else {
-		c, err = net.Listen(network, addr)
-	}
-	if err != nil {
-		t.Skipf("%s on %s unavailable: %v", network, host, err)
-	}
-	c.Close()
-}
-
-// transportAddrPort converts a listener address to the target a Prober takes.
-func transportAddrPort(t *testing.T, a net.Addr) netip.AddrPort {
-	t.Helper()
-	ap, err := netip.ParseAddrPort(a.String())
-	if err != nil {
-		t.Fatalf("parsing listener address %s: %v", a, err)
-	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-}
-
-// transportProbe builds the prober for spec, probes target with a context
-// of the given timeout, and checks the invariants every Result keeps.
-func transportProbe(t *testing.T, spec Spec, opts Options, target netip.AddrPort, timeout time.Duration) Result {
-	t.Helper()
-	p, err := New(spec, opts)
-	if err != nil {
-		t.Fatalf("New(%v): %v", spec.Protocol, err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	start := time.Now()
-	res := p.Probe(ctx, target)
-	elapsed := time.Since(start)
-	if res.Outcome == OutcomeUnknown {
-		t.Errorf("Probe returned OutcomeUnknown")
-	}
-	if res.Up() != (res.Err == nil) {
-		t.Errorf("outcome %s with Err %v: Err must be set exactly when down", res.Outcome, res.Err)
-	}
-	if res.Timings.Total <= 0 || res.Timings.Total > elapsed {
-		t.Errorf("Timings.Total = %v, want in (0, %v]", res.Timings.Total, elapsed)
-	}
-	// The race detector slows everything; the margin only has to catch a
-	// probe that ignores its deadline.
-	if elapsed > timeout+250*time.Millisecond {
-		t.Errorf("Probe took %v with a %v deadline", elapsed, timeout)
-	}
-	return res
-}
-
-// tcpTestServer listens on host:0 and runs handle on every accepted
-// connection, closing it afterwards, until the test ends.
-func tcpTestServer(t *testing.T, host string, handle func(net.Conn)) netip.AddrPort {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatalf("listening: %v", err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				handle(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		wg.Wait()
-	})
-	return transportAddrPort(t, l.Addr())
-}
-
-// tcpTestClosedPort returns a loopback port that nothing listens on.
-func tcpTestClosedPort(t *testing.T, host string) netip.AddrPort {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatalf("listening: %v", err)
-	}
-	ap := transportAddrPort(t, l.Addr())
-	l.Close()
-	return ap
-}
 
 // tcpDrain reads until the prober closes; the handlers below end the same way.
 func tcpDrain(c net.Conn) { _, _ = io.Copy(io.Discard, c) }
@@ -279,85 +167,67 @@ func TestTCP(t *testing.T) {
 			quickly: true,
 		},
 	}
-	for _, lo := range transportLoopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireTransportLoopback(t, "tcp", lo.host)
-			for _, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					t.Parallel()
-					target := tcpTestServer(t, lo.host, tt.handle)
-					spec := tt.spec
-					spec.Protocol = TCP
-					res := transportProbe(t, spec, Options{}, target, transportTimeout)
-					if res.Outcome != tt.want {
-						t.Fatalf("outcome = %s (%v), want %s", res.Outcome, res.Err, tt.want)
-					}
-					if tt.detail != "" && res.Detail != tt.detail {
-						t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
-					}
-					if tt.errHas != "" && (res.Err == nil || !strings.Contains(res.Err.Error(), tt.errHas)) {
-						t.Errorf("Err = %v, want it to contain %s", res.Err, tt.errHas)
-					}
-					// A reset can arrive before the dialer has seen the
-					// handshake finish, so only a connection that lived
-					// must have a connect time.
-					if tt.want != L4CON && res.Timings.Connect <= 0 {
-						t.Errorf("Timings.Connect = %v, want > 0", res.Timings.Connect)
-					}
-					if tt.want == L7OK && res.Timings.FirstByte <= 0 {
-						t.Errorf("Timings.FirstByte = %v, want > 0", res.Timings.FirstByte)
-					}
-					if tt.quickly && res.Timings.Total > transportTimeout/2 {
-						t.Errorf("took %v, want a decision well before the %v deadline", res.Timings.Total, transportTimeout)
-					}
-					if tt.want == L7TOUT && res.Timings.Total < transportTimeout*3/4 {
-						t.Errorf("timed out after %v, before the %v deadline", res.Timings.Total, transportTimeout)
-					}
-				})
-			}
-		})
-	}
+	onLoopbacks(t, "tcp", func(t *testing.T, host string) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				target := serveTCP(t, host, tt.handle)
+				spec := tt.spec
+				spec.Protocol = TCP
+				res := probeOnce(t, spec, Options{}, target)
+				checkResult(t, res, tt.want, tt.errHas)
+				if tt.detail != "" && res.Detail != tt.detail {
+					t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
+				}
+				// A reset can arrive before the dialer has seen the
+				// handshake finish, so only a connection that lived
+				// must have a connect time.
+				if tt.want != L4CON && res.Timings.Connect <= 0 {
+					t.Errorf("Timings.Connect = %v, want > 0", res.Timings.Connect)
+				}
+				if tt.want == L7OK && res.Timings.FirstByte <= 0 {
+					t.Errorf("Timings.FirstByte = %v, want > 0", res.Timings.FirstByte)
+				}
+				if tt.quickly && res.Timings.Total > probeTimeout/2 {
+					t.Errorf("took %v, want a decision well before the %v deadline", res.Timings.Total, probeTimeout)
+				}
+				if tt.want == L7TOUT && res.Timings.Total < probeTimeout*3/4 {
+					t.Errorf("timed out after %v, before the %v deadline", res.Timings.Total, probeTimeout)
+				}
+			})
+		}
+	})
 }
 
 func TestTCPClosedPort(t *testing.T) {
-	for _, lo := range transportLoopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireTransportLoopback(t, "tcp", lo.host)
-			res := transportProbe(t, Spec{Protocol: TCP}, Options{}, tcpTestClosedPort(t, lo.host), transportTimeout)
-			if res.Outcome != L4CON {
-				t.Fatalf("outcome = %s (%v), want L4CON", res.Outcome, res.Err)
-			}
-			if !errors.Is(res.Err, syscall.ECONNREFUSED) {
-				t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
-			}
-		})
-	}
+	onLoopbacks(t, "tcp", func(t *testing.T, host string) {
+		res := probeOnce(t, Spec{Protocol: TCP}, Options{}, closedTCPPort(t, host))
+		checkResult(t, res, L4CON, "")
+		if !errors.Is(res.Err, syscall.ECONNREFUSED) {
+			t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
+		}
+	})
 }
 
 func TestTCPSendIsExact(t *testing.T) {
-	for _, lo := range transportLoopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireTransportLoopback(t, "tcp", lo.host)
-			got := make(chan []byte, 1)
-			target := tcpTestServer(t, lo.host, func(c net.Conn) {
-				b, _ := io.ReadAll(c)
-				got <- b
-			})
-			send := []byte("\x00bin\xff\r\x00")
-			res := transportProbe(t, Spec{Protocol: TCP, Send: send}, Options{}, target, transportTimeout)
-			if res.Outcome != L4OK {
-				t.Fatalf("outcome = %s (%v), want L4OK", res.Outcome, res.Err)
-			}
-			select {
-			case b := <-got:
-				if !bytes.Equal(b, send) {
-					t.Errorf("server received %q, want exactly %q", b, send)
-				}
-			case <-time.After(2 * time.Second):
-				t.Fatal("server never saw the connection close")
-			}
+	onLoopbacks(t, "tcp", func(t *testing.T, host string) {
+		got := make(chan []byte, 1)
+		target := serveTCP(t, host, func(c net.Conn) {
+			b, _ := io.ReadAll(c)
+			got <- b
 		})
-	}
+		send := []byte("\x00bin\xff\r\x00")
+		res := probeOnce(t, Spec{Protocol: TCP, Send: send}, Options{}, target)
+		checkResult(t, res, L4OK, "")
+		select {
+		case b := <-got:
+			if !bytes.Equal(b, send) {
+				t.Errorf("server received %q, want exactly %q", b, send)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("server never saw the connection close")
+		}
+	})
 }
 
 func TestTCPLocalAddr(t *testing.T) {
@@ -370,17 +240,15 @@ func TestTCPLocalAddr(t *testing.T) {
 		l.Close()
 	}
 	from := make(chan net.Addr, 1)
-	target := tcpTestServer(t, "127.0.0.1", func(c net.Conn) {
+	target := serveTCP(t, "127.0.0.1", func(c net.Conn) {
 		from <- c.RemoteAddr()
 		tcpDrain(c)
 	})
-	res := transportProbe(t, Spec{Protocol: TCP}, Options{LocalAddr: local}, target, transportTimeout)
-	if res.Outcome != L4OK {
-		t.Fatalf("outcome = %s (%v), want L4OK", res.Outcome, res.Err)
-	}
+	res := probeOnce(t, Spec{Protocol: TCP}, Options{LocalAddr: local}, target)
+	checkResult(t, res, L4OK, "")
 	select {
 	case a := <-from:
-		if got := transportAddrPort(t, a).Addr(); got != local {
+		if got := addrPortOf(t, a).Addr(); got != local {
 			t.Errorf("server saw source %v, want %v", got, local)
 		}
 	case <-time.After(2 * time.Second):
@@ -405,7 +273,7 @@ func TestTCPConnectTimeout(t *testing.T) {
 	if err := rc.Control(func(fd uintptr) { lerr = syscall.Listen(int(fd), 0) }); err != nil || lerr != nil {
 		t.Skipf("cannot shrink the listen backlog: %v %v", err, lerr)
 	}
-	target := transportAddrPort(t, l.Addr())
+	target := addrPortOf(t, l.Addr())
 	full := false
 	for range 16 {
 		c, err := net.DialTimeout("tcp", target.String(), 100*time.Millisecond)
@@ -421,15 +289,13 @@ func TestTCPConnectTimeout(t *testing.T) {
 	if !full {
 		t.Skip("the listen backlog never filled, so a connect timeout cannot be made on loopback")
 	}
-	res := transportProbe(t, Spec{Protocol: TCP}, Options{}, target, 200*time.Millisecond)
-	if res.Outcome != L4TOUT {
-		t.Fatalf("outcome = %s (%v), want L4TOUT", res.Outcome, res.Err)
-	}
+	res := probeOnce(t, Spec{Protocol: TCP}, Options{}, target)
+	checkResult(t, res, L4TOUT, "")
 }
 
 func TestTCPCancel(t *testing.T) {
 	accepted := make(chan struct{})
-	target := tcpTestServer(t, "127.0.0.1", func(c net.Conn) {
+	target := serveTCP(t, "127.0.0.1", func(c net.Conn) {
 		close(accepted)
 		tcpDrain(c)
 	})

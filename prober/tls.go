@@ -155,24 +155,16 @@ func newTLS(spec Spec, opts Options) (Prober, error) {
 // Probe connects to target, completes a TLS handshake, checks ALPN and the
 // leaf certificate's remaining validity, and closes with close_notify.
 func (p *tlsProber) Probe(ctx context.Context, target netip.AddrPort) Result {
-	ctx, cancel := withDeadline(ctx)
-	defer cancel()
-	start := time.Now()
-	res := p.probe(ctx, target, start)
-	res.Timings.Total = time.Since(start)
-	return res
+	return timed(ctx, func(ctx context.Context, start time.Time) Result {
+		return p.probe(ctx, target, start)
+	})
 }
 
 func (p *tlsProber) probe(ctx context.Context, target netip.AddrPort, start time.Time) Result {
 	var res Result
-	conn, err := dialTCP(ctx, p.opts, target)
-	if err != nil {
-		res.Outcome, res.Err = dialOutcome(err), fmt.Errorf("connecting: %w", err)
+	conn := connect(ctx, "tcp", p.opts, target, start, &res)
+	if conn == nil {
 		return res
-	}
-	res.Timings.Connect = time.Since(start)
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(deadline)
 	}
 	tc := tls.Client(conn, p.cfg)
 	// Close sends close_notify when the handshake finished, so the server

@@ -8,72 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// tlsTestTimeout bounds each probe in these tests.
-const tlsTestTimeout = 300 * time.Millisecond
-
-// tlsTestListen listens on host (an IP) port 0, skipping the test when host
-// is ::1 and IPv6 loopback is unavailable.
-func tlsTestListen(t *testing.T, host string) (net.Listener, netip.AddrPort) {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		if strings.Contains(host, ":") {
-			t.Skipf("IPv6 loopback unavailable: %v", err)
-		}
-		t.Fatalf("listening on %s: %v", host, err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	return ln, netip.MustParseAddrPort(ln.Addr().String())
-}
-
-// tlsTestServe listens on host and serves every connection with handle.
-// When the test ends it closes the listener and every open connection and
-// waits for the handlers.
-func tlsTestServe(t *testing.T, host string, handle func(net.Conn)) netip.AddrPort {
-	t.Helper()
-	ln, addr := tlsTestListen(t, host)
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns = map[net.Conn]bool{}
-	)
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns[c] = true
-			mu.Unlock()
-			wg.Go(func() {
-				defer func() {
-					mu.Lock()
-					delete(conns, c)
-					mu.Unlock()
-					_ = c.Close()
-				}()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				handle(c)
-			})
-		}
-	})
-	return addr
-}
 
 // tlsTestServer is a TLS server on loopback that completes handshakes and
 // then reads until the client closes.
@@ -89,7 +26,7 @@ type tlsTestServer struct {
 func startTLSTestServer(t *testing.T, host string, cfg *tls.Config) *tlsTestServer {
 	t.Helper()
 	s := &tlsTestServer{sni: make(chan string, 16), closed: make(chan error, 16)}
-	s.addr = tlsTestServe(t, host, func(c net.Conn) {
+	s.addr = serveTCP(t, host, func(c net.Conn) {
 		tc := tls.Server(c, cfg)
 		if err := tc.Handshake(); err != nil {
 			return
@@ -99,55 +36,6 @@ func startTLSTestServer(t *testing.T, host string, cfg *tls.Config) *tlsTestServ
 		s.closed <- err
 	})
 	return s
-}
-
-// tlsTestReceive waits for a value from ch.
-func tlsTestReceive[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(2 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		var zero T
-		return zero
-	}
-}
-
-// tlsTestProbe builds a prober for spec and probes target once with a
-// tlsTestTimeout deadline, failing the test if it overstays the deadline.
-func tlsTestProbe(t *testing.T, spec Spec, target netip.AddrPort) Result {
-	t.Helper()
-	p, err := New(spec, Options{})
-	if err != nil {
-		t.Fatalf("New(%v): %v", spec, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), tlsTestTimeout)
-	defer cancel()
-	start := time.Now()
-	res := p.Probe(ctx, target)
-	if took := time.Since(start); took > tlsTestTimeout+200*time.Millisecond {
-		t.Errorf("probe took %v, deadline was %v", took, tlsTestTimeout)
-	}
-	if res.Outcome == OutcomeUnknown {
-		t.Errorf("probe returned OutcomeUnknown")
-	}
-	if res.Up() != (res.Err == nil) {
-		t.Errorf("outcome %v with err %v: Err must be set exactly when down", res.Outcome, res.Err)
-	}
-	return res
-}
-
-// tlsTestCheck fails the test unless res has outcome want and, when
-// errPart is set, an error containing it.
-func tlsTestCheck(t *testing.T, res Result, want Outcome, errPart string) {
-	t.Helper()
-	if res.Outcome != want {
-		t.Fatalf("outcome = %v (%v), want %v", res.Outcome, res.Message(), want)
-	}
-	if errPart != "" && (res.Err == nil || !strings.Contains(res.Err.Error(), errPart)) {
-		t.Fatalf("err = %v, want it to contain %q", res.Err, errPart)
-	}
 }
 
 func TestTLSProbe(t *testing.T) {
@@ -178,10 +66,10 @@ func TestTLSProbe(t *testing.T) {
 			spec: Spec{Protocol: TLS, Verify: true, SNI: "server.test"},
 			want: L6OK,
 			check: func(t *testing.T, res Result, srv *tlsTestServer) {
-				if got := tlsTestReceive(t, srv.sni, "server name"); got != "server.test" {
+				if got := recv(t, srv.sni, "server name"); got != "server.test" {
 					t.Errorf("server saw SNI %q, want server.test", got)
 				}
-				if err := tlsTestReceive(t, srv.closed, "connection end"); err != nil {
+				if err := recv(t, srv.closed, "connection end"); err != nil {
 					t.Errorf("connection ended with %v, want close_notify", err)
 				}
 				if !res.TLS.Verified || res.TLS.Version != "TLS 1.3" {
@@ -205,7 +93,7 @@ func TestTLSProbe(t *testing.T) {
 			spec: Spec{Protocol: TLS, Verify: true},
 			want: L6OK,
 			check: func(t *testing.T, res Result, srv *tlsTestServer) {
-				if got := tlsTestReceive(t, srv.sni, "server name"); got != "" {
+				if got := recv(t, srv.sni, "server name"); got != "" {
 					t.Errorf("server saw SNI %q, want none", got)
 				}
 			},
@@ -328,8 +216,8 @@ func TestTLSProbe(t *testing.T) {
 				Certificates: []tls.Certificate{tc.cert},
 				NextProtos:   tc.serverALPN,
 			})
-			res := tlsTestProbe(t, tc.spec, srv.addr)
-			tlsTestCheck(t, res, tc.want, tc.errPart)
+			res := probeOnce(t, tc.spec, Options{}, srv.addr)
+			checkResult(t, res, tc.want, tc.errPart)
 			if tc.check != nil {
 				tc.check(t, res, srv)
 			}
@@ -338,18 +226,14 @@ func TestTLSProbe(t *testing.T) {
 }
 
 func TestTLSProbeBrokenServers(t *testing.T) {
-	closedPort := func(t *testing.T) netip.AddrPort {
-		ln, addr := tlsTestListen(t, "127.0.0.1")
-		_ = ln.Close()
-		return addr
-	}
+	closedPort := func(t *testing.T) netip.AddrPort { return closedTCPPort(t, "127.0.0.1") }
 	silent := func(t *testing.T) netip.AddrPort {
-		return tlsTestServe(t, "127.0.0.1", func(c net.Conn) {
+		return serveTCP(t, "127.0.0.1", func(c net.Conn) {
 			_, _ = io.Copy(io.Discard, c)
 		})
 	}
 	garbage := func(t *testing.T) netip.AddrPort {
-		return tlsTestServe(t, "127.0.0.1", func(c net.Conn) {
+		return serveTCP(t, "127.0.0.1", func(c net.Conn) {
 			// Read the ClientHello first so closing does not reset the
 			// connection before the client sees the garbage.
 			_, _ = c.Read(make([]byte, 4096))
@@ -368,8 +252,8 @@ func TestTLSProbeBrokenServers(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := tlsTestProbe(t, Spec{Protocol: TLS}, tc.server(t))
-			tlsTestCheck(t, res, tc.want, tc.errPart)
+			res := probeOnce(t, Spec{Protocol: TLS}, Options{}, tc.server(t))
+			checkResult(t, res, tc.want, tc.errPart)
 			if res.TLS != nil {
 				t.Errorf("TLS = %+v after a failed handshake", res.TLS)
 			}
@@ -383,9 +267,9 @@ func TestTLSProbeIPv6(t *testing.T) {
 	srv := startTLSTestServer(t, "::1", &tls.Config{
 		Certificates: []tls.Certificate{ca.Leaf(t, certOpts{DNSNames: []string{"server.test"}})},
 	})
-	res := tlsTestProbe(t, Spec{Protocol: TLS, Verify: true, SNI: "server.test"}, srv.addr)
-	tlsTestCheck(t, res, L6OK, "")
-	if got := tlsTestReceive(t, srv.sni, "server name"); got != "server.test" {
+	res := probeOnce(t, Spec{Protocol: TLS, Verify: true, SNI: "server.test"}, Options{}, srv.addr)
+	checkResult(t, res, L6OK, "")
+	if got := recv(t, srv.sni, "server name"); got != "server.test" {
 		t.Errorf("server saw SNI %q, want server.test", got)
 	}
 }
@@ -393,7 +277,7 @@ func TestTLSProbeIPv6(t *testing.T) {
 func TestTLSProbeCancel(t *testing.T) {
 	// The context has no deadline, so the probe gets DefaultTimeout; being
 	// cancelled must still end it at once.
-	addr := tlsTestServe(t, "127.0.0.1", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	addr := serveTCP(t, "127.0.0.1", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 	p, err := New(Spec{Protocol: TLS}, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -438,7 +322,7 @@ func TestTLSProbeLocalAddr(t *testing.T) {
 	ca := newTestCA(t)
 	cert := ca.Leaf(t, certOpts{DNSNames: []string{"server.test"}})
 	from := make(chan string, 1)
-	addr := tlsTestServe(t, "127.0.0.1", func(c net.Conn) {
+	addr := serveTCP(t, "127.0.0.1", func(c net.Conn) {
 		from <- remoteIP(c.RemoteAddr().String())
 		tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}})
 		_, _ = io.Copy(io.Discard, tc)
@@ -451,8 +335,8 @@ func TestTLSProbeLocalAddr(t *testing.T) {
 	if res.Outcome == L4CON || res.Outcome == L4UNREACH {
 		t.Skipf("cannot probe from 127.0.0.2 here: %v", res.Message())
 	}
-	tlsTestCheck(t, res, L6OK, "")
-	if got := tlsTestReceive(t, from, "connection"); got != "127.0.0.2" {
+	checkResult(t, res, L6OK, "")
+	if got := recv(t, from, "connection"); got != "127.0.0.2" {
 		t.Errorf("server saw the probe from %s, want 127.0.0.2", got)
 	}
 }

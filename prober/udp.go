@@ -42,28 +42,18 @@ func newUDP(spec Spec, opts Options) (Prober, error) {
 // slow answer by waiting, so a probe that gets none always takes its whole
 // timeout.
 func (p *udpProber) Probe(ctx context.Context, target netip.AddrPort) Result {
-	ctx, cancel := withDeadline(ctx)
-	defer cancel()
-	start := time.Now()
-	res := p.probe(ctx, target, start)
-	res.Timings.Total = time.Since(start)
-	return res
+	return timed(ctx, func(ctx context.Context, start time.Time) Result {
+		return p.probe(ctx, target, start)
+	})
 }
 
 func (p *udpProber) probe(ctx context.Context, target netip.AddrPort, start time.Time) Result {
 	var res Result
-	// A connected socket is what makes the kernel report an ICMP port
-	// unreachable to us, as ECONNREFUSED on the next read or write.
-	conn, err := dialer("udp", p.opts).DialContext(ctx, "udp", target.String())
-	if err != nil {
-		res.Outcome = dialOutcome(err)
-		res.Err = fmt.Errorf("connecting: %w", err)
+	conn := connect(ctx, "udp", p.opts, target, start, &res)
+	if conn == nil {
 		return res
 	}
-	res.Timings.Connect = time.Since(start)
 	defer conn.Close()
-	deadline, _ := ctx.Deadline()
-	_ = conn.SetDeadline(deadline)
 	defer abortOnCancel(ctx, conn)()
 
 	if _, err := conn.Write(p.send); err != nil {

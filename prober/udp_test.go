@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -42,7 +41,7 @@ func udpTestServer(t *testing.T, host string, answer func(req []byte, from net.A
 		pc.Close()
 		wg.Wait()
 	})
-	return transportAddrPort(t, pc.LocalAddr())
+	return addrPortOf(t, pc.LocalAddr())
 }
 
 // udpTestClosedPort returns a loopback UDP port that nothing listens on.
@@ -52,7 +51,7 @@ func udpTestClosedPort(t *testing.T, host string) netip.AddrPort {
 	if err != nil {
 		t.Fatalf("listening: %v", err)
 	}
-	ap := transportAddrPort(t, pc.LocalAddr())
+	ap := addrPortOf(t, pc.LocalAddr())
 	pc.Close()
 	return ap
 }
@@ -147,43 +146,35 @@ func TestUDP(t *testing.T) {
 			errHas: "no answer",
 		},
 	}
-	for _, lo := range transportLoopbacks {
-		t.Run(lo.name, func(t *testing.T) {
-			requireTransportLoopback(t, "udp", lo.host)
-			for _, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					t.Parallel()
-					target := udpTestServer(t, lo.host, tt.answer)
-					spec := tt.spec
-					spec.Protocol = UDP
-					res := transportProbe(t, spec, Options{}, target, transportTimeout)
-					if res.Outcome != tt.want {
-						t.Fatalf("outcome = %s (%v), want %s", res.Outcome, res.Err, tt.want)
-					}
-					if tt.detail != "" && res.Detail != tt.detail {
-						t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
-					}
-					if tt.errHas != "" && (res.Err == nil || !strings.Contains(res.Err.Error(), tt.errHas)) {
-						t.Errorf("Err = %v, want it to contain %s", res.Err, tt.errHas)
-					}
-					if res.Timings.Connect <= 0 {
-						t.Errorf("Timings.Connect = %v, want > 0", res.Timings.Connect)
-					}
-					answered := tt.answer != nil
-					if answered && res.Timings.FirstByte <= 0 {
-						t.Errorf("Timings.FirstByte = %v, want > 0", res.Timings.FirstByte)
-					}
-					// An answer decides at once; silence only at the deadline.
-					if answered && res.Timings.Total > transportTimeout/2 {
-						t.Errorf("took %v to judge an answer", res.Timings.Total)
-					}
-					if !answered && res.Timings.Total < transportTimeout*3/4 {
-						t.Errorf("judged silence after %v, before the %v deadline", res.Timings.Total, transportTimeout)
-					}
-				})
-			}
-		})
-	}
+	onLoopbacks(t, "udp", func(t *testing.T, host string) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				target := udpTestServer(t, host, tt.answer)
+				spec := tt.spec
+				spec.Protocol = UDP
+				res := probeOnce(t, spec, Options{}, target)
+				checkResult(t, res, tt.want, tt.errHas)
+				if tt.detail != "" && res.Detail != tt.detail {
+					t.Errorf("Detail = %q, want %q", res.Detail, tt.detail)
+				}
+				if res.Timings.Connect <= 0 {
+					t.Errorf("Timings.Connect = %v, want > 0", res.Timings.Connect)
+				}
+				answered := tt.answer != nil
+				if answered && res.Timings.FirstByte <= 0 {
+					t.Errorf("Timings.FirstByte = %v, want > 0", res.Timings.FirstByte)
+				}
+				// An answer decides at once; silence only at the deadline.
+				if answered && res.Timings.Total > probeTimeout/2 {
+					t.Errorf("took %v to judge an answer", res.Timings.Total)
+				}
+				if !answered && res.Timings.Total < probeTimeout*3/4 {
+					t.Errorf("judged silence after %v, before the %v deadline", res.Timings.Total, probeTimeout)
+				}
+			})
+		}
+	})
 }
 
 func TestUDPClosedPort(t *testing.T) {
@@ -194,23 +185,20 @@ func TestUDPClosedPort(t *testing.T) {
 		{"silence=up", Spec{Protocol: UDP, Silence: SilenceUp}},
 		{"with expectation", Spec{Protocol: UDP, Send: []byte("PING"), Expect: regexp.MustCompile(`^PONG`)}},
 	}
-	for _, lo := range transportLoopbacks {
+	onLoopbacks(t, "udp", func(t *testing.T, host string) {
 		for _, s := range specs {
-			t.Run(lo.name+"/"+s.name, func(t *testing.T) {
-				requireTransportLoopback(t, "udp", lo.host)
-				res := transportProbe(t, s.spec, Options{}, udpTestClosedPort(t, lo.host), transportTimeout)
-				if res.Outcome != L4CON {
-					t.Fatalf("outcome = %s (%v), want L4CON", res.Outcome, res.Err)
-				}
+			t.Run(s.name, func(t *testing.T) {
+				res := probeOnce(t, s.spec, Options{}, udpTestClosedPort(t, host))
+				checkResult(t, res, L4CON, "")
 				if !errors.Is(res.Err, syscall.ECONNREFUSED) {
 					t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
 				}
-				if res.Timings.Total > transportTimeout/2 {
+				if res.Timings.Total > probeTimeout/2 {
 					t.Errorf("took %v; an ICMP refusal should not wait for the deadline", res.Timings.Total)
 				}
 			})
 		}
-	}
+	})
 }
 
 func TestUDPLocalAddr(t *testing.T) {
@@ -224,7 +212,7 @@ func TestUDPLocalAddr(t *testing.T) {
 		return []byte(from.String())
 	})
 	spec := Spec{Protocol: UDP, Expect: regexp.MustCompile(`^127\.0\.0\.2:`)}
-	res := transportProbe(t, spec, Options{LocalAddr: local}, target, transportTimeout)
+	res := probeOnce(t, spec, Options{LocalAddr: local}, target)
 	if res.Outcome != L7OK {
 		t.Fatalf("outcome = %s (%v), want L7OK: the server must see source %v", res.Outcome, res.Err, local)
 	}

@@ -26,15 +26,16 @@ func newMetrics() *metrics {
 		reportRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "report_requests_total", Help: "Requests for this instance's report, by result (ok, unauthorized)."}, []string{"result"}),
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "verdict_changes_total", Help: "Changes of target verdicts, by the verdict changed to."}, []string{"to"}),
+			Name: "verdict_changes_total", Help: "Changes of target verdicts, by kind (target) and the verdict changed to."}, []string{"kind", "to"}),
 		published: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "published_addresses", Help: "Addresses each configured service publishes in DNS now."}, []string{"service"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "reloads_total", Help: "Configuration reloads, by result (success, error)."}, []string{"result"}),
+			Name: "reloads_total", Help: "Configuration reloads, by result (ok, error)."}, []string{"result"}),
 	}
 }
 
-func (m *metrics) register(r prometheus.Registerer) error {
+// RegisterMetrics registers every metric in m with r.
+func (m *metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
 	for _, c := range []prometheus.Collector{m.peerPolls, m.reportRequests, m.verdicts, m.published, m.reloads} {
 		if err := r.Register(c); err != nil {

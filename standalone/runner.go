@@ -100,11 +100,11 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		reg = prometheus.NewRegistry()
 	}
 	r := &Runner{
-		opts:           opts,
-		reg:            reg,
-		metrics:        newMetrics(),
-		proberMetrics:  prober.NewMetrics(),
-		dash:           dashboard.New(dashboard.Options{Title: opts.Title}),
+		opts:          opts,
+		reg:           reg,
+		metrics:       newMetrics(),
+		proberMetrics: prober.NewMetrics(),
+
 		client:         &http.Client{},
 		wake:           make(chan struct{}, 1),
 		cfg:            cfg,
@@ -114,8 +114,9 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		publishedHosts: map[string]map[string]bool{},
 		saved:          true,
 	}
-	dnsMetrics := dnsexport.NewMetrics()
-	if err := errors.Join(r.metrics.register(reg), r.proberMetrics.RegisterMetrics(reg), dnsMetrics.RegisterMetrics(reg), dashboard.RegisterMetrics(reg)); err != nil {
+	dnsMetrics, dashMetrics := dnsexport.NewMetrics(), dashboard.NewMetrics()
+	r.dash = dashboard.New(dashboard.Options{Title: opts.Title, Metrics: dashMetrics})
+	if err := errors.Join(r.metrics.RegisterMetrics(reg), r.proberMetrics.RegisterMetrics(reg), dnsMetrics.RegisterMetrics(reg), dashMetrics.RegisterMetrics(reg)); err != nil {
 		return nil, err
 	}
 	saved, err := loadState(cfg.StateFile)
@@ -288,7 +289,7 @@ func (r *Runner) Reload(ctx context.Context, cfg *Config) error {
 	r.setTargetsLocked(infos, probers)
 	r.mu.Unlock()
 	r.sched.Set(targets)
-	r.metrics.reloads.WithLabelValues("success").Inc()
+	r.metrics.reloads.WithLabelValues("ok").Inc()
 	logger.Info("Reloaded configuration", "file", cfg.File, "services", len(cfg.Services), "targets", len(targets), "peers", len(cfg.Peers))
 	poke(r.wake)
 	return nil
@@ -516,7 +517,7 @@ func (r *Runner) evaluate(ctx context.Context) {
 			Port: int(ti.port.Port), From: c.From.Verdict.String(), To: to.String(), Reason: c.To.Summary()})
 		r.since[c.Target.Key] = now
 		r.saved = false
-		r.metrics.verdicts.WithLabelValues(to.String()).Inc()
+		r.metrics.verdicts.WithLabelValues("target", to.String()).Inc()
 	}
 
 	var zone []dnsexport.Service

@@ -8,9 +8,9 @@ package status
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -113,7 +113,7 @@ func Decide(in Input) Result {
 	scheduled, ready := podNodes(in.Pods)
 
 	healthy := make([]string, 0, len(ready))
-	for _, n := range setList(ready) {
+	for _, n := range slices.Sorted(maps.Keys(ready)) {
 		if in.Health[n].Down {
 			continue
 		}
@@ -130,11 +130,11 @@ func Decide(in Input) Result {
 		if len(candidates) == 0 {
 			candidates = scheduled
 		}
-		nodes, failOpen = Publish(healthy, setList(candidates), in.AllDown)
+		nodes, failOpen = Publish(healthy, slices.Sorted(maps.Keys(candidates)), in.AllDown)
 	}
 
 	families := familyOrder(svc)
-	useExternal, useInternal := addressTypes(in.AddressType, setList(scheduled), in.Nodes, families)
+	useExternal, useInternal := addressTypes(in.AddressType, slices.Sorted(maps.Keys(scheduled)), in.Nodes, families)
 	var ingress []corev1.LoadBalancerIngress
 	var externalIPs, internalIPs []netip.Addr
 	seen := map[netip.Addr]bool{}
@@ -317,7 +317,7 @@ func scheduledCondition(in Input, scheduled map[string]bool) metav1.Condition {
 		c.Reason, c.Message = ReasonPending, "no proxy pod is scheduled yet"
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonScheduled
-		c.Message = "proxy pods run on " + contract.ShortList(setList(scheduled), 10)
+		c.Message = "proxy pods run on " + contract.ShortList(slices.Sorted(maps.Keys(scheduled)), 10)
 	}
 	return c
 }
@@ -405,13 +405,4 @@ func joinAddrs(ips []netip.Addr) string {
 		s[i] = ip.String()
 	}
 	return strings.Join(s, ",")
-}
-
-func setList(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

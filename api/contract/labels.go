@@ -30,6 +30,12 @@ const (
 	AnnotationSpecHash = Prefix + "spec-hash"
 )
 
+// PodConditionProbed is the readiness gate of proxy pods: the controller
+// sets it True once the probers found the pod's node serving every port of
+// its Service, so that a rollout replaces a proxy only after its successor
+// is probed Up, not merely started.
+const PodConditionProbed = Prefix + "probed"
+
 // Node labels pulselb reads and writes.
 const (
 	// LabelExcludeFromLB is Kubernetes' well-known exclusion label; any
@@ -43,7 +49,23 @@ const (
 	// LabelExternalIP is "true" on a node with an ExternalIP address; the
 	// controller maintains it and proxies prefer such nodes.
 	LabelExternalIP = Prefix + "external-ip"
+	// LabelMaintenance, any value, takes a node out of service gracefully:
+	// its addresses leave every Service's status at once, its proxies keep
+	// forwarding for their drain delay and move to other nodes.
+	LabelMaintenance = Prefix + "maintenance"
 )
+
+// Leaving reports why node is to be taken out of service gracefully, by
+// its label, or "" when it is not: the maintenance label, or an exclusion
+// label set while proxies may run there.
+func Leaving(node *corev1.Node) string {
+	for _, l := range []string{LabelMaintenance, LabelExclude, LabelExcludeFromLB} {
+		if _, ok := node.Labels[l]; ok {
+			return l
+		}
+	}
+	return ""
+}
 
 // AnnotationAllowedNamespaces on a Secret in the pulselb namespace lists
 // (comma-separated) the namespaces whose Services may name it in a mysql

@@ -109,11 +109,18 @@ func runController(args []string, _, stderr io.Writer) int {
 	defer stop()
 
 	var dash *dashboard.Dashboard
+	metrics := controller.NewMetrics()
+	sets := []func(prometheus.Registerer) error{metrics.RegisterMetrics}
+	if f.dns != nil {
+		sets = append(sets, f.dns.Metrics.RegisterMetrics)
+	}
 	if f.dashboard && f.metricsAddr != "" {
-		dash = dashboard.New(dashboard.Options{Title: "pulselb"})
+		dashMetrics := dashboard.NewMetrics()
+		sets = append(sets, dashMetrics.RegisterMetrics)
+		dash = dashboard.New(dashboard.Options{Title: "pulselb", Metrics: dashMetrics})
 		defer dash.Close()
 	}
-	reg, err := newRegistry(f.metricSets(dash != nil)...)
+	reg, err := newRegistry(sets...)
 	if err != nil {
 		return failed(logger, err)
 	}
@@ -133,7 +140,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	// Informers run on every replica so a new leader starts with warm
 	// caches, and dnsexport serves from them without the lease.
 	inf := newInformerFactories(client, f.placement.Namespace)
-	ctl, err := controller.New(ctx, client, inf.cluster, inf.system, recorder, f.config(health, dyn))
+	ctl, err := controller.New(ctx, client, inf.cluster, inf.system, recorder, f.config(health, dyn, metrics))
 	if err != nil {
 		logger.Error(err, "Creating controller failed")
 		return 1
@@ -182,6 +189,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	pullPolicy := fs.String("proxy-image-pull-policy", string(corev1.PullIfNotPresent), "Always, IfNotPresent or Never")
 	priorityClass := fs.String("proxy-priority-class", placement.DefaultPriorityClassName, "priority class of proxy pods; empty for none")
 	proxyMode := fs.String("proxy-mode", placement.DefaultProxyMode, "the proxies' --mode: auto, iptables or userspace")
+	drainTimeout := fs.Duration("proxy-drain-timeout", placement.DefaultDrainTimeout, "how long a proxy being removed lets open connections finish after its drain delay (pulselb.io/drain-delay)")
 	fs.BoolVar(&f.classOnly, "class-only", false, "serve only Services with loadBalancerClass "+contract.Class+", not those without a class")
 	fs.IntVar(&f.workers, "workers", 16, "Services reconciled in parallel; most of a sync is waiting on the API server")
 	fs.BoolVar(&f.probeReports, "probe-reports", true, "judge health from the probers' ProbeReports (needs the ProbeReport CRD from deploy/crds/ and the prober DaemonSet); false: a node is down only while labelled pulselb.io/unhealthy")
@@ -217,6 +225,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 		return nil, 2, false
 	case f.workers < 1:
 		fmt.Fprintln(stderr, "pulselb controller: --workers must be at least 1")
+		return nil, 2, false
+	case *drainTimeout <= 0 || *drainTimeout > time.Hour:
+		fmt.Fprintf(stderr, "pulselb controller: --proxy-drain-timeout=%s: want more than 0s, at most 1h\n", *drainTimeout)
 		return nil, 2, false
 	}
 	switch corev1.PullPolicy(*pullPolicy) {
@@ -255,6 +266,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 		ImagePullPolicy:   corev1.PullPolicy(*pullPolicy),
 		PriorityClassName: *priorityClass,
 		ProxyMode:         *proxyMode,
+		DNSTTL:            uint32(f.dnsTTL),
+		DrainTimeout:      *drainTimeout,
+		ReadinessGate:     f.probeReports,
 	}
 	f.election.namespace = *namespace
 	return f, 0, true
@@ -280,21 +294,10 @@ func (f *controllerFlags) health(client kubernetes.Interface, dyn dynamic.Interf
 	}, nil
 }
 
-// metricSets returns the RegisterMetrics of the parts this controller runs.
-func (f *controllerFlags) metricSets(dashboardOn bool) []func(prometheus.Registerer) error {
-	sets := []func(prometheus.Registerer) error{controller.RegisterMetrics}
-	if f.dns != nil {
-		sets = append(sets, f.dns.Metrics.RegisterMetrics)
-	}
-	if dashboardOn {
-		sets = append(sets, dashboard.RegisterMetrics)
-	}
-	return sets
-}
-
 // config returns the controller's configuration.
-func (f *controllerFlags) config(health controller.HealthConfig, dyn dynamic.Interface) controller.Config {
+func (f *controllerFlags) config(health controller.HealthConfig, dyn dynamic.Interface, metrics *controller.Metrics) controller.Config {
 	cfg := controller.Config{
+		Metrics:   metrics,
 		Services:  contract.Selection{ClassOnly: f.classOnly},
 		Health:    health,
 		Placement: f.placement,

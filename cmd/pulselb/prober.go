@@ -70,8 +70,8 @@ func runProber(args []string, _, stderr io.Writer) int {
 	ctx, stop := signalContext(logger)
 	defer stop()
 
-	metrics := prober.NewMetrics()
-	reg, err := newRegistry(metrics.RegisterMetrics, agent.RegisterMetrics)
+	metrics, agentMetrics := prober.NewMetrics(), agent.NewMetrics()
+	reg, err := newRegistry(metrics.RegisterMetrics, agentMetrics.RegisterMetrics)
 	if err != nil {
 		return failed(logger, err)
 	}
@@ -101,6 +101,7 @@ func runProber(args []string, _, stderr io.Writer) int {
 		BeaconPort:       uint16(*beaconPort),
 		Heartbeat:        *heartbeat,
 		MinWriteInterval: *minWrite,
+		Metrics:          agentMetrics,
 		Scheduler:        prober.Config{Concurrency: *concurrency, Metrics: metrics},
 	})
 	if err != nil {

@@ -69,12 +69,12 @@ func registered(t *testing.T) map[string]bool {
 	t.Helper()
 	r := &recorder{reg: prometheus.NewPedanticRegistry(), names: map[string]bool{}}
 	for name, register := range map[string]func(prometheus.Registerer) error{
-		"controller": controller.RegisterMetrics,
+		"controller": controller.NewMetrics().RegisterMetrics,
 		"prober":     prober.NewMetrics().RegisterMetrics,
-		"agent":      agent.RegisterMetrics,
+		"agent":      agent.NewMetrics().RegisterMetrics,
 		"proxy":      proxy.NewMetrics().RegisterMetrics,
 		"dnsexport":  dnsexport.NewMetrics().RegisterMetrics,
-		"dashboard":  dashboard.RegisterMetrics,
+		"dashboard":  dashboard.NewMetrics().RegisterMetrics,
 	} {
 		if err := register(r); err != nil {
 			t.Fatalf("registering the %s metrics: %v", name, err)

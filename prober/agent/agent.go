@@ -58,6 +58,9 @@ type Config struct {
 	Heartbeat time.Duration
 	// MinWriteInterval spaces report writes caused by state changes.
 	MinWriteInterval time.Duration
+	// Metrics receives the agent's own metrics; nil means unregistered
+	// ones.
+	Metrics *Metrics
 	// Scheduler tunes the probe scheduler; OnChange is the agent's own and
 	// is overwritten.
 	Scheduler prober.Config
@@ -120,6 +123,9 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 	}
 	if cfg.MinWriteInterval <= 0 {
 		cfg.MinWriteInterval = DefaultMinWriteInterval
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
 	}
 	if cfg.Scheduler.Clock == nil {
 		cfg.Scheduler.Clock = clock.RealClock{}
@@ -370,10 +376,10 @@ func (a *Agent) write(ctx context.Context) error {
 			r := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Namespace: a.cfg.Namespace, Name: a.cfg.Node}, Status: st}
 			created, err := a.reports.Create(ctx, r)
 			if err != nil {
-				reportWrites.WithLabelValues("create", "error").Inc()
+				a.cfg.Metrics.reportWrites.WithLabelValues("create", "error").Inc()
 				return fmt.Errorf("creating probe report %s/%s: %w", a.cfg.Namespace, a.cfg.Node, err)
 			}
-			reportWrites.WithLabelValues("create", "success").Inc()
+			a.cfg.Metrics.reportWrites.WithLabelValues("create", "ok").Inc()
 			a.last = created
 			return nil
 		case err != nil:
@@ -385,12 +391,12 @@ func (a *Agent) write(ctx context.Context) error {
 	r.Status = st
 	updated, err := a.reports.Update(ctx, r)
 	if err != nil {
-		reportWrites.WithLabelValues("update", "error").Inc()
+		a.cfg.Metrics.reportWrites.WithLabelValues("update", "error").Inc()
 		// Re-read at the next write: someone replaced or deleted it.
 		a.last = nil
 		return fmt.Errorf("updating probe report %s/%s: %w", a.cfg.Namespace, a.cfg.Node, err)
 	}
-	reportWrites.WithLabelValues("update", "success").Inc()
+	a.cfg.Metrics.reportWrites.WithLabelValues("update", "ok").Inc()
 	a.last = updated
 	return nil
 }

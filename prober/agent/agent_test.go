@@ -62,6 +62,34 @@ func service(name string, annotations map[string]string, ports ...corev1.Service
 	}
 }
 
+// waitReport polls node's ProbeReport until ok holds for it, and returns it.
+func waitReport(t *testing.T, ctx context.Context, reports *v1alpha1.Client, node, what string, ok func(*v1alpha1.ProbeReport) bool) *v1alpha1.ProbeReport {
+	t.Helper()
+	var last *v1alpha1.ProbeReport
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		r, err := reports.Get(ctx, systemNS, node)
+		if err != nil {
+			return false, nil
+		}
+		last = r
+		return ok(r), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v; last report %+v", what, err, last)
+	}
+	return last
+}
+
+// resultsByTarget indexes r's results by target key.
+func resultsByTarget(r *v1alpha1.ProbeReport) map[string]*v1alpha1.ProbeResult {
+	out := map[string]*v1alpha1.ProbeResult{}
+	for i := range r.Status.Results {
+		res := &r.Status.Results[i]
+		out[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = res
+	}
+	return out
+}
+
 // newAgent returns an agent on node self whose informers run on a fake
 // clientset holding objs, and its reports' dynamic client.
 func newAgent(t *testing.T, ctx context.Context, self string, cfg Config, objs ...runtime.Object) (*Agent, *v1alpha1.Client) {
@@ -213,32 +241,8 @@ func TestRunReportsRealProbes(t *testing.T) {
 	go func() { done <- a.Run(ctx) }()
 
 	key := contract.TargetKey("shop/web", "TCP", port, "n1")
-	waitFor := func(what string, ok func(*v1alpha1.ProbeReport) bool) *v1alpha1.ProbeReport {
-		t.Helper()
-		var last *v1alpha1.ProbeReport
-		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-			r, err := reports.Get(ctx, systemNS, "n2")
-			if err != nil {
-				return false, nil
-			}
-			last = r
-			return ok(r), nil
-		})
-		if err != nil {
-			t.Fatalf("waiting for %s: %v; last report %+v", what, err, last)
-		}
-		return last
-	}
-	result := func(r *v1alpha1.ProbeReport) *v1alpha1.ProbeResult {
-		for i := range r.Status.Results {
-			res := &r.Status.Results[i]
-			if contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node) == key {
-				return res
-			}
-		}
-		return nil
-	}
-	r := waitFor("target and beacon Up", func(r *v1alpha1.ProbeReport) bool {
+	result := func(r *v1alpha1.ProbeReport) *v1alpha1.ProbeResult { return resultsByTarget(r)[key] }
+	r := waitReport(t, ctx, reports, "n2", "target and beacon Up", func(r *v1alpha1.ProbeReport) bool {
 		res := result(r)
 		return res != nil && res.State == v1alpha1.StateUp && len(r.Status.Beacons) == 1 && r.Status.Beacons[0].State == v1alpha1.StateUp
 	})
@@ -250,7 +254,7 @@ func TestRunReportsRealProbes(t *testing.T) {
 	}
 
 	proxyLn.Close()
-	r = waitFor("target Down", func(r *v1alpha1.ProbeReport) bool {
+	r = waitReport(t, ctx, reports, "n2", "target Down", func(r *v1alpha1.ProbeReport) bool {
 		res := result(r)
 		return res != nil && res.State == v1alpha1.StateDown
 	})

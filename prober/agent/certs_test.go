@@ -18,7 +18,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -143,39 +142,21 @@ func TestRunReportsCertNotAfter(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 
-	results := func(r *v1alpha1.ProbeReport) map[string]*v1alpha1.ProbeResult {
-		out := map[string]*v1alpha1.ProbeResult{}
-		for i := range r.Status.Results {
-			res := &r.Status.Results[i]
-			out[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = res
-		}
-		return out
-	}
 	waitAll := func(what string, state v1alpha1.State) *v1alpha1.ProbeReport {
 		t.Helper()
-		var last *v1alpha1.ProbeReport
-		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-			r, err := reports.Get(ctx, systemNS, "n2")
-			if err != nil {
-				return false, nil
-			}
-			last = r
-			got := results(r)
+		return waitReport(t, ctx, reports, "n2", what, func(r *v1alpha1.ProbeReport) bool {
+			got := resultsByTarget(r)
 			for _, key := range keys {
 				if res := got[key]; res == nil || res.State != state {
-					return false, nil
+					return false
 				}
 			}
-			return true, nil
+			return true
 		})
-		if err != nil {
-			t.Fatalf("waiting for %s: %v; last report %+v", what, err, last)
-		}
-		return last
 	}
 	check := func(r *v1alpha1.ProbeReport, when string) {
 		t.Helper()
-		got := results(r)
+		got := resultsByTarget(r)
 		for _, tg := range targets {
 			res := got[keys[tg.name]]
 			switch {

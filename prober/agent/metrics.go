@@ -2,17 +2,39 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-var reportWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "pulselb", Subsystem: "prober",
-	Name: "report_writes_total",
-	Help: "Writes of this prober's ProbeReport, by verb (create, update) and result.",
-}, []string{"verb", "result"})
+// Metrics are an Agent's own metrics (Config.Metrics); its probes' are the
+// prober package's.
+type Metrics struct {
+	reportWrites *prometheus.CounterVec
+}
 
-// RegisterMetrics registers the agent's metrics with r.
-func RegisterMetrics(r prometheus.Registerer) error {
-	return errors.Join(r.Register(reportWrites))
+// NewMetrics returns unregistered agent metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		reportWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pulselb", Subsystem: "prober",
+			Name: "report_writes_total",
+			Help: "Writes of this prober's ProbeReport, by verb (create, update) and result (ok, error).",
+		}, []string{"verb", "result"}),
+	}
+}
+
+// RegisterMetrics registers every metric in m with r. It is called from
+// main, never from init.
+func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
+	var errs []error
+	for _, c := range []prometheus.Collector{m.reportWrites} {
+		if err := r.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("registering agent metrics: %w", err)
+	}
+	return nil
 }

@@ -258,7 +258,7 @@ func TestScenarios(t *testing.T) {
 			if err != nil {
 				return false
 			}
-			synced := m[`pulselb_controller_sync_duration_seconds_count{queue="services",result="success"}`]
+			synced := m[`pulselb_controller_sync_duration_seconds_count{queue="services",result="ok"}`]
 			depth, ok := m[`pulselb_controller_workqueue_depth{queue="services"}`]
 			return synced >= float64(len(services.Items)) && ok && depth == 0
 		})
