@@ -110,19 +110,23 @@ func (e *Env) LabelNode(ctx context.Context, node, label string, value *string) 
 	return nil
 }
 
-// Maintain labels node pulselb.io/maintenance and waits until pulselb has
-// moved its proxies off it and no Service publishes its IP: the node is
-// safe to drain.
+// Maintain labels node pulselb.io/maintenance and waits until pulselb
+// says it is safe to drain (node condition pulselb.io/ProxiesDrained
+// True) and no Service publishes its IP.
 func (e *Env) Maintain(ctx context.Context, node string) error {
 	if err := e.LabelNode(ctx, node, LabelMaintenance, ptr.To("true")); err != nil {
 		return err
 	}
 	ip := e.nodeIP[node]
-	return e.waitFor(ctx, 2*time.Minute, "pulselb moving every proxy off "+node+" in maintenance", func() (bool, error) {
-		for _, p := range e.listPods(ctx, SystemNamespace, labelProxyApp) {
-			if p.Spec.NodeName == node {
-				return false, nil
-			}
+	return e.waitFor(ctx, 2*time.Minute, node+" in maintenance: "+conditionProxiesDrained+"=True and its IP in no status", func() (bool, error) {
+		n, err := e.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if !slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == conditionProxiesDrained && c.Status == corev1.ConditionTrue
+		}) {
+			return false, nil
 		}
 		for _, s := range e.Config.Services {
 			in, err := e.Ingress(ctx, s.Name)

@@ -48,19 +48,22 @@ const (
 	// BackendPort is the echo backend's container port.
 	BackendPort = 8080
 
-	LabelMaintenance    = "pulselb.io/maintenance"
-	AnnotationReplicas  = "pulselb.io/replicas"
-	AnnotationDrain     = "pulselb.io/drain-delay"
-	annotationNodeSel   = "pulselb.io/node-selector"
-	annotationDNSTTL    = "pulselb.io/dns-ttl"
-	labelProxyApp       = "app.kubernetes.io/name=pulselb-proxy"
-	labelServiceNS      = "pulselb.io/service-namespace"
-	labelServiceName    = "pulselb.io/service-name"
-	proxyContainer      = "proxy"
-	defaultProxyImage   = "ghcr.io/pulselb/pulselb:v1"
-	defaultReplicas     = 2
-	controllerReplicas  = 2
-	controllerLeaseName = "pulselb-controller"
+	LabelMaintenance   = "pulselb.io/maintenance"
+	AnnotationReplicas = "pulselb.io/replicas"
+	AnnotationDrain    = "pulselb.io/drain-delay"
+	annotationNodeSel  = "pulselb.io/node-selector"
+	annotationDNSTTL   = "pulselb.io/dns-ttl"
+	// conditionProxiesDrained is the node condition saying a node in
+	// maintenance is safe to drain.
+	conditionProxiesDrained = "pulselb.io/ProxiesDrained"
+	labelProxyApp           = "app.kubernetes.io/name=pulselb-proxy"
+	labelServiceNS          = "pulselb.io/service-namespace"
+	labelServiceName        = "pulselb.io/service-name"
+	proxyContainer          = "proxy"
+	defaultProxyImage       = "ghcr.io/pulselb/pulselb:v1"
+	defaultReplicas         = 2
+	controllerReplicas      = 2
+	controllerLeaseName     = "pulselb-controller"
 )
 
 // ServiceConfig is one LoadBalancer Service of the scenarios.
@@ -256,6 +259,9 @@ func (e *Env) StartClient(ctx context.Context, s ServiceConfig) *traffic.Client 
 		Timeout:     time.Second,
 		MaxRequests: 200_000,
 		MaxDuration: 10 * time.Minute,
+		// At most 500 requests a second: thousands per change, without
+		// taking the shared machine's CPU from the cluster.
+		Interval: 2 * time.Millisecond,
 		Run:         InClientNamespace,
 	})
 }

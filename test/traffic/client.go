@@ -34,6 +34,9 @@ type Options struct {
 	// 5 minutes.
 	MaxRequests int
 	MaxDuration time.Duration
+	// Interval is the least time between the starts of two requests; 0:
+	// none, the next request starts as soon as one ends.
+	Interval time.Duration
 	// Run runs the request loop, for example on a thread in another
 	// network namespace (cluster.RunInNamespace); default: in place.
 	Run func(func() error) error
@@ -87,7 +90,20 @@ func Start(ctx context.Context, opts Options) *Client {
 
 func (c *Client) loop(ctx context.Context) {
 	next := 0
+	var pace <-chan time.Time
+	if c.opts.Interval > 0 {
+		t := time.NewTicker(c.opts.Interval)
+		defer t.Stop()
+		pace = t.C
+	}
 	for i := 0; i < c.opts.MaxRequests && ctx.Err() == nil; i++ {
+		if pace != nil && i > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-pace:
+			}
+		}
 		start := time.Now()
 		r := Request{At: start}
 		addrs, _, err := c.opts.Resolver.Lookup(c.opts.Name)
@@ -97,6 +113,9 @@ func (c *Client) loop(ctx context.Context) {
 			err = c.get(ctx, r.Addr)
 		}
 		r.Took, r.OK = time.Since(start), err == nil
+		if err != nil && ctx.Err() != nil {
+			return // cut short by Stop: not the service's failure
+		}
 		if err != nil {
 			r.Err = err.Error()
 		}
@@ -115,12 +134,15 @@ func (c *Client) get(ctx context.Context, addr netip.Addr) error {
 	if err != nil {
 		return err
 	}
+	// Closed with a reset once the answer is read: no TIME_WAIT state on
+	// either side, so that a long run reuses no port a backend still
+	// remembers, as a new connection through the proxies' MASQUERADE
+	// otherwise would.
 	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetLinger(0)
 	deadline, _ := ctx.Deadline()
 	_ = conn.SetDeadline(deadline)
-	// The server closes first, so the TIME_WAIT state stays on its side
-	// and a long run does not use up the client's ports.
-	if _, err := fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", c.opts.Name); err != nil {
+	if _, err := fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", c.opts.Name); err != nil {
 		return fmt.Errorf("sending request: %w", err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

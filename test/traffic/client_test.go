@@ -131,3 +131,26 @@ func TestReportLongestGap(t *testing.T) {
 		})
 	}
 }
+
+func TestClientInterval(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+	dnsAddr, _ := serveDNS(t, 60, "127.0.0.1")
+	c := Start(context.Background(), Options{
+		Name: "web.shop.lb.test", Port: l.Addr().(*net.TCPAddr).Port,
+		Resolver: &Resolver{Servers: []string{dnsAddr}}, MaxRequests: 10, Interval: 20 * time.Millisecond,
+	})
+	<-c.done
+	rep, _ := c.Stop()
+	if rep.Sent != 10 || rep.Failed != 0 {
+		t.Fatalf("%s; want 10 sent, none failed", rep)
+	}
+	if d := rep.Requests[9].At.Sub(rep.Requests[0].At); d < 170*time.Millisecond {
+		t.Errorf("10 requests 20ms apart took %s, want at least 180ms", d)
+	}
+}
