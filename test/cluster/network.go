@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -290,3 +291,22 @@ func RunInNamespace(ns string, fn func() error) error {
 // BridgeIP is the root namespace's address on the nodes' bridge: the
 // nodes and the client namespace reach the harness' own processes there.
 const BridgeIP = bridgeIP
+
+// FreePort returns host:port with the port free for both UDP and TCP on
+// host at the time of the call, for a server that listens on both (DNS).
+func FreePort(host string) (string, error) {
+	for range 20 {
+		tcp, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return "", fmt.Errorf("finding a free port on %s: %w", host, err)
+		}
+		addr := tcp.Addr().String()
+		udp, err := net.ListenPacket("udp", addr)
+		tcp.Close()
+		if err == nil {
+			udp.Close()
+			return addr, nil
+		}
+	}
+	return "", fmt.Errorf("no port free for both UDP and TCP on %s", host)
+}

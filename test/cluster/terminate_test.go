@@ -38,11 +38,6 @@ func TestTerminationGrace(t *testing.T) {
 	}
 }
 
-func newTestRuntime(containers map[string]*containerState) *podRuntime {
-	return &podRuntime{key: "default/p", ip: "127.0.0.1", node: &simNode{internalIP: "198.18.1.1"}, initDone: true,
-		terminating: make(chan struct{}), kill: make(chan struct{}), containers: containers}
-}
-
 // closedWithin reports whether ch is closed within d.
 func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 	select {
@@ -210,33 +205,9 @@ func TestProbesWhileTerminating(t *testing.T) {
 	probe := &corev1.Probe{PeriodSeconds: 1, FailureThreshold: 1,
 		ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}}}
 	c := corev1.Container{Name: "app", ReadinessProbe: probe, LivenessProbe: probe}
-	st := &containerState{running: true, started: true}
-	rt := newTestRuntime(map[string]*containerState{"app": st})
-	notified := make(chan struct{}, 100)
 	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		rt.runProbes(pctx, &corev1.Pod{Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrInt64(1)}}, c, st, p, nil, func() { notified <- struct{}{} })
-	}()
-	ready := func() bool {
-		rt.mu.Lock()
-		defer rt.mu.Unlock()
-		return st.ready
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			select {
-			case <-notified:
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
+	pr := startProbes(pctx, t, c, p)
+	rt, ready, waitFor := pr.rt, pr.ready, pr.waitFor
 	waitFor("ready", ready)
 	rt.beginTermination(time.Hour)
 	l.Close()
@@ -246,5 +217,5 @@ func TestProbesWhileTerminating(t *testing.T) {
 		t.Error("the liveness probe killed a terminating container")
 	}
 	cancel()
-	<-done
+	<-pr.done
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -268,21 +267,11 @@ func tail(s string, lines int) string {
 // and TCP at the time of the call.
 func freeLoopbackPort(t *testing.T) string {
 	t.Helper()
-	for range 20 {
-		tcp, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := tcp.Addr().String()
-		udp, err := net.ListenPacket("udp", addr)
-		tcp.Close()
-		if err == nil {
-			udp.Close()
-			return addr
-		}
+	addr, err := cluster.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no loopback port free for both UDP and TCP")
-	return ""
+	return addr
 }
 
 func dnsQuery(addr, name string, qtype uint16) (*dns.Msg, error) {

@@ -32,7 +32,8 @@ type Controller struct {
 }
 
 func (e *Env) newController(index int) (*Controller, error) {
-	addr, err := freeBridgePort()
+	// The bridge address: the client namespace reaches it.
+	addr, err := cluster.FreePort(cluster.BridgeIP)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,6 @@ package planned
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -262,7 +261,7 @@ func (e *Env) StartClient(ctx context.Context, s ServiceConfig) *traffic.Client 
 		// At most 500 requests a second: thousands per change, without
 		// taking the shared machine's CPU from the cluster.
 		Interval: 2 * time.Millisecond,
-		Run:         InClientNamespace,
+		Run:      InClientNamespace,
 	})
 }
 
@@ -516,23 +515,4 @@ func lookup(server, name string) []string {
 	})
 	slices.Sort(out)
 	return out
-}
-
-// freeBridgePort returns a port free for both UDP and TCP on the harness'
-// bridge address, which the client namespace reaches.
-func freeBridgePort() (string, error) {
-	for range 20 {
-		tcp, err := net.Listen("tcp", cluster.BridgeIP+":0")
-		if err != nil {
-			return "", err
-		}
-		addr := tcp.Addr().String()
-		udp, err := net.ListenPacket("udp", addr)
-		tcp.Close()
-		if err == nil {
-			udp.Close()
-			return addr, nil
-		}
-	}
-	return "", fmt.Errorf("no port free for both UDP and TCP on %s", cluster.BridgeIP)
 }
