@@ -210,12 +210,7 @@ func TestExecProbe(t *testing.T) {
 // killed with the reason recorded.
 func TestLivenessProbeRestartsAndReadinessFollows(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	dir := t.TempDir()
-	p, err := startCommand(ctx, newRecord(dir), dir, "sleeper", nil, "sleep", "60")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.stop(time.Second) //nolint:errcheck // best effort
+	p := startSleeper(ctx, t)
 
 	healthy := make(chan bool, 1)
 	healthy <- true
@@ -297,12 +292,7 @@ func TestStartupProbeGates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			p, err := startCommand(ctx, newRecord(dir), dir, "sleeper", nil, "sleep", "60")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.stop(time.Second) //nolint:errcheck // best effort
+			p := startSleeper(ctx, t)
 			// Readiness passes at once, but must wait for startup.
 			c := corev1.Container{Name: "app", StartupProbe: tt.startup, ReadinessProbe: tcp(open.Addr().(*net.TCPAddr).Port, 1)}
 			st := &containerState{running: true}
@@ -453,4 +443,17 @@ func startProbes(ctx context.Context, t *testing.T, c corev1.Container, p *proce
 func newTestRuntime(containers map[string]*containerState) *podRuntime {
 	return &podRuntime{key: "default/p", ip: "127.0.0.1", node: &simNode{internalIP: "198.18.1.1"}, initDone: true,
 		terminating: make(chan struct{}), kill: make(chan struct{}), containers: containers}
+}
+
+// startSleeper starts a process that sleeps for a minute, stopped when
+// the test ends.
+func startSleeper(ctx context.Context, t *testing.T) *process {
+	t.Helper()
+	dir := t.TempDir()
+	p, err := startCommand(ctx, newRecord(dir), dir, "sleeper", nil, "sleep", "60")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.stop(time.Second) })
+	return p
 }

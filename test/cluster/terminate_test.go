@@ -182,12 +182,7 @@ func TestStatusWhileTerminating(t *testing.T) {
 // ready, as with kubelet v1.37.
 func TestProbesWhileTerminating(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	dir := t.TempDir()
-	p, err := startCommand(ctx, newRecord(dir), dir, "sleeper", nil, "sleep", "60")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.stop(time.Second) //nolint:errcheck // best effort
+	p := startSleeper(ctx, t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
