@@ -92,7 +92,7 @@ bench-dns: deps
 bench-failover: deps
 	cd test && $(GO) run ./bench/failover
 
-## bench-planned: requests lost per planned change (upgrade, maintenance, drains, scale-down, leader loss), pulselb against no drain delay (root, ~10 minutes once built).
+## bench-planned: requests lost per planned change (upgrade, maintenance, drains, scale-down, leader loss), pulselb against no drain delay (root, ~4 minutes once built).
 bench-planned: deps
 	cd test && $(GO) run ./bench/planned
 
