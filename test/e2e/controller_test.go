@@ -168,7 +168,9 @@ func TestController(t *testing.T) {
 			r, err := dnsQuery(dnsAddr, name, dns.TypeA)
 			return err == nil && r.Rcode == dns.RcodeNameError
 		})
-		poll(ctx, t, 30*time.Second, "proxy Deployment and pods gone, Service gone", func() bool {
+		// The proxies drain first: the drain delay (TTL 5 s + 10 s) and, in
+		// iptables mode, the whole drain timeout (10 s).
+		poll(ctx, t, 60*time.Second, "proxy Deployment and pods gone, Service gone", func() bool {
 			ctl.alive(t)
 			_, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
 			return apierrors.IsNotFound(err) && len(proxyDeployments(ctx, t, cs)) == 0 &&

@@ -9,7 +9,6 @@ package traffic
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -245,10 +244,6 @@ func (r Report) String() string {
 		r.LongestGap.Round(time.Millisecond), r.Duration.Round(time.Millisecond), strconv.FormatFloat(rate, 'f', 0, 64))
 }
 
-// ErrNotStarted is returned by Wait when the client sent no request
-// before its context ended.
-var ErrNotStarted = errors.New("the client sent no successful request")
-
 // WaitSucceeding waits until the client has had n successful requests.
 func (c *Client) WaitSucceeding(ctx context.Context, n int) error {
 	t := time.NewTicker(20 * time.Millisecond)
@@ -259,9 +254,11 @@ func (c *Client) WaitSucceeding(ctx context.Context, n int) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (%d wanted): %w", ErrNotStarted, n, ctx.Err())
+			_, ok := c.Sent()
+			return fmt.Errorf("waiting for %d successful requests: %d so far: %w", n, ok, ctx.Err())
 		case <-c.done:
-			return fmt.Errorf("%w (%d wanted): the client stopped", ErrNotStarted, n)
+			_, ok := c.Sent()
+			return fmt.Errorf("waiting for %d successful requests: the client stopped after %d", n, ok)
 		case <-t.C:
 		}
 	}
