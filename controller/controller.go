@@ -66,6 +66,9 @@ type Config struct {
 	// Metrics receives the controller's metrics; nil means unregistered
 	// ones of its own.
 	Metrics *Metrics
+	// MaxRollouts is how many proxy workloads may roll out a new pod
+	// template at once; 0 means no limit.
+	MaxRollouts int
 }
 
 // Controller reconciles LoadBalancer Services with their proxy workloads
@@ -75,6 +78,7 @@ type Controller struct {
 	recorder record.EventRecorder
 	cfg      Config
 	metrics  *Metrics
+	rollouts *rollouts
 	now      func() time.Time
 
 	services corelisters.ServiceLister
@@ -145,6 +149,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		recorder: recorder,
 		cfg:      cfg,
 		metrics:  cfg.Metrics,
+		rollouts: &rollouts{max: cfg.MaxRollouts},
 		now:      time.Now,
 		services: svcInformer.Lister(),
 		written: cache.NewIntegerResourceVersionMutationCacheWithOptions(logger, svcInformer.Informer().GetStore(),
@@ -162,10 +167,10 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "services", MetricsProvider: cfg.Metrics}),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "services", MetricsProvider: queueMetrics{cfg.Metrics}}),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: cfg.Metrics}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: queueMetrics{cfg.Metrics}}),
 		managed:       map[cache.ObjectName]bool{},
 		statusWritten: map[cache.ObjectName]time.Time{},
 	}
@@ -224,7 +229,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		c.reports = cfg.Health.Reports.GetStore()
 		c.healthQueue = workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "health", MetricsProvider: cfg.Metrics})
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "health", MetricsProvider: queueMetrics{cfg.Metrics}})
 		c.synced = append(c.synced, cfg.Health.Reports.HasSynced)
 		evaluate := cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.healthQueue.Add(healthKey) },

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -118,30 +120,20 @@ func (f *fixture) writes() []string {
 func (f *fixture) stored(ctx context.Context) []runtime.Object {
 	f.t.Helper()
 	var out []runtime.Object
-	svcs, _ := f.client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-	for i := range svcs.Items {
-		out = append(out, &svcs.Items[i])
+	add := func(list runtime.Object, err error) {
+		items, xerr := meta.ExtractList(list)
+		if err = errors.Join(err, xerr); err != nil {
+			f.t.Fatalf("reading back stored objects: %v", err)
+		}
+		out = append(out, items...)
 	}
-	nodes, _ := f.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	for i := range nodes.Items {
-		out = append(out, &nodes.Items[i])
-	}
-	pods, _ := f.client.CoreV1().Pods(systemNS).List(ctx, metav1.ListOptions{})
-	for i := range pods.Items {
-		out = append(out, &pods.Items[i])
-	}
-	deps, _ := f.client.AppsV1().Deployments(systemNS).List(ctx, metav1.ListOptions{})
-	for i := range deps.Items {
-		out = append(out, &deps.Items[i])
-	}
-	dss, _ := f.client.AppsV1().DaemonSets(systemNS).List(ctx, metav1.ListOptions{})
-	for i := range dss.Items {
-		out = append(out, &dss.Items[i])
-	}
-	pdbs, _ := f.client.PolicyV1().PodDisruptionBudgets(systemNS).List(ctx, metav1.ListOptions{})
-	for i := range pdbs.Items {
-		out = append(out, &pdbs.Items[i])
-	}
+	all := metav1.ListOptions{}
+	add(f.client.CoreV1().Services("").List(ctx, all))
+	add(f.client.CoreV1().Nodes().List(ctx, all))
+	add(f.client.CoreV1().Pods(systemNS).List(ctx, all))
+	add(f.client.AppsV1().Deployments(systemNS).List(ctx, all))
+	add(f.client.AppsV1().DaemonSets(systemNS).List(ctx, all))
+	add(f.client.PolicyV1().PodDisruptionBudgets(systemNS).List(ctx, all))
 	return out
 }
 

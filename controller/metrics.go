@@ -122,28 +122,30 @@ func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	return errors.Join(errs...)
 }
 
-// Metrics gives the work queues its metrics, labelled by queue name,
-// instead of client-go's global provider.
-var _ workqueue.MetricsProvider = (*Metrics)(nil)
+// queueMetrics gives the work queues the controller's metrics, labelled by
+// queue name, instead of client-go's global provider.
+type queueMetrics struct{ m *Metrics }
 
-func (m *Metrics) NewDepthMetric(name string) workqueue.GaugeMetric {
-	return m.queueDepth.WithLabelValues(name)
+var _ workqueue.MetricsProvider = queueMetrics{}
+
+func (q queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return q.m.queueDepth.WithLabelValues(name)
 }
-func (m *Metrics) NewAddsMetric(name string) workqueue.CounterMetric {
-	return m.queueAdds.WithLabelValues(name)
+func (q queueMetrics) NewAddsMetric(name string) workqueue.CounterMetric {
+	return q.m.queueAdds.WithLabelValues(name)
 }
-func (m *Metrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	return m.queueLatency.WithLabelValues(name)
+func (q queueMetrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return q.m.queueLatency.WithLabelValues(name)
 }
-func (m *Metrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	return m.queueWork.WithLabelValues(name)
+func (q queueMetrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return q.m.queueWork.WithLabelValues(name)
 }
-func (m *Metrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return m.queueUnfinished.WithLabelValues(name)
+func (q queueMetrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.m.queueUnfinished.WithLabelValues(name)
 }
-func (m *Metrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return m.queueLongest.WithLabelValues(name)
+func (q queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.m.queueLongest.WithLabelValues(name)
 }
-func (m *Metrics) NewRetriesMetric(name string) workqueue.CounterMetric {
-	return m.queueRetries.WithLabelValues(name)
+func (q queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return q.m.queueRetries.WithLabelValues(name)
 }

@@ -45,8 +45,30 @@ func (c *Controller) applyWorkload(ctx context.Context, svc *corev1.Service, wan
 		}
 	}
 	for _, a := range placement.PlanWorkload(key.AsNamespacedName(), want, current).Actions {
+		if placement.RollsOut(a, currentOf(current, a.Object)) {
+			rolling, err := c.rollingWorkloads()
+			if err != nil {
+				return err
+			}
+			if !c.rollouts.begin(a.Object.GetName(), rolling, c.now()) {
+				klog.FromContext(ctx).V(2).Info("Proxy rollout waits for others to finish", "workload", klog.KRef(c.cfg.Placement.Namespace, a.Object.GetName()),
+					"rolling", len(rolling), "maxRollouts", c.rollouts.max)
+				c.queue.AddAfter(key, rolloutRetry)
+				continue
+			}
+		}
 		if err := c.applyWorkloadAction(ctx, svc, want, a); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// currentOf returns the object of current with o's kind and name, or nil.
+func currentOf(current []placement.WorkloadObject, o placement.WorkloadObject) placement.WorkloadObject {
+	for _, cur := range current {
+		if cur.GetName() == o.GetName() && placement.KindOf(cur) == placement.KindOf(o) {
+			return cur
 		}
 	}
 	return nil

@@ -195,6 +195,7 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 			},
 		}
 		ds.Annotations[contract.AnnotationSpecHash] = specHash(ds.Labels, ds.Spec)
+		ds.Annotations[contract.AnnotationTemplateHash] = specHash(nil, ds.Spec.Template)
 		w.DaemonSet = ds
 	default:
 		w.Replicas = min(s.Replicas, int32(len(w.EligibleNodes)))
@@ -228,6 +229,7 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 			},
 		}
 		d.Annotations[contract.AnnotationSpecHash] = specHash(d.Labels, d.Spec)
+		d.Annotations[contract.AnnotationTemplateHash] = specHash(nil, d.Spec.Template)
 		w.Deployment = d
 		w.Budget = budget(objMeta, selector)
 	}

@@ -76,7 +76,7 @@ type WorkloadAction struct {
 
 // Kind returns the Kind of a's object: Deployment, DaemonSet or
 // PodDisruptionBudget.
-func (a WorkloadAction) Kind() string { return kindOf(a.Object) }
+func (a WorkloadAction) Kind() string { return KindOf(a.Object) }
 
 // WorkloadPlan is what makes a Service's current proxy workload the desired
 // one. The deletes come first: the workloads they remove hold the host
@@ -101,45 +101,33 @@ type WorkloadPlan struct {
 // not seen. That includes the replica count: it is placement's to decide
 // (capped at the eligible nodes), not another controller's.
 func PlanWorkload(svc types.NamespacedName, want Workload, current []WorkloadObject) WorkloadPlan {
-	desired := want.object()
-	var plan WorkloadPlan
-	var existing WorkloadObject // desired's kind and name
-	var budgets []WorkloadObject
+	var workloads, budgets []WorkloadObject
 	for _, cur := range current {
 		if _, ok := cur.(*policyv1.PodDisruptionBudget); ok {
 			budgets = append(budgets, cur)
-			continue
+		} else {
+			workloads = append(workloads, cur)
 		}
-		if desired != nil && kindOf(cur) == kindOf(desired) && cur.GetName() == desired.GetName() {
-			existing = cur
-			continue
-		}
-		if !labelledFor(cur, svc) {
-			continue
-		}
-		reason := PlanNotWanted
-		switch {
-		case desired == nil:
-		case kindOf(cur) != kindOf(desired):
-			reason = PlanModeChanged
-		default:
-			reason = PlanNameChanged
-		}
-		plan.Actions = append(plan.Actions, WorkloadAction{Verb: WorkloadDelete, Reason: reason, Object: cur})
 	}
+	desired := want.object()
+	existing, deletes := sortOut(svc, desired, false, workloads)
+	plan := WorkloadPlan{Actions: deletes}
 	if desired != nil {
 		plan.Actions = append(plan.Actions, planDesired(svc, desired, existing))
 	}
 	return planBudget(plan, svc, want, existing, budgets)
 }
 
-// planBudget adds to plan what makes the budgets of svc want.Budget: it is
-// created once its Deployment exists, owned by it, and updated when its
-// spec hash or owner differs; every other budget labelled for svc goes.
-func planBudget(plan WorkloadPlan, svc types.NamespacedName, want Workload, owner WorkloadObject, current []WorkloadObject) WorkloadPlan {
+// sortOut finds, among current, the object holding desired's kind and name
+// (nil: none), and the deletes of every other object labelled for svc:
+// modeChanged when it is of another kind than desired, or when desired is
+// nil while the Service has a workload (othersWanted); nameChanged when it
+// is of desired's kind; notWanted when the Service has nothing.
+func sortOut(svc types.NamespacedName, desired WorkloadObject, othersWanted bool, current []WorkloadObject) (WorkloadObject, []WorkloadAction) {
 	var existing WorkloadObject
+	var deletes []WorkloadAction
 	for _, cur := range current {
-		if want.Budget != nil && cur.GetName() == want.Budget.Name {
+		if desired != nil && KindOf(cur) == KindOf(desired) && cur.GetName() == desired.GetName() {
 			existing = cur
 			continue
 		}
@@ -148,13 +136,26 @@ func planBudget(plan WorkloadPlan, svc types.NamespacedName, want Workload, owne
 		}
 		reason := PlanNotWanted
 		switch {
-		case want.object() != nil && want.Budget == nil:
+		case desired == nil && othersWanted, desired != nil && KindOf(cur) != KindOf(desired):
 			reason = PlanModeChanged
-		case want.Budget != nil:
+		case desired != nil:
 			reason = PlanNameChanged
 		}
-		plan.Actions = append(plan.Actions, WorkloadAction{Verb: WorkloadDelete, Reason: reason, Object: cur})
+		deletes = append(deletes, WorkloadAction{Verb: WorkloadDelete, Reason: reason, Object: cur})
 	}
+	return existing, deletes
+}
+
+// planBudget adds to plan what makes the budgets of svc want.Budget: it is
+// created once its Deployment exists, owned by it, and updated when its
+// spec hash or owner differs; every other budget labelled for svc goes.
+func planBudget(plan WorkloadPlan, svc types.NamespacedName, want Workload, owner WorkloadObject, current []WorkloadObject) WorkloadPlan {
+	var desired WorkloadObject // an untyped nil without a budget
+	if want.Budget != nil {
+		desired = want.Budget
+	}
+	existing, deletes := sortOut(svc, desired, want.object() != nil, current)
+	plan.Actions = append(plan.Actions, deletes...)
 	if want.Budget == nil {
 		return plan
 	}
@@ -162,12 +163,12 @@ func planBudget(plan WorkloadPlan, svc types.NamespacedName, want Workload, owne
 		plan.Actions = append(plan.Actions, WorkloadAction{Verb: WorkloadNone, Reason: PlanAwaitingOwner, Object: want.Budget})
 		return plan
 	}
-	desired := want.Budget.DeepCopy()
-	desired.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment",
+	owned := want.Budget.DeepCopy()
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment",
 		Name: owner.GetName(), UID: owner.GetUID(), BlockOwnerDeletion: ptr.To(true)}}
-	a := planDesired(svc, desired, existing)
+	a := planDesired(svc, owned, existing)
 	if a.Verb == WorkloadNone && a.Reason == PlanUpToDate && !ownedBy(existing, owner) {
-		next := desired.DeepCopy()
+		next := owned.DeepCopy()
 		next.SetResourceVersion(existing.GetResourceVersion())
 		a = WorkloadAction{Verb: WorkloadUpdate, Reason: PlanOwnerChanged, Object: next}
 	}
@@ -217,9 +218,9 @@ func labelledFor(o WorkloadObject, svc types.NamespacedName) bool {
 	return ok && key == svc
 }
 
-// kindOf names o's kind from its Go type: objects from an informer's cache
+// KindOf names o's kind from its Go type: objects from an informer's cache
 // carry no TypeMeta.
-func kindOf(o WorkloadObject) string {
+func KindOf(o WorkloadObject) string {
 	switch o.(type) {
 	case *appsv1.Deployment:
 		return "Deployment"

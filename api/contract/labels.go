@@ -28,6 +28,9 @@ const (
 	// AnnotationSpecHash is the hash of the desired workload; the
 	// controller updates a workload only when it differs.
 	AnnotationSpecHash = Prefix + "spec-hash"
+	// AnnotationTemplateHash is the hash of a workload's pod template: an
+	// update that changes it rolls the proxies out again.
+	AnnotationTemplateHash = Prefix + "template-hash"
 )
 
 // PodConditionProbed is the readiness gate of proxy pods: the controller

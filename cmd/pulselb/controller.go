@@ -62,6 +62,7 @@ type controllerFlags struct {
 	placement    placement.Config
 	classOnly    bool
 	workers      int
+	maxRollouts  int
 	probeReports bool
 	vantages     int
 	election     electionConfig
@@ -189,6 +190,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	pullPolicy := fs.String("proxy-image-pull-policy", string(corev1.PullIfNotPresent), "Always, IfNotPresent or Never")
 	priorityClass := fs.String("proxy-priority-class", placement.DefaultPriorityClassName, "priority class of proxy pods; empty for none")
 	proxyMode := fs.String("proxy-mode", placement.DefaultProxyMode, "the proxies' --mode: auto, iptables or userspace")
+	fs.IntVar(&f.maxRollouts, "max-proxy-rollouts", controller.DefaultMaxRollouts, "how many Services' proxies roll out a new pod template (a new image) at once; 0: no limit")
 	drainTimeout := fs.Duration("proxy-drain-timeout", placement.DefaultDrainTimeout, "how long a proxy being removed lets open connections finish after its drain delay (pulselb.io/drain-delay)")
 	fs.BoolVar(&f.classOnly, "class-only", false, "serve only Services with loadBalancerClass "+contract.Class+", not those without a class")
 	fs.IntVar(&f.workers, "workers", 16, "Services reconciled in parallel; most of a sync is waiting on the API server")
@@ -222,6 +224,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	switch {
 	case *image == "":
 		fmt.Fprintln(stderr, "pulselb controller: --proxy-image is required")
+		return nil, 2, false
+	case f.maxRollouts < 0:
+		fmt.Fprintln(stderr, "pulselb controller: --max-proxy-rollouts must not be negative")
 		return nil, 2, false
 	case f.workers < 1:
 		fmt.Fprintln(stderr, "pulselb controller: --workers must be at least 1")
@@ -297,10 +302,11 @@ func (f *controllerFlags) health(client kubernetes.Interface, dyn dynamic.Interf
 // config returns the controller's configuration.
 func (f *controllerFlags) config(health controller.HealthConfig, dyn dynamic.Interface, metrics *controller.Metrics) controller.Config {
 	cfg := controller.Config{
-		Metrics:   metrics,
-		Services:  contract.Selection{ClassOnly: f.classOnly},
-		Health:    health,
-		Placement: f.placement,
+		Metrics:     metrics,
+		Services:    contract.Selection{ClassOnly: f.classOnly},
+		MaxRollouts: f.maxRollouts,
+		Health:      health,
+		Placement:   f.placement,
 	}
 	if f.dnsEndpoints {
 		cfg.DNSEndpoints = dnsexport.NewEndpointWriter(dyn, uint32(f.dnsTTL))

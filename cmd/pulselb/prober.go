@@ -36,6 +36,7 @@ func runProber(args []string, _, stderr io.Writer) int {
 	nodeName := fs.String("node-name", "", "the node this prober runs on (downward API spec.nodeName); required")
 	vantages := fs.Int("vantages", prober.DefaultVantages, "probers per target; must equal the controller's")
 	beaconPort := fs.Uint("beacon-port", agent.DefaultBeaconPort, "port of the node beacon (the prober pod's hostPort)")
+	beaconLinger := fs.Duration("beacon-linger", agent.DefaultBeaconLinger, "how long the beacon keeps answering after SIGTERM, so that a prober rollout fails no node")
 	heartbeat := fs.Duration("heartbeat", agent.DefaultHeartbeat, "report heartbeat interval")
 	minWrite := fs.Duration("min-write-interval", agent.DefaultMinWriteInterval, "least time between report writes caused by state changes")
 	concurrency := fs.Int("concurrency", prober.DefaultConcurrency, "probes in flight at most")
@@ -85,12 +86,16 @@ func runProber(args []string, _, stderr io.Writer) int {
 		logger.Error(err, "Listening for the node beacon failed", "port", *beaconPort)
 		return 1
 	}
+	beaconDone := make(chan struct{})
 	go func() {
-		if err := agent.ServeBeacon(ctx, beacon); err != nil {
+		defer close(beaconDone)
+		if err := agent.ServeBeacon(ctx, beacon, *beaconLinger); err != nil {
 			logger.Error(err, "Node beacon stopped")
 			stop()
 		}
 	}()
+	// The beacon outlives the agent by its linger.
+	defer func() { stop(); <-beaconDone }()
 
 	inf := newInformerFactories(client, *namespace)
 	a, err := agent.New(ctx, inf.cluster, inf.system, v1alpha1.NewClient(dyn), agent.Config{

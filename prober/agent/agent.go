@@ -222,11 +222,27 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
+// DefaultBeaconLinger is how long a stopping prober keeps answering its
+// node's beacon.
+const DefaultBeaconLinger = 3 * time.Second
+
 // ServeBeacon accepts and closes connections on ln, the node beacon other
-// probers probe, until ctx is done.
-func ServeBeacon(ctx context.Context, ln net.Listener) error {
+// probers probe, until ctx is done and linger more has passed. A prober pod
+// being replaced (a DaemonSet rollout) is terminating from the moment it
+// is deleted, so the other probers and the controller stop judging its
+// beacon at once; answering a little longer keeps a probe that was already
+// under way from failing the node, whose proxies serve on regardless.
+func ServeBeacon(ctx context.Context, ln net.Listener, linger time.Duration) error {
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
 		<-ctx.Done()
+		t := time.NewTimer(linger)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-done:
+		}
 		ln.Close()
 	}()
 	for {

@@ -227,7 +227,7 @@ func TestRunReportsRealProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = ServeBeacon(ctx, beaconLn) }()
+	go func() { _ = ServeBeacon(ctx, beaconLn, 0) }()
 
 	port := int32(netip.MustParseAddrPort(proxyLn.Addr().String()).Port())
 	web := service("web", map[string]string{contract.AnnotationProbeInterval: "100ms", contract.AnnotationRise: "1", contract.AnnotationFall: "1"},
@@ -264,5 +264,40 @@ func TestRunReportsRealProbes(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeBeaconLingers: a stopping prober answers its beacon for linger
+// more, then refuses, and ServeBeacon returns.
+func TestServeBeaconLingers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	const linger = 300 * time.Millisecond
+	go func() { done <- ServeBeacon(ctx, ln, linger) }()
+	cancel()
+	stopped := time.Now()
+	c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second)
+	if err != nil {
+		t.Fatalf("beacon refused right after the stop, within its linger: %v", err)
+	}
+	c.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(stopped); d < linger {
+			t.Errorf("ServeBeacon returned %s after the stop, before its linger of %s", d, linger)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ServeBeacon did not return after its linger")
+	}
+	if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Error("beacon still answers after its linger")
 	}
 }
