@@ -257,20 +257,7 @@ func TestLivenessProbeRestartsAndReadinessFollows(t *testing.T) {
 // then do the readiness probes begin.
 func TestStartupProbeGates(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	open, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer open.Close()
-	go func() {
-		for {
-			c, err := open.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	open := acceptingListener(t)
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -456,4 +443,25 @@ func startSleeper(ctx context.Context, t *testing.T) *process {
 	}
 	t.Cleanup(func() { _ = p.stop(time.Second) })
 	return p
+}
+
+// acceptingListener listens on loopback and closes every connection it
+// accepts (a TCP probe's success), until it is closed or the test ends.
+func acceptingListener(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l
 }

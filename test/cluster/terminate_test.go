@@ -183,20 +183,8 @@ func TestStatusWhileTerminating(t *testing.T) {
 func TestProbesWhileTerminating(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	p := startSleeper(ctx, t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := acceptingListener(t)
 	port := l.Addr().(*net.TCPAddr).Port
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
 	probe := &corev1.Probe{PeriodSeconds: 1, FailureThreshold: 1,
 		ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}}}
 	c := corev1.Container{Name: "app", ReadinessProbe: probe, LivenessProbe: probe}
