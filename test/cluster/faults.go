@@ -21,6 +21,9 @@ func (c *Cluster) NodeDown(ctx context.Context, name string) error {
 	}
 	n.mu.Lock()
 	n.down = true
+	if n.upCh == nil {
+		n.upCh = make(chan struct{})
+	}
 	n.mu.Unlock()
 	return run(ctx, "ip", "link", "set", fmt.Sprintf("plt-h%d", n.index), "down")
 }
@@ -37,6 +40,10 @@ func (c *Cluster) NodeUp(ctx context.Context, name string) error {
 	}
 	n.mu.Lock()
 	n.down = false
+	if n.upCh != nil {
+		close(n.upCh)
+		n.upCh = nil
+	}
 	n.mu.Unlock()
 	if err := c.kubelet.beat(ctx, n, true); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -65,7 +66,8 @@ type simNode struct {
 	leaseInterval, statusInterval time.Duration
 	mu                            sync.Mutex
 	down                          bool
-	beatMu                        sync.Mutex // serialises beats: lease and lastStatus
+	upCh                          chan struct{} // closed by NodeUp; nil while up
+	beatMu                        sync.Mutex    // serialises beats: lease and lastStatus
 	lease                         *coordinationv1.Lease
 	lastStatus                    time.Time
 	proxy                         *process
@@ -314,12 +316,13 @@ func (k *kubelet) postStatus(ctx context.Context, n *simNode, node *corev1.Node)
 			}
 			return c
 		}
-		node.Status.Conditions = []corev1.NodeCondition{
+		own := []corev1.NodeCondition{
 			cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory"),
 			cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure"),
 			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID"),
 			cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady"),
 		}
+		node.Status.Conditions = withConditions(node.Status.Conditions, own)
 		_, err := k.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 		node = nil
 		return err
@@ -329,6 +332,19 @@ func (k *kubelet) postStatus(ctx context.Context, n *simNode, node *corev1.Node)
 	}
 	n.lastStatus = now.Time
 	return nil
+}
+
+// withConditions returns old with the conditions of own's types replaced
+// by own's: like the kubelet, the simulator keeps conditions other
+// controllers set on the node (pulselb's ProxiesDrained).
+func withConditions(old, own []corev1.NodeCondition) []corev1.NodeCondition {
+	out := slices.Clone(own)
+	for _, c := range old {
+		if !slices.ContainsFunc(own, func(o corev1.NodeCondition) bool { return o.Type == c.Type }) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // heartbeat renews the node's Lease and re-posts its status when it is due

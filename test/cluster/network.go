@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Addressing. Everything the harness creates lives in 198.18.0.0/15 and the
@@ -255,4 +259,54 @@ func removePod(ctx context.Context, podNS string) error {
 		return nil
 	}
 	return run(ctx, "ip", "netns", "delete", podNS)
+}
+
+// ClientNamespace is the network namespace that stands for the world
+// outside the cluster (198.18.3.1 on the nodes' bridge).
+const ClientNamespace = clientNS
+
+// RunInNamespace runs fn on an OS thread inside network namespace ns and
+// returns its error: sockets fn creates belong to ns, also when used from
+// other goroutines later. The thread is never unlocked, so it ends with fn
+// instead of carrying the namespace to other goroutines.
+func RunInNamespace(ns string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		f, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			errc <- fmt.Errorf("opening network namespace: %w", err)
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("entering network namespace %s: %w", ns, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// BridgeIP is the root namespace's address on the nodes' bridge: the
+// nodes and the client namespace reach the harness' own processes there.
+const BridgeIP = bridgeIP
+
+// FreePort returns host:port with the port free for both UDP and TCP on
+// host at the time of the call, for a server that listens on both (DNS).
+func FreePort(host string) (string, error) {
+	for range 20 {
+		tcp, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return "", fmt.Errorf("finding a free port on %s: %w", host, err)
+		}
+		addr := tcp.Addr().String()
+		udp, err := net.ListenPacket("udp", addr)
+		tcp.Close()
+		if err == nil {
+			udp.Close()
+			return addr, nil
+		}
+	}
+	return "", fmt.Errorf("no port free for both UDP and TCP on %s", host)
 }

@@ -33,11 +33,18 @@ type podRuntime struct {
 	since  metav1.Time
 	cancel context.CancelFunc
 	done   chan struct{}
+	// terminating is closed when the pod's termination begins, kill when
+	// its grace period ends (see terminate.go).
+	terminating, kill chan struct{}
+	killOnce          sync.Once
 
 	mu         sync.Mutex
 	initDone   bool
 	containers map[string]*containerState
 	hostPorts  [][]string // iptables rules to delete
+	killAt     time.Time  // when SIGKILL is due; zero until termination begins
+	killTimer  *time.Timer
+	terminal   bool // every container exited after termination began
 }
 
 // containerState is what the status of one container reports.
@@ -116,8 +123,10 @@ func (k *kubelet) syncPod(ctx context.Context, key string) error {
 	}
 	if pod.DeletionTimestamp != nil {
 		if rt != nil {
-			k.removeRuntime(ctx, pod.UID)
+			k.terminate(ctx, pod, rt)
+			return k.updateStatus(ctx, pod, rt)
 		}
+		// Never started here, or already torn down.
 		err := k.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
 			GracePeriodSeconds: ptrInt64(0),
 			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
@@ -161,6 +170,7 @@ func (k *kubelet) startPod(ctx context.Context, n *simNode, pod *corev1.Pod) (*p
 	rctx, cancel := context.WithCancel(ctx)
 	rt := &podRuntime{
 		k: k, key: key, uid: pod.UID, node: n, since: metav1.Now(), cancel: cancel, done: make(chan struct{}),
+		terminating: make(chan struct{}), kill: make(chan struct{}),
 		containers: map[string]*containerState{},
 	}
 	for _, c := range pod.Spec.InitContainers {
@@ -256,8 +266,10 @@ func (rt *podRuntime) mapHostPorts(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// stop ends the pod's containers and removes its network.
+// stop ends the pod's containers, at once unless they have exited
+// already, and removes its network.
 func (rt *podRuntime) stop(ctx context.Context) {
+	rt.beginTermination(0)
 	rt.cancel()
 	<-rt.done
 	rt.mu.Lock()
@@ -294,7 +306,18 @@ func (rt *podRuntime) run(ctx context.Context, pod *corev1.Pod) {
 		}
 		rt.mu.Unlock()
 		notify()
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-rt.terminating:
+		}
+		rt.mu.Lock()
+		for _, c := range pod.Spec.Containers {
+			st := rt.containers[c.Name]
+			st.running, st.finished, st.ready = false, true, false
+			st.lastExit = &corev1.ContainerStateTerminated{Reason: "Completed", StartedAt: st.startedAt, FinishedAt: metav1.Now()}
+		}
+		rt.mu.Unlock()
+		notify()
 		return
 	}
 	for _, c := range pod.Spec.InitContainers {
@@ -309,7 +332,7 @@ func (rt *podRuntime) run(ctx context.Context, pod *corev1.Pod) {
 			if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
 				return
 			}
-			if !backoff(ctx, rt.restarts(c.Name)) {
+			if !rt.backoff(ctx, rt.restarts(c.Name)) {
 				return
 			}
 		}
@@ -334,7 +357,7 @@ func (rt *podRuntime) run(ctx context.Context, pod *corev1.Pod) {
 						return
 					}
 				}
-				if !backoff(ctx, rt.restarts(c.Name)) {
+				if !rt.backoff(ctx, rt.restarts(c.Name)) {
 					return
 				}
 			}
@@ -349,11 +372,14 @@ func (rt *podRuntime) restarts(container string) int32 {
 	return rt.containers[container].restarts
 }
 
-// backoff waits before restart n+1, up to 10 s; false when ctx ended.
-func backoff(ctx context.Context, restarts int32) bool {
+// backoff waits before restart n+1, up to 10 s; false when ctx ended or
+// the pod is terminating.
+func (rt *podRuntime) backoff(ctx context.Context, restarts int32) bool {
 	d := time.Duration(1<<min(restarts, 4)) * 500 * time.Millisecond
 	select {
 	case <-ctx.Done():
+		return false
+	case <-rt.terminating:
 		return false
 	case <-time.After(min(d, 10*time.Second)):
 		return true
@@ -361,7 +387,9 @@ func backoff(ctx context.Context, restarts int32) bool {
 }
 
 // runOnce runs a container until it exits or ctx ends. ok is false when
-// ctx ended (the pod is going away). A container whose configuration cannot
+// ctx ended or the pod is terminating: a terminating pod's containers get
+// SIGTERM, SIGKILL when its grace period ends, and are not restarted; none
+// starts once termination began. A container whose configuration cannot
 // be built (a missing ConfigMap, Secret or volume) waits, like the kubelet's
 // CreateContainerConfigError, and is retried without counting a restart.
 func (rt *podRuntime) runOnce(ctx context.Context, pod *corev1.Pod, c corev1.Container, init bool, notify func()) (code int32, ok bool) {
@@ -387,8 +415,13 @@ func (rt *podRuntime) runOnce(ctx context.Context, pod *corev1.Pod, c corev1.Con
 		select {
 		case <-ctx.Done():
 			return 0, false
+		case <-rt.terminating:
+			return 0, false
 		case <-time.After(time.Second):
 		}
+	}
+	if rt.isTerminating() {
+		return 0, false
 	}
 	name := fmt.Sprintf("pod-%s-%s-%s", pod.Namespace, pod.Name, c.Name)
 	p, err := startCommand(ctx, rt.k.c.rec, filepath.Join(rt.k.c.Dir, "logs"), name, env, argv...)
@@ -422,21 +455,24 @@ func (rt *podRuntime) runOnce(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	}()
 	select {
 	case <-p.done:
+	case <-rt.terminating:
+		_ = p.stopWhen(rt.kill)
 	case <-ctx.Done():
-		_ = p.stop(time.Duration(ptrOr(pod.Spec.TerminationGracePeriodSeconds, 30)) * time.Second / 10)
+		_ = p.stopWhen(closedChan)
 		return 0, false
 	}
 	code = exitCode(p)
-	logger.V(2).Info("Container exited", "exitCode", code)
+	terminating := rt.isTerminating()
+	logger.V(2).Info("Container exited", "exitCode", code, "terminating", terminating)
 	rt.mu.Lock()
 	st.running, st.finished, st.exitCode, st.ready = false, true, code, false
 	st.lastExit = &corev1.ContainerStateTerminated{ExitCode: code, StartedAt: st.startedAt, FinishedAt: metav1.Now(), Reason: reason(code), Message: st.killedBy}
-	if !init || code != 0 {
+	if !terminating && (!init || code != 0) {
 		st.restarts++
 	}
 	rt.mu.Unlock()
 	notify()
-	return code, ctx.Err() == nil
+	return code, ctx.Err() == nil && !terminating
 }
 
 // exitCode is a finished process' exit code, 128+signal when a signal
@@ -677,8 +713,8 @@ func (k *kubelet) updateStatus(ctx context.Context, pod *corev1.Pod, rt *podRunt
 		// The cache lags behind the scheduler's binding or another write:
 		// once more from the latest version.
 		fresh, gerr := k.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if gerr != nil || fresh.UID != pod.UID || fresh.DeletionTimestamp != nil {
-			return nil // gone or going: the next event syncs it
+		if gerr != nil || fresh.UID != pod.UID {
+			return nil // gone or replaced: the next event syncs it
 		}
 		fresh.Status = *rt.status(fresh)
 		_, err = k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, fresh, metav1.UpdateOptions{})
@@ -701,6 +737,7 @@ func (rt *podRuntime) status(pod *corev1.Pod) *corev1.PodStatus {
 	st.PodIP = rt.ip
 	st.PodIPs = []corev1.PodIP{{IP: rt.ip}}
 	st.StartTime = &rt.since
+	terminating := !rt.killAt.IsZero()
 	cstatus := func(c corev1.Container) corev1.ContainerStatus {
 		s := rt.containers[c.Name]
 		cs := corev1.ContainerStatus{
@@ -715,6 +752,10 @@ func (rt *podRuntime) status(pod *corev1.Pod) *corev1.PodStatus {
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: s.waitingReason, Message: s.waitingMessage}
 		case s.running:
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: s.startedAt}
+		case s.finished && terminating && s.lastExit != nil && !s.init:
+			// Stopped for good: not waiting for a restart.
+			cs.State.Terminated = s.lastExit.DeepCopy()
+			return cs
 		case s.finished && s.init && s.exitCode == 0:
 			cs.Ready = true
 			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: s.startedAt}
@@ -745,6 +786,17 @@ func (rt *podRuntime) status(pod *corev1.Pod) *corev1.PodStatus {
 	st.Phase = corev1.PodPending
 	if rt.initDone {
 		st.Phase = corev1.PodRunning
+	}
+	if rt.terminal {
+		// Like the kubelet, a deleted pod whose containers all stopped
+		// ends in a terminal phase before its object goes: Succeeded when
+		// every container exited 0.
+		st.Phase = corev1.PodSucceeded
+		for _, c := range pod.Spec.Containers {
+			if s := rt.containers[c.Name]; !rt.initDone || s.lastExit == nil || s.lastExit.ExitCode != 0 {
+				st.Phase = corev1.PodFailed
+			}
+		}
 	}
 	setCond := func(t corev1.PodConditionType, ok bool) {
 		s := corev1.ConditionFalse

@@ -8,15 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -174,17 +171,25 @@ func (rt *podRuntime) runProbes(ctx context.Context, pod *corev1.Pod, c corev1.C
 // probeLoop probes after the initial delay and then every period. Startup
 // probes return at their first result, liveness probes at a failure, and
 // readiness probes run until ctx ends, calling changed on every flip. It
-// returns the last result and the last failure's message.
+// returns the last result and the last failure's message. Once the pod is
+// terminating, liveness and startup probes stop with success, as the
+// kubelet's do; readiness probes go on.
 func (rt *podRuntime) probeLoop(ctx context.Context, pod *corev1.Pod, c corev1.Container, kind probeKind, probe *corev1.Probe, env []string, pid int, changed func(bool)) (bool, string) {
 	logger := klog.FromContext(ctx).WithValues("pod", rt.key, "container", c.Name, "probe", kind.String())
 	s := newProbeState(kind, probe)
 	initialDelay, period, timeout := probeTiming(probe)
 	wait := initialDelay
 	var msg string
+	var terminating <-chan struct{} // nil (never) for readiness
+	if kind != readinessProbe {
+		terminating = rt.terminating
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return s.ok(), msg
+		case <-terminating:
+			return true, msg
 		case <-time.After(wait):
 		}
 		wait = period
@@ -285,31 +290,13 @@ func dialInNetns(ctx context.Context, ns, network, addr string) (net.Conn, error
 	if ns == "" {
 		return d.DialContext(ctx, network, addr)
 	}
-	type result struct {
-		conn net.Conn
-		err  error
-	}
-	res := make(chan result, 1)
-	go func() {
-		// The socket is made on this thread, inside ns. The thread is
-		// never unlocked, so it dies with the goroutine instead of
-		// carrying the namespace to other goroutines.
-		runtime.LockOSThread()
-		f, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			res <- result{err: fmt.Errorf("opening network namespace: %w", err)}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			res <- result{err: fmt.Errorf("entering network namespace %s: %w", ns, err)}
-			return
-		}
-		conn, err := d.DialContext(ctx, network, addr)
-		res <- result{conn, err}
-	}()
-	r := <-res
-	return r.conn, r.err
+	var conn net.Conn
+	err := RunInNamespace(ns, func() error {
+		var err error
+		conn, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
 }
 
 func httpProbe(ctx context.Context, ns string, g *corev1.HTTPGetAction, host string, port int) error {

@@ -210,12 +210,7 @@ func TestExecProbe(t *testing.T) {
 // killed with the reason recorded.
 func TestLivenessProbeRestartsAndReadinessFollows(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	dir := t.TempDir()
-	p, err := startCommand(ctx, newRecord(dir), dir, "sleeper", nil, "sleep", "60")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.stop(time.Second) //nolint:errcheck // best effort
+	p := startSleeper(ctx, t)
 
 	healthy := make(chan bool, 1)
 	healthy <- true
@@ -236,33 +231,8 @@ func TestLivenessProbeRestartsAndReadinessFollows(t *testing.T) {
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(int32(port))}}}
 	}
 	c := corev1.Container{Name: "app", ReadinessProbe: probe(1), LivenessProbe: probe(3)}
-	st := &containerState{running: true, started: true}
-	rt := &podRuntime{key: "default/p", ip: "127.0.0.1", node: &simNode{}, containers: map[string]*containerState{"app": st}}
-	notified := make(chan struct{}, 100)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		rt.runProbes(ctx, &corev1.Pod{Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrInt64(1)}}, c, st, p, nil, func() { notified <- struct{}{} })
-	}()
-	ready := func() bool {
-		rt.mu.Lock()
-		defer rt.mu.Unlock()
-		return st.ready
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			select {
-			case <-notified:
-			case <-p.done:
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
+	pr := startProbes(ctx, t, c, p)
+	rt, st, ready, waitFor, done := pr.rt, pr.st, pr.ready, pr.waitFor, pr.done
 	waitFor("ready", ready)
 	set(false)
 	waitFor("not ready", func() bool { return !ready() })
@@ -287,20 +257,7 @@ func TestLivenessProbeRestartsAndReadinessFollows(t *testing.T) {
 // then do the readiness probes begin.
 func TestStartupProbeGates(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	open, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer open.Close()
-	go func() {
-		for {
-			c, err := open.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	open := acceptingListener(t)
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -322,12 +279,7 @@ func TestStartupProbeGates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			p, err := startCommand(ctx, newRecord(dir), dir, "sleeper", nil, "sleep", "60")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.stop(time.Second) //nolint:errcheck // best effort
+			p := startSleeper(ctx, t)
 			// Readiness passes at once, but must wait for startup.
 			c := corev1.Container{Name: "app", StartupProbe: tt.startup, ReadinessProbe: tcp(open.Addr().(*net.TCPAddr).Port, 1)}
 			st := &containerState{running: true}
@@ -426,4 +378,90 @@ func TestStatusReadyFollowsProbes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// probeRun is a container's probes running in the background, as runOnce
+// runs them, for the probe tests.
+type probeRun struct {
+	rt    *podRuntime
+	st    *containerState
+	done  chan struct{} // closed when runProbes returned
+	ready func() bool
+	// waitFor waits up to 10 s for cond, looking again on every status
+	// change the probes report.
+	waitFor func(what string, cond func() bool)
+}
+
+// startProbes runs container c's probes against process p until ctx ends
+// or p exits.
+func startProbes(ctx context.Context, t *testing.T, c corev1.Container, p *process) *probeRun {
+	t.Helper()
+	st := &containerState{running: true, started: true}
+	r := &probeRun{rt: newTestRuntime(map[string]*containerState{c.Name: st}), st: st, done: make(chan struct{})}
+	notified := make(chan struct{}, 100)
+	go func() {
+		defer close(r.done)
+		r.rt.runProbes(ctx, &corev1.Pod{Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptrInt64(1)}}, c, st, p, nil, func() { notified <- struct{}{} })
+	}()
+	r.ready = func() bool {
+		r.rt.mu.Lock()
+		defer r.rt.mu.Unlock()
+		return st.ready
+	}
+	r.waitFor = func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			select {
+			case <-notified:
+			case <-p.done:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return r
+}
+
+// newTestRuntime is a runtime of a pod on a node with the given
+// containers, for tests that call its methods directly.
+func newTestRuntime(containers map[string]*containerState) *podRuntime {
+	return &podRuntime{key: "default/p", ip: "127.0.0.1", node: &simNode{internalIP: "198.18.1.1"}, initDone: true,
+		terminating: make(chan struct{}), kill: make(chan struct{}), containers: containers}
+}
+
+// startSleeper starts a process that sleeps for a minute, stopped when
+// the test ends.
+func startSleeper(ctx context.Context, t *testing.T) *process {
+	t.Helper()
+	dir := t.TempDir()
+	p, err := startCommand(ctx, newRecord(dir), dir, "sleeper", nil, "sleep", "60")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.stop(time.Second) })
+	return p
+}
+
+// acceptingListener listens on loopback and closes every connection it
+// accepts (a TCP probe's success), until it is closed or the test ends.
+func acceptingListener(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l
 }

@@ -73,12 +73,21 @@ func (p *process) exited() bool {
 
 // stop sends SIGTERM to the process group, and SIGKILL after grace.
 func (p *process) stop(grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return p.stopWhen(ctx.Done())
+}
+
+// stopWhen sends SIGTERM to the process group, and SIGKILL once kill is
+// closed if the process is still running then. Only the first call
+// signals; later ones wait for it.
+func (p *process) stopWhen(kill <-chan struct{}) error {
 	p.once.Do(func() {
 		pgid := p.cmd.Process.Pid
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		select {
 		case <-p.done:
-		case <-time.After(grace):
+		case <-kill:
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			<-p.done
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,7 +168,9 @@ func TestController(t *testing.T) {
 			r, err := dnsQuery(dnsAddr, name, dns.TypeA)
 			return err == nil && r.Rcode == dns.RcodeNameError
 		})
-		poll(ctx, t, 30*time.Second, "proxy Deployment and pods gone, Service gone", func() bool {
+		// The proxies drain first: the drain delay (TTL 5 s + 10 s) and, in
+		// iptables mode, the whole drain timeout (10 s).
+		poll(ctx, t, 60*time.Second, "proxy Deployment and pods gone, Service gone", func() bool {
 			ctl.alive(t)
 			_, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
 			return apierrors.IsNotFound(err) && len(proxyDeployments(ctx, t, cs)) == 0 &&
@@ -268,21 +269,11 @@ func tail(s string, lines int) string {
 // and TCP at the time of the call.
 func freeLoopbackPort(t *testing.T) string {
 	t.Helper()
-	for range 20 {
-		tcp, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := tcp.Addr().String()
-		udp, err := net.ListenPacket("udp", addr)
-		tcp.Close()
-		if err == nil {
-			udp.Close()
-			return addr
-		}
+	addr, err := cluster.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no loopback port free for both UDP and TCP")
-	return ""
+	return addr
 }
 
 func dnsQuery(addr, name string, qtype uint16) (*dns.Msg, error) {

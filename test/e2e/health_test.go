@@ -214,10 +214,11 @@ func TestHealth(t *testing.T) {
 		if out, err := c.PodExec(ctx, systemNamespace, victim.Name, "iptables", "-w", "-t", "raw", "-I", "PREROUTING", "-p", "tcp", "--dport", "80", "-j", "DROP"); err != nil {
 			t.Fatalf("breaking the proxy: %v %s", err, out)
 		}
+		// Deleted: gone, or terminating while it drains.
 		poll(ctx, t, 30*time.Second, "broken proxy pod "+victim.Name+" deleted", func() bool {
 			ctl.alive(t)
-			_, err := cs.CoreV1().Pods(systemNamespace).Get(ctx, victim.Name, metav1.GetOptions{})
-			return err != nil
+			p, err := cs.CoreV1().Pods(systemNamespace).Get(ctx, victim.Name, metav1.GetOptions{})
+			return err != nil || p.DeletionTimestamp != nil
 		})
 		t.Logf("broken proxy %s on %s deleted after %s", victim.Name, victim.Spec.NodeName, time.Since(start).Round(time.Millisecond))
 		if rec.firstWithout(ip, start).IsZero() {
