@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,7 +89,7 @@ func TestController(t *testing.T) {
 		}
 	})
 	if t.Failed() {
-		t.Fatalf("no running proxy workload; controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+		t.Fatalf("no running proxy workload; controller log: %s; proxy pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
 	}
 
 	var ingress []string
@@ -127,7 +126,7 @@ func TestController(t *testing.T) {
 		t.Logf("status.loadBalancer.ingress = %v", ingress)
 	})
 	if len(ingress) == 0 {
-		t.Fatalf("no ingress IPs; controller log: %s", ctl.logPath)
+		t.Fatalf("no ingress IPs; controller log: %s", ctl.LogPath)
 	}
 
 	t.Run("ClientReachesBackendOnNodeIP", func(t *testing.T) {
@@ -181,10 +180,7 @@ func TestController(t *testing.T) {
 
 // controllerProcess is a `pulselb controller` run by the test.
 type controllerProcess struct {
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error
-	logPath string
+	*cluster.PulselbProcess
 }
 
 // startController runs pulselb controller with the admin kubeconfig, no
@@ -193,70 +189,57 @@ type controllerProcess struct {
 // extra flags follow the defaults, so they win.
 func startController(t *testing.T, c *cluster.Cluster, dnsAddr string, extra ...string) *controllerProcess {
 	t.Helper()
-	bin, err := cluster.Binaries(t.Context())
+	logf, err := os.Create(filepath.Join(c.Dir, "logs", "pulselb-controller.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe := filepath.Join(bin, "pulselb")
-	if _, err := os.Stat(exe); err != nil {
-		why, _ := os.ReadFile(filepath.Join(bin, "pulselb.build-error"))
-		t.Fatalf("no pulselb binary: %v %s", err, why)
-	}
-	logPath := filepath.Join(c.Dir, "logs", "pulselb-controller.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "controller",
-		"--kubeconfig="+c.Kubeconfig,
-		"--namespace="+systemNamespace,
+	p := launchController(t, logf, append([]string{"controller",
+		"--kubeconfig=" + c.Kubeconfig,
+		"--namespace=" + systemNamespace,
 		"--proxy-image=pulselb",
 		"--leader-elect=false",
 		"--metrics-address=127.0.0.1:0",
-		"--dns-zone="+controllerZone,
-		"--dns-ns=ns1."+controllerZone+"=127.0.0.1",
-		"--dns-listen="+dnsAddr,
+		"--dns-zone=" + controllerZone,
+		"--dns-ns=ns1." + controllerZone + "=127.0.0.1",
+		"--dns-listen=" + dnsAddr,
 		"--probe-reports=false",
-		"--v=2")
-	cmd.Args = append(cmd.Args, extra...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logPath}
-	if err := cluster.StartLocked(cmd, func(err error) {
-		p.err = err
-		logf.Close()
-		close(p.done)
-	}); err != nil {
-		logf.Close()
-		t.Fatalf("starting pulselb controller: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-			var ee *exec.ExitError
-			if p.err != nil && !errors.As(p.err, &ee) {
-				t.Errorf("pulselb controller: %v", p.err)
-			} else if p.err != nil {
-				t.Errorf("pulselb controller exited with %v after SIGTERM; log in %s", p.err, logPath)
-			}
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-			t.Errorf("pulselb controller did not stop within 15s of SIGTERM; log in %s", logPath)
-		}
-	})
+		"--v=2"}, extra...)...)
+	t.Cleanup(func() { p.stop(t) })
 	return p
+}
+
+// launchController starts pulselb with args, its output going to logf,
+// failing t if it cannot.
+func launchController(t *testing.T, logf *os.File, args ...string) *controllerProcess {
+	t.Helper()
+	p, err := cluster.StartPulselb(t.Context(), logf, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &controllerProcess{p}
+}
+
+// stop stops the controller with SIGTERM, failing t unless it exits
+// cleanly within 15 s.
+func (p *controllerProcess) stop(t *testing.T) {
+	err := p.Stop(15 * time.Second)
+	var ee *exec.ExitError
+	switch {
+	case errors.Is(err, cluster.ErrStopTimeout):
+		t.Errorf("pulselb controller did not stop within 15s of SIGTERM; log in %s", p.LogPath)
+	case errors.As(err, &ee):
+		t.Errorf("pulselb controller exited with %v after SIGTERM; log in %s", err, p.LogPath)
+	case err != nil:
+		t.Errorf("pulselb controller: %v", err)
+	}
 }
 
 // alive fails t when the controller has exited.
 func (p *controllerProcess) alive(t *testing.T) {
 	t.Helper()
-	select {
-	case <-p.done:
-		log, _ := os.ReadFile(p.logPath)
-		t.Fatalf("pulselb controller exited: %v\n%s", p.err, tail(string(log), 40))
-	default:
+	if p.Exited() {
+		log, _ := os.ReadFile(p.LogPath)
+		t.Fatalf("pulselb controller exited: %v\n%s", p.Err(), tail(string(log), 40))
 	}
 }
 

@@ -122,7 +122,7 @@ func TestHealth(t *testing.T) {
 		t.Logf("shop/web published on %v after %s", ips, time.Since(start).Round(time.Millisecond))
 	})
 	if t.Failed() {
-		t.Fatalf("shop/web never published; controller log %s; pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+		t.Fatalf("shop/web never published; controller log %s; pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
 	}
 
 	t.Run("NodeBlackholed", func(t *testing.T) {
@@ -480,7 +480,7 @@ func TestHealth(t *testing.T) {
 	})
 
 	if t.Failed() {
-		log, _ := os.ReadFile(ctl.logPath)
+		log, _ := os.ReadFile(ctl.LogPath)
 		t.Logf("controller log (tail):\n%s", tail(string(log), 60))
 	}
 }

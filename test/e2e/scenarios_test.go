@@ -2,16 +2,13 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -165,7 +162,7 @@ func TestScenarios(t *testing.T) {
 		}
 	})
 	if t.Failed() {
-		t.Fatalf("controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+		t.Fatalf("controller log: %s; proxy pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
 	}
 
 	t.Run("PortConflict", func(t *testing.T) {
@@ -239,7 +236,7 @@ func TestScenarios(t *testing.T) {
 		t.Logf("p4: condition %q; event %q", cond.Message, event)
 	})
 	if t.Failed() {
-		t.Fatalf("controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+		t.Fatalf("controller log: %s; proxy pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
 	}
 
 	t.Run("RestartWritesNothing", func(t *testing.T) {
@@ -339,7 +336,7 @@ func TestScenarios(t *testing.T) {
 		testLocalTrafficPolicy(ctx, t, c, ctl, ipOf)
 	})
 	if t.Failed() {
-		t.Logf("controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+		t.Logf("controller log: %s; proxy pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
 	}
 }
 
@@ -519,20 +516,11 @@ func resourceVersions(ctx context.Context, t *testing.T, cs kubernetes.Interface
 // within a test; each run logs to its own file in the cluster's logs.
 func runController(t *testing.T, c *cluster.Cluster, metricsAddr string) *controllerProcess {
 	t.Helper()
-	bin, err := cluster.Binaries(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(bin, "pulselb")
-	if _, err := os.Stat(exe); err != nil {
-		why, _ := os.ReadFile(filepath.Join(bin, "pulselb.build-error"))
-		t.Fatalf("no pulselb binary: %v %s", err, why)
-	}
 	logf, err := os.CreateTemp(filepath.Join(c.Dir, "logs"), "pulselb-controller-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "controller",
+	p := launchController(t, logf, "controller",
 		"--kubeconfig="+c.Kubeconfig,
 		"--namespace="+systemNamespace,
 		"--proxy-image=pulselb",
@@ -540,36 +528,9 @@ func runController(t *testing.T, c *cluster.Cluster, metricsAddr string) *contro
 		"--probe-reports=false",
 		"--metrics-address="+metricsAddr,
 		"--v=2")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logf.Name()}
-	if err := cluster.StartLocked(cmd, func(err error) {
-		p.err = err
-		logf.Close()
-		close(p.done)
-	}); err != nil {
-		logf.Close()
-		t.Fatalf("starting pulselb controller: %v", err)
-	}
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-			return // killed by the test
-		default:
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-			var ee *exec.ExitError
-			if p.err != nil && !errors.As(p.err, &ee) {
-				t.Errorf("pulselb controller: %v", p.err)
-			} else if p.err != nil {
-				t.Errorf("pulselb controller exited with %v after SIGTERM; log in %s", p.err, p.logPath)
-			}
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-			t.Errorf("pulselb controller did not stop within 15s of SIGTERM; log in %s", p.logPath)
+		if !p.Exited() { // else killed by the test
+			p.stop(t)
 		}
 	})
 	return p
@@ -580,8 +541,7 @@ func runController(t *testing.T, c *cluster.Cluster, metricsAddr string) *contro
 func (p *controllerProcess) kill(t *testing.T) {
 	t.Helper()
 	p.alive(t)
-	if err := p.cmd.Process.Kill(); err != nil {
+	if err := p.Kill(); err != nil {
 		t.Fatalf("killing pulselb controller: %v", err)
 	}
-	<-p.done
 }

@@ -32,10 +32,8 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -101,14 +99,7 @@ func run(ctx context.Context) error {
 	}
 	ctl, err := b.setup(ctx)
 	if ctl != nil {
-		defer func() {
-			_ = ctl.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-ctl.done:
-			case <-time.After(15 * time.Second):
-				_ = ctl.cmd.Process.Kill()
-			}
-		}()
+		defer func() { _ = ctl.Stop(15 * time.Second) }()
 	}
 	if err != nil {
 		return err
@@ -160,7 +151,7 @@ type bench struct {
 	ips map[string]string
 }
 
-func (b *bench) setup(ctx context.Context) (*controllerProcess, error) {
+func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
 	cs := b.cs
 	b.ips = map[string]string{}
 	for _, n := range b.c.Nodes() {
@@ -363,47 +354,16 @@ func upVotes(reports []report, service string, port int32, node string) int {
 	return n
 }
 
-// controllerProcess is the running pulselb controller; done closes when
-// it exits.
-type controllerProcess struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (b *bench) startController(ctx context.Context) (*controllerProcess, error) {
-	bin, err := cluster.Binaries(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (b *bench) startController(ctx context.Context) (*cluster.PulselbProcess, error) {
 	logPath := filepath.Join(b.c.Dir, "logs", "pulselb-controller.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(bin, "pulselb"), "controller", "--kubeconfig="+b.c.Kubeconfig, "--namespace="+systemNS,
+	p, err := cluster.StartPulselb(ctx, logf, "controller", "--kubeconfig="+b.c.Kubeconfig, "--namespace="+systemNS,
 		"--proxy-image=pulselb", "--leader-elect=false", "--metrics-address=127.0.0.1:0", "--probe-reports=true", "--v=2")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// Pdeathsig fires when the forking thread exits, and Go ends the
-	// threads of goroutines that exit locked (the harness' probes enter
-	// network namespaces so): keep the thread while the controller runs.
-	started := make(chan error, 1)
-	p := &controllerProcess{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting pulselb controller: %w", err)
+	if err != nil {
+		return nil, err
 	}
 	log.Printf("pulselb controller running, log %s", logPath)
 	return p, nil
