@@ -166,7 +166,7 @@ func run() error {
 		return err
 	}
 	defer ctl.stop()
-	sampler := newSampler(ctl.pid())
+	sampler := newSampler(ctl.Pid())
 	go sampler.run(ctx, 250*time.Millisecond)
 
 	createClient, err := newCreateClient(c)
@@ -747,7 +747,7 @@ func startController(ctx context.Context, c *cluster.Cluster) (*controllerProces
 		return nil, err
 	}
 	p := &controllerProcess{PulselbProcess: pp, metrics: metrics}
-	log.Printf("pulselb controller %s (pid %d), log %s", strings.Join(args[1:], " "), p.pid(), logPath)
+	log.Printf("pulselb controller %s (pid %d), log %s", strings.Join(args[1:], " "), p.Pid(), logPath)
 	// Ready once it serves metrics: flags parsed, clients made.
 	url := "http://" + metrics + "/metrics"
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -766,8 +766,6 @@ func startController(ctx context.Context, c *cluster.Cluster) (*controllerProces
 		time.Sleep(100 * time.Millisecond) // polling a condition with a deadline
 	}
 }
-
-func (p *controllerProcess) pid() int { return p.Cmd.Process.Pid }
 
 func (p *controllerProcess) alive() error {
 	if p.Exited() {
