@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 )
@@ -354,23 +353,10 @@ func describePods(ctx context.Context, cs kubernetes.Interface, ns string) strin
 // app=web with port "http" 8080, and waits until both run.
 func createWeb(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) map[string]string {
 	t.Helper()
-	labels := map[string]string{"app": "web"}
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(2)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "echo", Image: "registry.example/echo:1",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-				}}},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	dep := cluster.EchoDeployment(ns, "web", 2, corev1.ContainerPort{Name: "http", ContainerPort: 8080})
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating deployment: %v", err)
 	}
 	waitPodsRunningIn(ctx, t, cs, ns, "app=web", 2)
-	return labels
+	return dep.Spec.Selector.MatchLabels
 }

@@ -10,14 +10,12 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
@@ -489,18 +487,7 @@ func TestHealth(t *testing.T) {
 // it is established.
 func createBackend(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, replicas int32, ports []corev1.ContainerPort) {
 	t.Helper()
-	labels := map[string]string{"app": name}
-	if _, err := cs.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "registry.example/echo:1", Ports: ports}}},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().Deployments("shop").Create(ctx, cluster.EchoDeployment("shop", name, replicas, ports...), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating deployment %s: %v", name, err)
 	}
 	waitPodsRunningIn(ctx, t, cs, "shop", "app="+name, int(replicas))

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -347,26 +346,12 @@ func TestScenarios(t *testing.T) {
 // the proxy and the published IP.
 func testLocalTrafficPolicy(ctx context.Context, t *testing.T, c *cluster.Cluster, ctl *controllerProcess, ipOf map[string]string) {
 	cs := c.Client
-	labels := map[string]string{"app": "local"}
 	const port = 8090
-	if _, err := cs.AppsV1().Deployments(scenarioNamespace).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "local", Namespace: scenarioNamespace},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector:                  map[string]string{corev1.LabelHostname: "node-2"},
-					TerminationGracePeriodSeconds: ptr.To(int64(1)),
-					Containers: []corev1.Container{{
-						Name: "echo", Image: "registry.example/echo:1",
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-					}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	dep := cluster.EchoDeployment(scenarioNamespace, "local", 1, corev1.ContainerPort{Name: "http", ContainerPort: 8080})
+	dep.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "node-2"}
+	dep.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(1))
+	labels := dep.Spec.Selector.MatchLabels
+	if _, err := cs.AppsV1().Deployments(scenarioNamespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating deployment: %v", err)
 	}
 	waitPodsRunningIn(ctx, t, cs, scenarioNamespace, "app=local", 1)

@@ -48,7 +48,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
@@ -181,17 +180,9 @@ func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	labels := map[string]string{"app": "web"}
-	if _, err := cs.AppsV1().Deployments(appNS).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(2)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "registry.example/echo:1",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	web := cluster.EchoDeployment(appNS, "web", 2, corev1.ContainerPort{Name: "http", ContainerPort: 8080})
+	labels := web.Spec.Selector.MatchLabels
+	if _, err := cs.AppsV1().Deployments(appNS).Create(ctx, web, metav1.CreateOptions{}); err != nil {
 		return ctl, fmt.Errorf("creating the backend: %w", err)
 	}
 	// The shape of K3s ServiceLB's svclb pods: one per node, their
@@ -202,7 +193,7 @@ func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: svclb},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: svclb},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "registry.example/echo:1",
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: cluster.EchoImage,
 					Ports: []corev1.ContainerPort{{ContainerPort: 9090}}}}}},
 		},
 	}, metav1.CreateOptions{}); err != nil {
