@@ -43,10 +43,8 @@ func TestController(t *testing.T) {
 	ctx := t.Context()
 	cs := c.Client
 
-	for _, ns := range []string{systemNamespace, "shop"} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating namespace %s: %v", ns, err)
-		}
+	if err := c.CreateNamespaces(ctx, systemNamespace, "shop"); err != nil {
+		t.Fatal(err)
 	}
 	dnsAddr := freeLoopbackPort(t)
 	ctl := startController(t, c, dnsAddr)
@@ -101,11 +99,7 @@ func TestController(t *testing.T) {
 			return err == nil && slices.Contains(svc.Finalizers, lbFinalizer) && len(svc.Status.LoadBalancer.Ingress) == 2
 		})
 		nodeIPs := map[string]string{}
-		for _, n := range c.Nodes() {
-			ip, err := c.NodeIP(n)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for n, ip := range c.NodeIPs() {
 			nodeIPs[ip] = n
 		}
 		proxyNodes := map[string]bool{}

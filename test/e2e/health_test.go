@@ -45,10 +45,8 @@ func TestHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{systemNamespace, "shop"} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating namespace %s: %v", ns, err)
-		}
+	if err := c.CreateNamespaces(ctx, systemNamespace, "shop"); err != nil {
+		t.Fatal(err)
 	}
 	if err := deploy.InstallProbeReportCRD(ctx, dyn, systemNamespace); err != nil {
 		t.Fatal(err)
@@ -70,14 +68,10 @@ func TestHealth(t *testing.T) {
 	rec := recordStatus(ctx, t, cs, "shop", "web")
 	createHealthLB(ctx, t, cs, "web", nil, []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}})
 
-	nodeIP := map[string]string{}
+	nodeIP := c.NodeIPs()
 	ipNode := map[string]string{}
-	for _, n := range c.Nodes() {
-		ip, err := c.NodeIP(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodeIP[n], ipNode[ip] = ip, n
+	for n, ip := range nodeIP {
+		ipNode[ip] = n
 	}
 	// proxyNodes returns the nodes of shop/web's running proxy pods.
 	proxyNodes := func() []string {

@@ -136,7 +136,7 @@ func TestInstall(t *testing.T) {
 	})
 
 	const ns = "shop"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := c.CreateNamespaces(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 	labels := createWeb(ctx, t, cs, ns)
@@ -152,11 +152,7 @@ func TestInstall(t *testing.T) {
 	}
 
 	nodeOf := map[string]string{}
-	for _, n := range c.Nodes() {
-		ip, err := c.NodeIP(n)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for n, ip := range c.NodeIPs() {
 		nodeOf[ip] = n
 	}
 	var ingress []string

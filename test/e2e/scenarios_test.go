@@ -43,19 +43,13 @@ func TestScenarios(t *testing.T) {
 	c := cluster.ForTest(t, cluster.Options{Nodes: 3})
 	ctx := t.Context()
 	cs := c.Client
-	for _, ns := range []string{systemNamespace, scenarioNamespace} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating namespace %s: %v", ns, err)
-		}
+	if err := c.CreateNamespaces(ctx, systemNamespace, scenarioNamespace); err != nil {
+		t.Fatal(err)
 	}
 	nodeIPs := map[string]string{} // IP → node
-	ipOf := map[string]string{}    // node → IP
-	for _, n := range c.Nodes() {
-		ip, err := c.NodeIP(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodeIPs[ip], ipOf[n] = n, ip
+	ipOf := c.NodeIPs()            // node → IP
+	for n, ip := range ipOf {
+		nodeIPs[ip] = n
 	}
 	metricsAddr := freeLoopbackPort(t)
 	outer := t // the controller outlives the subtest that restarts it

@@ -131,10 +131,8 @@ func Setup(ctx context.Context, c *cluster.Cluster, cfg Config) (*Env, error) {
 		}
 	}
 	cs := c.Client
-	for _, ns := range []string{SystemNamespace, AppNamespace} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
-		}
+	if err := c.CreateNamespaces(ctx, SystemNamespace, AppNamespace); err != nil {
+		return nil, err
 	}
 	if err := deploy.InstallProbeReportCRD(ctx, dyn, SystemNamespace); err != nil {
 		return nil, err

@@ -136,10 +136,8 @@ func run() error {
 	}()
 	log.Printf("harness with %d light nodes up in %s (dir %s)", *lightNodes, time.Since(began).Round(time.Millisecond), c.Dir)
 
-	for _, ns := range []string{systemNamespace, benchNamespace} {
-		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating namespace %s: %w", ns, err)
-		}
+	if err := c.CreateNamespaces(ctx, systemNamespace, benchNamespace); err != nil {
+		return err
 	}
 
 	// The watcher's own client, so that its lists do not queue behind the

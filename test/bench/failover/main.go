@@ -152,18 +152,9 @@ type bench struct {
 
 func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
 	cs := b.cs
-	b.ips = map[string]string{}
-	for _, n := range b.c.Nodes() {
-		ip, err := b.c.NodeIP(n)
-		if err != nil {
-			return nil, err
-		}
-		b.ips[n] = ip
-	}
-	for _, ns := range []string{systemNS, appNS} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
-		}
+	b.ips = b.c.NodeIPs()
+	if err := b.c.CreateNamespaces(ctx, systemNS, appNS); err != nil {
+		return nil, err
 	}
 	if err := deploy.InstallProbeReportCRD(ctx, b.dyn, systemNS); err != nil {
 		return nil, err
