@@ -123,14 +123,7 @@ func TestController(t *testing.T) {
 	}
 
 	t.Run("ClientReachesBackendOnNodeIP", func(t *testing.T) {
-		for _, ip := range ingress {
-			url := fmt.Sprintf("http://%s:80/", ip)
-			poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
-				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
-				name, _ := field(string(out), "name")
-				return err == nil && strings.HasPrefix(name, "shop/web-")
-			})
-		}
+		clientReachesWeb(ctx, t, c, ingress)
 	})
 
 	t.Run("DNSAnswersWithIngressIPs", func(t *testing.T) {
@@ -341,6 +334,20 @@ func describePods(ctx context.Context, cs kubernetes.Interface, ns string) strin
 		}
 	}
 	return b.String()
+}
+
+// clientReachesWeb waits until a client outside the cluster reaches an
+// echo pod of shop/web on port 80 of every IP in ingress.
+func clientReachesWeb(ctx context.Context, t *testing.T, c *cluster.Cluster, ingress []string) {
+	t.Helper()
+	for _, ip := range ingress {
+		url := fmt.Sprintf("http://%s:80/", ip)
+		poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
+			out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
+			name, _ := field(string(out), "name")
+			return err == nil && strings.HasPrefix(name, "shop/web-")
+		})
+	}
 }
 
 // createWeb creates Deployment "web" in ns: two echo pods labelled

@@ -180,14 +180,7 @@ func TestInstall(t *testing.T) {
 	}
 
 	t.Run("ClientReachesBackendOnNodeIPs", func(t *testing.T) {
-		for _, ip := range ingress {
-			url := fmt.Sprintf("http://%s:80/", ip)
-			poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
-				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
-				name, _ := field(string(out), "name")
-				return err == nil && strings.HasPrefix(name, "shop/web-")
-			})
-		}
+		clientReachesWeb(ctx, t, c, ingress)
 	})
 
 	t.Run("DNSServiceAnswers", func(t *testing.T) {
