@@ -49,17 +49,7 @@ func TestController(t *testing.T) {
 	dnsAddr := freeLoopbackPort(t)
 	ctl := startController(t, c, dnsAddr)
 
-	labels := createWeb(ctx, t, cs, "shop")
-	if _, err := cs.CoreV1().Services("shop").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeLoadBalancer,
-			Selector: labels,
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating service: %v", err)
-	}
+	createWeb(ctx, t, cs, "shop")
 	name := "web.shop." + controllerZone
 
 	t.Run("ProxyWorkloadRuns", func(t *testing.T) {
@@ -351,13 +341,23 @@ func clientReachesWeb(ctx context.Context, t *testing.T, c *cluster.Cluster, ing
 }
 
 // createWeb creates Deployment "web" in ns: two echo pods labelled
-// app=web with port "http" 8080, and waits until both run.
-func createWeb(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) map[string]string {
+// app=web with port "http" 8080, waits until both run, and creates
+// LoadBalancer Service "web" in front of them on port 80.
+func createWeb(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) {
 	t.Helper()
 	dep := cluster.EchoDeployment(ns, "web", 2, corev1.ContainerPort{Name: "http", ContainerPort: 8080})
 	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating deployment: %v", err)
 	}
 	waitPodsRunningIn(ctx, t, cs, ns, "app=web", 2)
-	return dep.Spec.Selector.MatchLabels
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: dep.Spec.Selector.MatchLabels,
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating service: %v", err)
+	}
 }

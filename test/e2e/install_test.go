@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/pulselb/pulselb/test/cluster"
@@ -139,17 +138,7 @@ func TestInstall(t *testing.T) {
 	if err := c.CreateNamespaces(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	labels := createWeb(ctx, t, cs, ns)
-	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeLoadBalancer,
-			Selector: labels,
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating service: %v", err)
-	}
+	createWeb(ctx, t, cs, ns)
 
 	nodeOf := map[string]string{}
 	for n, ip := range c.NodeIPs() {
