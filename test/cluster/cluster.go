@@ -283,6 +283,25 @@ func (c *Cluster) NodeIP(name string) (string, error) {
 	return n.internalIP, nil
 }
 
+// NodeIPs returns every node's InternalIP by node name.
+func (c *Cluster) NodeIPs() map[string]string {
+	ips := map[string]string{}
+	for _, n := range c.kubelet.nodeList() {
+		ips[n.name] = n.internalIP
+	}
+	return ips
+}
+
+// CreateNamespaces creates the namespaces names.
+func (c *Cluster) CreateNamespaces(ctx context.Context, names ...string) error {
+	for _, ns := range names {
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	return nil
+}
+
 // WaitNodesReady waits until every node of the cluster is Ready.
 func (c *Cluster) WaitNodesReady(ctx context.Context, timeout time.Duration) error {
 	want := c.Nodes()

@@ -167,18 +167,8 @@ func (cp *controlPlane) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var rate []string
-	if q := cp.opts.ControlPlaneQPS; q > 0 {
-		rate = []string{fmt.Sprintf("--kube-api-qps=%g", q), fmt.Sprintf("--kube-api-burst=%d", int(2*q))}
-	}
-	cp.scheduler, err = startProcess(ctx, cp.rec, cp.logs, "kube-scheduler", "", env, append([]string{filepath.Join(cp.bin, "kube-scheduler"),
-		"--kubeconfig=" + filepath.Join(cp.dir, "scheduler.kubeconfig"),
-		"--authentication-kubeconfig=" + filepath.Join(cp.dir, "scheduler.kubeconfig"),
-		"--authorization-kubeconfig=" + filepath.Join(cp.dir, "scheduler.kubeconfig"),
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(schedPort),
-		"--v=1"}, rate...)...)
+	cp.scheduler, err = startProcess(ctx, cp.rec, cp.logs, "kube-scheduler", "", env,
+		cp.componentArgv("kube-scheduler", "scheduler.kubeconfig", schedPort, "--v=1")...)
 	if err != nil {
 		return err
 	}
@@ -188,27 +178,22 @@ func (cp *controlPlane) start(ctx context.Context) error {
 		return err
 	}
 	grace := cp.opts.NodeGracePeriod
-	cp.controllerManager, err = startProcess(ctx, cp.rec, cp.logs, "kube-controller-manager", "", env, append([]string{filepath.Join(cp.bin, "kube-controller-manager"),
-		"--kubeconfig=" + filepath.Join(cp.dir, "controller-manager.kubeconfig"),
-		"--authentication-kubeconfig=" + filepath.Join(cp.dir, "controller-manager.kubeconfig"),
-		"--authorization-kubeconfig=" + filepath.Join(cp.dir, "controller-manager.kubeconfig"),
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(kcmPort),
-		"--controllers=" + controllers,
-		"--service-account-private-key-file=" + p("sa.key"),
-		"--root-ca-file=" + p("ca.crt"),
-		// One service account per controller, as kubeadm does: the
-		// bootstrap RBAC roles are written for that.
-		"--use-service-account-credentials=true",
-		"--node-monitor-grace-period=" + grace.String(),
-		"--node-monitor-period=1s",
-		"--node-startup-grace-period=" + grace.String(),
-		"--service-cluster-ip-range=" + ServiceCIDR,
-		"--allocate-node-cidrs=false",
-		"--concurrent-deployment-syncs=10",
-		"--concurrent-replicaset-syncs=10",
-		"--v=1"}, rate...)...)
+	cp.controllerManager, err = startProcess(ctx, cp.rec, cp.logs, "kube-controller-manager", "", env,
+		cp.componentArgv("kube-controller-manager", "controller-manager.kubeconfig", kcmPort,
+			"--controllers="+controllers,
+			"--service-account-private-key-file="+p("sa.key"),
+			"--root-ca-file="+p("ca.crt"),
+			// One service account per controller, as kubeadm does: the
+			// bootstrap RBAC roles are written for that.
+			"--use-service-account-credentials=true",
+			"--node-monitor-grace-period="+grace.String(),
+			"--node-monitor-period=1s",
+			"--node-startup-grace-period="+grace.String(),
+			"--service-cluster-ip-range="+ServiceCIDR,
+			"--allocate-node-cidrs=false",
+			"--concurrent-deployment-syncs=10",
+			"--concurrent-replicaset-syncs=10",
+			"--v=1")...)
 	if err != nil {
 		return err
 	}
@@ -229,6 +214,28 @@ const controllers = "node-lifecycle-controller,taint-eviction-controller,deploym
 	"garbage-collector-controller,serviceaccount-token-controller,serviceaccount-controller,namespace-controller," +
 	"root-ca-certificate-publisher-controller,pod-garbage-collector-controller,job-controller,statefulset-controller," +
 	"disruption-controller,ttl-after-finished-controller,clusterrole-aggregation-controller"
+
+// componentArgv returns the command line of kube-scheduler or
+// kube-controller-manager (name): the flags they share (one kubeconfig for
+// the API, authentication and authorization, no leader election, their
+// health endpoint on 127.0.0.1:port), then flags, then the client rate of
+// Options.ControlPlaneQPS.
+func (cp *controlPlane) componentArgv(name, kubeconfig string, port int, flags ...string) []string {
+	kc := filepath.Join(cp.dir, kubeconfig)
+	argv := []string{filepath.Join(cp.bin, name),
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+	}
+	argv = append(argv, flags...)
+	if q := cp.opts.ControlPlaneQPS; q > 0 {
+		argv = append(argv, fmt.Sprintf("--kube-api-qps=%g", q), fmt.Sprintf("--kube-api-burst=%d", int(2*q)))
+	}
+	return argv
+}
 
 func (cp *controlPlane) stop() error {
 	var first error

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 )
@@ -45,25 +43,13 @@ func TestController(t *testing.T) {
 	ctx := t.Context()
 	cs := c.Client
 
-	for _, ns := range []string{systemNamespace, "shop"} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating namespace %s: %v", ns, err)
-		}
+	if err := c.CreateNamespaces(ctx, systemNamespace, "shop"); err != nil {
+		t.Fatal(err)
 	}
 	dnsAddr := freeLoopbackPort(t)
 	ctl := startController(t, c, dnsAddr)
 
-	labels := createWeb(ctx, t, cs, "shop")
-	if _, err := cs.CoreV1().Services("shop").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeLoadBalancer,
-			Selector: labels,
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating service: %v", err)
-	}
+	createWeb(ctx, t, cs, "shop")
 	name := "web.shop." + controllerZone
 
 	t.Run("ProxyWorkloadRuns", func(t *testing.T) {
@@ -90,7 +76,7 @@ func TestController(t *testing.T) {
 		}
 	})
 	if t.Failed() {
-		t.Fatalf("no running proxy workload; controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+		t.Fatalf("no running proxy workload; controller log: %s; proxy pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
 	}
 
 	var ingress []string
@@ -103,11 +89,7 @@ func TestController(t *testing.T) {
 			return err == nil && slices.Contains(svc.Finalizers, lbFinalizer) && len(svc.Status.LoadBalancer.Ingress) == 2
 		})
 		nodeIPs := map[string]string{}
-		for _, n := range c.Nodes() {
-			ip, err := c.NodeIP(n)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for n, ip := range c.NodeIPs() {
 			nodeIPs[ip] = n
 		}
 		proxyNodes := map[string]bool{}
@@ -127,18 +109,11 @@ func TestController(t *testing.T) {
 		t.Logf("status.loadBalancer.ingress = %v", ingress)
 	})
 	if len(ingress) == 0 {
-		t.Fatalf("no ingress IPs; controller log: %s", ctl.logPath)
+		t.Fatalf("no ingress IPs; controller log: %s", ctl.LogPath)
 	}
 
 	t.Run("ClientReachesBackendOnNodeIP", func(t *testing.T) {
-		for _, ip := range ingress {
-			url := fmt.Sprintf("http://%s:80/", ip)
-			poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
-				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
-				name, _ := field(string(out), "name")
-				return err == nil && strings.HasPrefix(name, "shop/web-")
-			})
-		}
+		clientReachesWeb(ctx, t, c, ingress)
 	})
 
 	t.Run("DNSAnswersWithIngressIPs", func(t *testing.T) {
@@ -181,10 +156,7 @@ func TestController(t *testing.T) {
 
 // controllerProcess is a `pulselb controller` run by the test.
 type controllerProcess struct {
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error
-	logPath string
+	*cluster.PulselbProcess
 }
 
 // startController runs pulselb controller with the admin kubeconfig, no
@@ -193,70 +165,57 @@ type controllerProcess struct {
 // extra flags follow the defaults, so they win.
 func startController(t *testing.T, c *cluster.Cluster, dnsAddr string, extra ...string) *controllerProcess {
 	t.Helper()
-	bin, err := cluster.Binaries(t.Context())
+	logf, err := os.Create(filepath.Join(c.Dir, "logs", "pulselb-controller.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe := filepath.Join(bin, "pulselb")
-	if _, err := os.Stat(exe); err != nil {
-		why, _ := os.ReadFile(filepath.Join(bin, "pulselb.build-error"))
-		t.Fatalf("no pulselb binary: %v %s", err, why)
-	}
-	logPath := filepath.Join(c.Dir, "logs", "pulselb-controller.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "controller",
-		"--kubeconfig="+c.Kubeconfig,
-		"--namespace="+systemNamespace,
+	p := launchController(t, logf, append([]string{"controller",
+		"--kubeconfig=" + c.Kubeconfig,
+		"--namespace=" + systemNamespace,
 		"--proxy-image=pulselb",
 		"--leader-elect=false",
 		"--metrics-address=127.0.0.1:0",
-		"--dns-zone="+controllerZone,
-		"--dns-ns=ns1."+controllerZone+"=127.0.0.1",
-		"--dns-listen="+dnsAddr,
+		"--dns-zone=" + controllerZone,
+		"--dns-ns=ns1." + controllerZone + "=127.0.0.1",
+		"--dns-listen=" + dnsAddr,
 		"--probe-reports=false",
-		"--v=2")
-	cmd.Args = append(cmd.Args, extra...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logPath}
-	if err := cluster.StartLocked(cmd, func(err error) {
-		p.err = err
-		logf.Close()
-		close(p.done)
-	}); err != nil {
-		logf.Close()
-		t.Fatalf("starting pulselb controller: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-			var ee *exec.ExitError
-			if p.err != nil && !errors.As(p.err, &ee) {
-				t.Errorf("pulselb controller: %v", p.err)
-			} else if p.err != nil {
-				t.Errorf("pulselb controller exited with %v after SIGTERM; log in %s", p.err, logPath)
-			}
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-			t.Errorf("pulselb controller did not stop within 15s of SIGTERM; log in %s", logPath)
-		}
-	})
+		"--v=2"}, extra...)...)
+	t.Cleanup(func() { p.stop(t) })
 	return p
+}
+
+// launchController starts pulselb with args, its output going to logf,
+// failing t if it cannot.
+func launchController(t *testing.T, logf *os.File, args ...string) *controllerProcess {
+	t.Helper()
+	p, err := cluster.StartPulselb(t.Context(), logf, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &controllerProcess{p}
+}
+
+// stop stops the controller with SIGTERM, failing t unless it exits
+// cleanly within 15 s.
+func (p *controllerProcess) stop(t *testing.T) {
+	err := p.Stop(15 * time.Second)
+	var ee *exec.ExitError
+	switch {
+	case errors.Is(err, cluster.ErrStopTimeout):
+		t.Errorf("pulselb controller did not stop within 15s of SIGTERM; log in %s", p.LogPath)
+	case errors.As(err, &ee):
+		t.Errorf("pulselb controller exited with %v after SIGTERM; log in %s", err, p.LogPath)
+	case err != nil:
+		t.Errorf("pulselb controller: %v", err)
+	}
 }
 
 // alive fails t when the controller has exited.
 func (p *controllerProcess) alive(t *testing.T) {
 	t.Helper()
-	select {
-	case <-p.done:
-		log, _ := os.ReadFile(p.logPath)
-		t.Fatalf("pulselb controller exited: %v\n%s", p.err, tail(string(log), 40))
-	default:
+	if p.Exited() {
+		log, _ := os.ReadFile(p.LogPath)
+		t.Fatalf("pulselb controller exited: %v\n%s", p.Err(), tail(string(log), 40))
 	}
 }
 
@@ -367,27 +326,38 @@ func describePods(ctx context.Context, cs kubernetes.Interface, ns string) strin
 	return b.String()
 }
 
-// createWeb creates Deployment "web" in ns: two echo pods labelled
-// app=web with port "http" 8080, and waits until both run.
-func createWeb(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) map[string]string {
+// clientReachesWeb waits until a client outside the cluster reaches an
+// echo pod of shop/web on port 80 of every IP in ingress.
+func clientReachesWeb(ctx context.Context, t *testing.T, c *cluster.Cluster, ingress []string) {
 	t.Helper()
-	labels := map[string]string{"app": "web"}
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(2)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "echo", Image: "registry.example/echo:1",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-				}}},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	for _, ip := range ingress {
+		url := fmt.Sprintf("http://%s:80/", ip)
+		poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
+			out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
+			name, _ := field(string(out), "name")
+			return err == nil && strings.HasPrefix(name, "shop/web-")
+		})
+	}
+}
+
+// createWeb creates Deployment "web" in ns: two echo pods labelled
+// app=web with port "http" 8080, waits until both run, and creates
+// LoadBalancer Service "web" in front of them on port 80.
+func createWeb(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	dep := cluster.EchoDeployment(ns, "web", 2, corev1.ContainerPort{Name: "http", ContainerPort: 8080})
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating deployment: %v", err)
 	}
 	waitPodsRunningIn(ctx, t, cs, ns, "app=web", 2)
-	return labels
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: dep.Spec.Selector.MatchLabels,
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating service: %v", err)
+	}
 }

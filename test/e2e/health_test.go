@@ -10,14 +10,12 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
@@ -47,10 +45,8 @@ func TestHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{systemNamespace, "shop"} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating namespace %s: %v", ns, err)
-		}
+	if err := c.CreateNamespaces(ctx, systemNamespace, "shop"); err != nil {
+		t.Fatal(err)
 	}
 	if err := deploy.InstallProbeReportCRD(ctx, dyn, systemNamespace); err != nil {
 		t.Fatal(err)
@@ -72,14 +68,10 @@ func TestHealth(t *testing.T) {
 	rec := recordStatus(ctx, t, cs, "shop", "web")
 	createHealthLB(ctx, t, cs, "web", nil, []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}})
 
-	nodeIP := map[string]string{}
+	nodeIP := c.NodeIPs()
 	ipNode := map[string]string{}
-	for _, n := range c.Nodes() {
-		ip, err := c.NodeIP(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodeIP[n], ipNode[ip] = ip, n
+	for n, ip := range nodeIP {
+		ipNode[ip] = n
 	}
 	// proxyNodes returns the nodes of shop/web's running proxy pods.
 	proxyNodes := func() []string {
@@ -122,7 +114,7 @@ func TestHealth(t *testing.T) {
 		t.Logf("shop/web published on %v after %s", ips, time.Since(start).Round(time.Millisecond))
 	})
 	if t.Failed() {
-		t.Fatalf("shop/web never published; controller log %s; pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+		t.Fatalf("shop/web never published; controller log %s; pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
 	}
 
 	t.Run("NodeBlackholed", func(t *testing.T) {
@@ -480,7 +472,7 @@ func TestHealth(t *testing.T) {
 	})
 
 	if t.Failed() {
-		log, _ := os.ReadFile(ctl.logPath)
+		log, _ := os.ReadFile(ctl.LogPath)
 		t.Logf("controller log (tail):\n%s", tail(string(log), 60))
 	}
 }
@@ -489,18 +481,7 @@ func TestHealth(t *testing.T) {
 // it is established.
 func createBackend(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, replicas int32, ports []corev1.ContainerPort) {
 	t.Helper()
-	labels := map[string]string{"app": name}
-	if _, err := cs.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "registry.example/echo:1", Ports: ports}}},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().Deployments("shop").Create(ctx, cluster.EchoDeployment("shop", name, replicas, ports...), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating deployment %s: %v", name, err)
 	}
 	waitPodsRunningIn(ctx, t, cs, "shop", "app="+name, int(replicas))

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/pulselb/pulselb/test/cluster"
@@ -136,27 +135,13 @@ func TestInstall(t *testing.T) {
 	})
 
 	const ns = "shop"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := c.CreateNamespaces(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	labels := createWeb(ctx, t, cs, ns)
-	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeLoadBalancer,
-			Selector: labels,
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating service: %v", err)
-	}
+	createWeb(ctx, t, cs, ns)
 
 	nodeOf := map[string]string{}
-	for _, n := range c.Nodes() {
-		ip, err := c.NodeIP(n)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for n, ip := range c.NodeIPs() {
 		nodeOf[ip] = n
 	}
 	var ingress []string
@@ -184,14 +169,7 @@ func TestInstall(t *testing.T) {
 	}
 
 	t.Run("ClientReachesBackendOnNodeIPs", func(t *testing.T) {
-		for _, ip := range ingress {
-			url := fmt.Sprintf("http://%s:80/", ip)
-			poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
-				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
-				name, _ := field(string(out), "name")
-				return err == nil && strings.HasPrefix(name, "shop/web-")
-			})
-		}
+		clientReachesWeb(ctx, t, c, ingress)
 	})
 
 	t.Run("DNSServiceAnswers", func(t *testing.T) {

@@ -2,20 +2,16 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,19 +43,13 @@ func TestScenarios(t *testing.T) {
 	c := cluster.ForTest(t, cluster.Options{Nodes: 3})
 	ctx := t.Context()
 	cs := c.Client
-	for _, ns := range []string{systemNamespace, scenarioNamespace} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating namespace %s: %v", ns, err)
-		}
+	if err := c.CreateNamespaces(ctx, systemNamespace, scenarioNamespace); err != nil {
+		t.Fatal(err)
 	}
 	nodeIPs := map[string]string{} // IP → node
-	ipOf := map[string]string{}    // node → IP
-	for _, n := range c.Nodes() {
-		ip, err := c.NodeIP(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodeIPs[ip], ipOf[n] = n, ip
+	ipOf := c.NodeIPs()            // node → IP
+	for n, ip := range ipOf {
+		nodeIPs[ip] = n
 	}
 	metricsAddr := freeLoopbackPort(t)
 	outer := t // the controller outlives the subtest that restarts it
@@ -165,7 +155,7 @@ func TestScenarios(t *testing.T) {
 		}
 	})
 	if t.Failed() {
-		t.Fatalf("controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+		t.Fatalf("controller log: %s; proxy pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
 	}
 
 	t.Run("PortConflict", func(t *testing.T) {
@@ -239,7 +229,7 @@ func TestScenarios(t *testing.T) {
 		t.Logf("p4: condition %q; event %q", cond.Message, event)
 	})
 	if t.Failed() {
-		t.Fatalf("controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+		t.Fatalf("controller log: %s; proxy pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
 	}
 
 	t.Run("RestartWritesNothing", func(t *testing.T) {
@@ -339,7 +329,7 @@ func TestScenarios(t *testing.T) {
 		testLocalTrafficPolicy(ctx, t, c, ctl, ipOf)
 	})
 	if t.Failed() {
-		t.Logf("controller log: %s; proxy pods: %s", ctl.logPath, describePods(ctx, cs, systemNamespace))
+		t.Logf("controller log: %s; proxy pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
 	}
 }
 
@@ -350,26 +340,12 @@ func TestScenarios(t *testing.T) {
 // the proxy and the published IP.
 func testLocalTrafficPolicy(ctx context.Context, t *testing.T, c *cluster.Cluster, ctl *controllerProcess, ipOf map[string]string) {
 	cs := c.Client
-	labels := map[string]string{"app": "local"}
 	const port = 8090
-	if _, err := cs.AppsV1().Deployments(scenarioNamespace).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "local", Namespace: scenarioNamespace},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector:                  map[string]string{corev1.LabelHostname: "node-2"},
-					TerminationGracePeriodSeconds: ptr.To(int64(1)),
-					Containers: []corev1.Container{{
-						Name: "echo", Image: "registry.example/echo:1",
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-					}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	dep := cluster.EchoDeployment(scenarioNamespace, "local", 1, corev1.ContainerPort{Name: "http", ContainerPort: 8080})
+	dep.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "node-2"}
+	dep.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(1))
+	labels := dep.Spec.Selector.MatchLabels
+	if _, err := cs.AppsV1().Deployments(scenarioNamespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating deployment: %v", err)
 	}
 	waitPodsRunningIn(ctx, t, cs, scenarioNamespace, "app=local", 1)
@@ -519,20 +495,11 @@ func resourceVersions(ctx context.Context, t *testing.T, cs kubernetes.Interface
 // within a test; each run logs to its own file in the cluster's logs.
 func runController(t *testing.T, c *cluster.Cluster, metricsAddr string) *controllerProcess {
 	t.Helper()
-	bin, err := cluster.Binaries(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(bin, "pulselb")
-	if _, err := os.Stat(exe); err != nil {
-		why, _ := os.ReadFile(filepath.Join(bin, "pulselb.build-error"))
-		t.Fatalf("no pulselb binary: %v %s", err, why)
-	}
 	logf, err := os.CreateTemp(filepath.Join(c.Dir, "logs"), "pulselb-controller-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "controller",
+	p := launchController(t, logf, "controller",
 		"--kubeconfig="+c.Kubeconfig,
 		"--namespace="+systemNamespace,
 		"--proxy-image=pulselb",
@@ -540,36 +507,9 @@ func runController(t *testing.T, c *cluster.Cluster, metricsAddr string) *contro
 		"--probe-reports=false",
 		"--metrics-address="+metricsAddr,
 		"--v=2")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logf.Name()}
-	if err := cluster.StartLocked(cmd, func(err error) {
-		p.err = err
-		logf.Close()
-		close(p.done)
-	}); err != nil {
-		logf.Close()
-		t.Fatalf("starting pulselb controller: %v", err)
-	}
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-			return // killed by the test
-		default:
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-			var ee *exec.ExitError
-			if p.err != nil && !errors.As(p.err, &ee) {
-				t.Errorf("pulselb controller: %v", p.err)
-			} else if p.err != nil {
-				t.Errorf("pulselb controller exited with %v after SIGTERM; log in %s", p.err, p.logPath)
-			}
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-			t.Errorf("pulselb controller did not stop within 15s of SIGTERM; log in %s", p.logPath)
+		if !p.Exited() { // else killed by the test
+			p.stop(t)
 		}
 	})
 	return p
@@ -580,8 +520,7 @@ func runController(t *testing.T, c *cluster.Cluster, metricsAddr string) *contro
 func (p *controllerProcess) kill(t *testing.T) {
 	t.Helper()
 	p.alive(t)
-	if err := p.cmd.Process.Kill(); err != nil {
+	if err := p.Kill(); err != nil {
 		t.Fatalf("killing pulselb controller: %v", err)
 	}
-	<-p.done
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -33,24 +32,9 @@ func TestSmoke(t *testing.T) {
 	cs := c.Client
 
 	t.Run("ClusterIPFromAnotherNode", func(t *testing.T) {
-		labels := map[string]string{"app": "echo"}
-		dep := &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"},
-			Spec: appsv1.DeploymentSpec{
-				Replicas: ptr.To(int32(2)),
-				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{
-						NodeSelector: map[string]string{corev1.LabelHostname: "node-1"},
-						Containers: []corev1.Container{{
-							Name: "echo", Image: "registry.example/echo:1",
-							Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-						}},
-					},
-				},
-			},
-		}
+		dep := cluster.EchoDeployment("default", "echo", 2, corev1.ContainerPort{ContainerPort: 8080})
+		dep.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "node-1"}
+		labels := dep.Spec.Selector.MatchLabels
 		if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("creating deployment: %v", err)
 		}

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pulselb/pulselb/test/cluster"
@@ -25,9 +24,7 @@ type Controller struct {
 	DNS string
 
 	runs    int
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error
+	proc    *cluster.PulselbProcess
 	logPath string
 }
 
@@ -42,22 +39,13 @@ func (e *Env) newController(index int) (*Controller, error) {
 
 // start runs the controller with proxy image image.
 func (ctl *Controller) start(ctx context.Context, image string) error {
-	bin, err := cluster.Binaries(ctx)
-	if err != nil {
-		return err
-	}
-	exe := filepath.Join(bin, "pulselb")
-	if _, err := os.Stat(exe); err != nil {
-		why, _ := os.ReadFile(filepath.Join(bin, "pulselb.build-error"))
-		return fmt.Errorf("no pulselb binary: %w %s", err, why)
-	}
 	ctl.runs++
 	ctl.logPath = filepath.Join(ctl.e.C.Dir, "logs", fmt.Sprintf("pulselb-controller-%d-run%d.log", ctl.index, ctl.runs))
 	logf, err := os.Create(ctl.logPath)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(exe, "controller",
+	p, err := cluster.StartPulselb(ctx, logf, "controller",
 		"--kubeconfig="+ctl.e.C.Kubeconfig,
 		"--namespace="+SystemNamespace,
 		"--proxy-image="+image,
@@ -75,32 +63,16 @@ func (ctl *Controller) start(ctx context.Context, image string) error {
 		"--dns-listen="+ctl.DNS,
 		fmt.Sprintf("--dns-ttl=%d", ctl.e.Config.DNSTTL),
 		"--v=2")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	ctl.cmd, ctl.done, ctl.err = cmd, make(chan struct{}), nil
-	done := ctl.done
-	if err := cluster.StartLocked(cmd, func(err error) {
-		ctl.err = err
-		logf.Close()
-		close(done)
-	}); err != nil {
-		logf.Close()
-		return fmt.Errorf("starting pulselb controller %d: %w", ctl.index, err)
+	if err != nil {
+		return fmt.Errorf("pulselb controller %d: %w", ctl.index, err)
 	}
+	ctl.proc = p
 	return nil
 }
 
 // Running reports whether the process runs.
 func (ctl *Controller) Running() bool {
-	if ctl.done == nil {
-		return false
-	}
-	select {
-	case <-ctl.done:
-		return false
-	default:
-		return true
-	}
+	return ctl.proc != nil && !ctl.proc.Exited()
 }
 
 // Leading reports whether the running process leads: it logged
@@ -122,17 +94,13 @@ func (ctl *Controller) Stop() error {
 	if !ctl.Running() {
 		return nil
 	}
-	_ = ctl.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-ctl.done:
-	case <-time.After(20 * time.Second):
-		_ = ctl.cmd.Process.Kill()
-		<-ctl.done
-		return fmt.Errorf("pulselb controller %d did not stop within 20s of SIGTERM; log %s", ctl.index, ctl.logPath)
-	}
+	err := ctl.proc.Stop(20 * time.Second)
 	var ee *exec.ExitError
-	if ctl.err != nil && !errors.As(ctl.err, &ee) {
-		return fmt.Errorf("pulselb controller %d: %w", ctl.index, ctl.err)
+	switch {
+	case errors.Is(err, cluster.ErrStopTimeout):
+		return fmt.Errorf("pulselb controller %d did not stop within 20s of SIGTERM; log %s", ctl.index, ctl.logPath)
+	case err != nil && !errors.As(err, &ee):
+		return fmt.Errorf("pulselb controller %d: %w", ctl.index, err)
 	}
 	return nil
 }
@@ -143,9 +111,5 @@ func (ctl *Controller) Kill() error {
 	if !ctl.Running() {
 		return fmt.Errorf("pulselb controller %d is not running", ctl.index)
 	}
-	if err := ctl.cmd.Process.Kill(); err != nil {
-		return err
-	}
-	<-ctl.done
-	return nil
+	return ctl.proc.Kill()
 }

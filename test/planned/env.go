@@ -21,13 +21,11 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
@@ -133,10 +131,8 @@ func Setup(ctx context.Context, c *cluster.Cluster, cfg Config) (*Env, error) {
 		}
 	}
 	cs := c.Client
-	for _, ns := range []string{SystemNamespace, AppNamespace} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
-		}
+	if err := c.CreateNamespaces(ctx, SystemNamespace, AppNamespace); err != nil {
+		return nil, err
 	}
 	if err := deploy.InstallProbeReportCRD(ctx, dyn, SystemNamespace); err != nil {
 		return nil, err
@@ -190,23 +186,9 @@ func (e *Env) Close() error {
 // createBackend runs two echo pods on the backend node: no change drains
 // it, so whatever a client loses, a proxy lost.
 func (e *Env) createBackend(ctx context.Context) error {
-	labels := map[string]string{"app": Backend}
-	_, err := e.Client.AppsV1().Deployments(AppNamespace).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: Backend, Namespace: AppNamespace},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(2)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{corev1.LabelHostname: e.BackendNode},
-					Containers: []corev1.Container{{Name: "echo", Image: "registry.example/echo:1",
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: BackendPort}}}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	dep := cluster.EchoDeployment(AppNamespace, Backend, 2, corev1.ContainerPort{Name: "http", ContainerPort: BackendPort})
+	dep.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: e.BackendNode}
+	if _, err := e.Client.AppsV1().Deployments(AppNamespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the backend: %w", err)
 	}
 	return nil

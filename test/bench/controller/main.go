@@ -50,7 +50,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -58,7 +57,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -138,10 +136,8 @@ func run() error {
 	}()
 	log.Printf("harness with %d light nodes up in %s (dir %s)", *lightNodes, time.Since(began).Round(time.Millisecond), c.Dir)
 
-	for _, ns := range []string{systemNamespace, benchNamespace} {
-		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating namespace %s: %w", ns, err)
-		}
+	if err := c.CreateNamespaces(ctx, systemNamespace, benchNamespace); err != nil {
+		return err
 	}
 
 	// The watcher's own client, so that its lists do not queue behind the
@@ -168,7 +164,7 @@ func run() error {
 		return err
 	}
 	defer ctl.stop()
-	sampler := newSampler(ctl.pid())
+	sampler := newSampler(ctl.Pid())
 	go sampler.run(ctx, 250*time.Millisecond)
 
 	createClient, err := newCreateClient(c)
@@ -198,7 +194,7 @@ func run() error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("after %s: %d of %d Services have a status, %d proxy Deployments ready; controller log %s",
-				*timeout, published, *services, ready, ctl.logPath)
+				*timeout, published, *services, ready, ctl.LogPath)
 		}
 		select {
 		case <-ctx.Done():
@@ -268,7 +264,7 @@ func run() error {
 	} else {
 		fmt.Printf("  controller metrics: %v\n", err)
 	}
-	fmt.Printf("  controller log: %s\n", ctl.logPath)
+	fmt.Printf("  controller log: %s\n", ctl.LogPath)
 	return nil
 }
 
@@ -721,23 +717,11 @@ func (tr *tracker) deploymentSpan(n int) (first, last time.Time, ok bool) {
 
 // controllerProcess is the pulselb controller under test.
 type controllerProcess struct {
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error
-	logPath string
+	*cluster.PulselbProcess
 	metrics string // host:port of /metrics
 }
 
 func startController(ctx context.Context, c *cluster.Cluster) (*controllerProcess, error) {
-	bin, err := cluster.Binaries(ctx)
-	if err != nil {
-		return nil, err
-	}
-	exe := filepath.Join(bin, "pulselb")
-	if _, err := os.Stat(exe); err != nil {
-		why, _ := os.ReadFile(filepath.Join(bin, "pulselb.build-error"))
-		return nil, fmt.Errorf("no pulselb binary: %w %s", err, why)
-	}
 	metrics, err := freePort()
 	if err != nil {
 		return nil, err
@@ -756,19 +740,12 @@ func startController(ctx context.Context, c *cluster.Cluster) (*controllerProces
 		"--metrics-address=" + metrics,
 	}
 	args = append(args, strings.Fields(*ctlArgs)...)
-	cmd := exec.Command(exe, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &controllerProcess{cmd: cmd, done: make(chan struct{}), logPath: logPath, metrics: metrics}
-	if err := cluster.StartLocked(cmd, func(err error) {
-		p.err = err
-		logf.Close()
-		close(p.done)
-	}); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting pulselb controller: %w", err)
+	pp, err := cluster.StartPulselb(ctx, logf, args...)
+	if err != nil {
+		return nil, err
 	}
-	log.Printf("pulselb controller %s (pid %d), log %s", strings.Join(args[1:], " "), cmd.Process.Pid, logPath)
+	p := &controllerProcess{PulselbProcess: pp, metrics: metrics}
+	log.Printf("pulselb controller %s (pid %d), log %s", strings.Join(args[1:], " "), p.Pid(), logPath)
 	// Ready once it serves metrics: flags parsed, clients made.
 	url := "http://" + metrics + "/metrics"
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -788,29 +765,16 @@ func startController(ctx context.Context, c *cluster.Cluster) (*controllerProces
 	}
 }
 
-func (p *controllerProcess) pid() int { return p.cmd.Process.Pid }
-
 func (p *controllerProcess) alive() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("pulselb controller exited: %w; log %s", p.err, p.logPath)
-	default:
-		return nil
+	if p.Exited() {
+		return fmt.Errorf("pulselb controller exited: %w; log %s", p.Err(), p.LogPath)
 	}
+	return nil
 }
 
 func (p *controllerProcess) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	if !p.Exited() {
+		_ = p.Stop(15 * time.Second)
 	}
 }
 

@@ -27,7 +27,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/pulselb/pulselb/dnsexport"
+	"github.com/pulselb/pulselb/test/bench/cpuprofile"
 )
 
 const origin = "bench.example."
@@ -54,16 +54,7 @@ func main() {
 	log.SetFlags(0)
 
 	if *role == "pulselb" {
-		if *cpuProfile != "" {
-			f, err := os.Create(*cpuProfile)
-			if err != nil {
-				log.Fatal(err)
-			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				log.Fatal(err)
-			}
-			defer pprof.StopCPUProfile()
-		}
+		defer cpuprofile.Start(*cpuProfile)()
 		if err := runPulselb(*port, *names); err != nil {
 			log.Fatal(err)
 		}

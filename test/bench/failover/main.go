@@ -32,10 +32,8 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -50,7 +48,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
@@ -101,14 +98,7 @@ func run(ctx context.Context) error {
 	}
 	ctl, err := b.setup(ctx)
 	if ctl != nil {
-		defer func() {
-			_ = ctl.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-ctl.done:
-			case <-time.After(15 * time.Second):
-				_ = ctl.cmd.Process.Kill()
-			}
-		}()
+		defer func() { _ = ctl.Stop(15 * time.Second) }()
 	}
 	if err != nil {
 		return err
@@ -160,20 +150,11 @@ type bench struct {
 	ips map[string]string
 }
 
-func (b *bench) setup(ctx context.Context) (*controllerProcess, error) {
+func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
 	cs := b.cs
-	b.ips = map[string]string{}
-	for _, n := range b.c.Nodes() {
-		ip, err := b.c.NodeIP(n)
-		if err != nil {
-			return nil, err
-		}
-		b.ips[n] = ip
-	}
-	for _, ns := range []string{systemNS, appNS} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
-		}
+	b.ips = b.c.NodeIPs()
+	if err := b.c.CreateNamespaces(ctx, systemNS, appNS); err != nil {
+		return nil, err
 	}
 	if err := deploy.InstallProbeReportCRD(ctx, b.dyn, systemNS); err != nil {
 		return nil, err
@@ -190,17 +171,9 @@ func (b *bench) setup(ctx context.Context) (*controllerProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	labels := map[string]string{"app": "web"}
-	if _, err := cs.AppsV1().Deployments(appNS).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(2)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "registry.example/echo:1",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	web := cluster.EchoDeployment(appNS, "web", 2, corev1.ContainerPort{Name: "http", ContainerPort: 8080})
+	labels := web.Spec.Selector.MatchLabels
+	if _, err := cs.AppsV1().Deployments(appNS).Create(ctx, web, metav1.CreateOptions{}); err != nil {
 		return ctl, fmt.Errorf("creating the backend: %w", err)
 	}
 	// The shape of K3s ServiceLB's svclb pods: one per node, their
@@ -211,7 +184,7 @@ func (b *bench) setup(ctx context.Context) (*controllerProcess, error) {
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: svclb},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: svclb},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "registry.example/echo:1",
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: cluster.EchoImage,
 					Ports: []corev1.ContainerPort{{ContainerPort: 9090}}}}}},
 		},
 	}, metav1.CreateOptions{}); err != nil {
@@ -363,47 +336,16 @@ func upVotes(reports []report, service string, port int32, node string) int {
 	return n
 }
 
-// controllerProcess is the running pulselb controller; done closes when
-// it exits.
-type controllerProcess struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (b *bench) startController(ctx context.Context) (*controllerProcess, error) {
-	bin, err := cluster.Binaries(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (b *bench) startController(ctx context.Context) (*cluster.PulselbProcess, error) {
 	logPath := filepath.Join(b.c.Dir, "logs", "pulselb-controller.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(bin, "pulselb"), "controller", "--kubeconfig="+b.c.Kubeconfig, "--namespace="+systemNS,
+	p, err := cluster.StartPulselb(ctx, logf, "controller", "--kubeconfig="+b.c.Kubeconfig, "--namespace="+systemNS,
 		"--proxy-image=pulselb", "--leader-elect=false", "--metrics-address=127.0.0.1:0", "--probe-reports=true", "--v=2")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// Pdeathsig fires when the forking thread exits, and Go ends the
-	// threads of goroutines that exit locked (the harness' probes enter
-	// network namespaces so): keep the thread while the controller runs.
-	started := make(chan error, 1)
-	p := &controllerProcess{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting pulselb controller: %w", err)
+	if err != nil {
+		return nil, err
 	}
 	log.Printf("pulselb controller running, log %s", logPath)
 	return p, nil

@@ -26,7 +26,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +33,7 @@ import (
 	"time"
 
 	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/test/bench/cpuprofile"
 )
 
 func main() {
@@ -53,16 +53,7 @@ func main() {
 	log.SetFlags(0)
 
 	if *role == "pulselb" {
-		if *cpuProfile != "" {
-			f, err := os.Create(*cpuProfile)
-			if err != nil {
-				log.Fatal(err)
-			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				log.Fatal(err)
-			}
-			defer pprof.StopCPUProfile()
-		}
+		defer cpuprofile.Start(*cpuProfile)()
 		runChild(*spec, strings.Split(*addrs, ","), *targets, *interval, *childFor)
 		return
 	}
