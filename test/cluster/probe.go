@@ -199,11 +199,20 @@ func (rt *podRuntime) probeLoop(ctx context.Context, pod *corev1.Pod, c corev1.C
 		if down {
 			continue // a dead node's kubelet probes nothing
 		}
+		// A select with both cases ready picks either, and a probe under
+		// way when the termination began ends after it: check again on
+		// both sides, so that no liveness probe fails a terminating pod.
+		if isClosed(terminating) {
+			return true, msg
+		}
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		err := rt.probeOnce(pctx, pod, c, probe, env, pid)
 		cancel()
 		if ctx.Err() != nil {
 			return s.ok(), msg
+		}
+		if isClosed(terminating) {
+			return true, msg
 		}
 		if err != nil {
 			msg = err.Error()
@@ -378,4 +387,14 @@ func execProbe(ctx context.Context, pid int, env, argv []string) error {
 		return fmt.Errorf("command %v: %w: %s", argv, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// isClosed reports whether ch is closed; a nil ch never is.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
