@@ -68,9 +68,17 @@ func listenTCP(t *testing.T, host string) (net.Listener, netip.AddrPort) {
 // closedTCPPort returns a loopback port that nothing listens on.
 func closedTCPPort(t *testing.T, host string) netip.AddrPort {
 	t.Helper()
-	ln, addr := listenTCP(t, host)
-	_ = ln.Close()
-	return addr
+	// Hold the port with the client end of a connection for the test's
+	// life: nothing listens on it, so a connection to it is refused, and
+	// no other test, of this package or another running in parallel, can
+	// bind it and accept, as it could a port merely closed.
+	ln, peer := listenTCP(t, host)
+	c, err := net.Dial("tcp", peer.String())
+	if err != nil {
+		t.Fatalf("holding a TCP port: %v", err)
+	}
+	t.Cleanup(func() { c.Close(); ln.Close() })
+	return addrPortOf(t, c.LocalAddr())
 }
 
 // serveTCP listens on host and runs handle on every connection, which it

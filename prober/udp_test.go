@@ -44,16 +44,20 @@ func udpTestServer(t *testing.T, host string, answer func(req []byte, from net.A
 	return addrPortOf(t, pc.LocalAddr())
 }
 
-// udpTestClosedPort returns a loopback UDP port that nothing listens on.
+// udpTestClosedPort returns a UDP port on host where nothing answers: the
+// kernel refuses a datagram to it with ICMP port unreachable. It holds the
+// port with a socket connected to another port for the test's life, so
+// that no other test (of this package or another, in parallel) can bind it
+// and answer; a connected socket takes datagrams from its peer only.
 func udpTestClosedPort(t *testing.T, host string) netip.AddrPort {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
+	ip := net.ParseIP(host)
+	c, err := net.DialUDP("udp", &net.UDPAddr{IP: ip}, &net.UDPAddr{IP: ip, Port: 9})
 	if err != nil {
-		t.Fatalf("listening: %v", err)
+		t.Fatalf("holding a UDP port: %v", err)
 	}
-	ap := addrPortOf(t, pc.LocalAddr())
-	pc.Close()
-	return ap
+	t.Cleanup(func() { c.Close() })
+	return addrPortOf(t, c.LocalAddr())
 }
 
 func udpReply(s string) func([]byte, net.Addr) []byte {
