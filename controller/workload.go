@@ -45,7 +45,7 @@ func (c *Controller) applyWorkload(ctx context.Context, svc *corev1.Service, wan
 		}
 	}
 	for _, a := range placement.PlanWorkload(key.AsNamespacedName(), want, current).Actions {
-		if placement.RollsOut(a, currentOf(current, a.Object)) {
+		if placement.RollsOut(a) {
 			rolling, err := c.rollingWorkloads()
 			if err != nil {
 				return err
@@ -59,16 +59,6 @@ func (c *Controller) applyWorkload(ctx context.Context, svc *corev1.Service, wan
 		}
 		if err := c.applyWorkloadAction(ctx, svc, want, a); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// currentOf returns the object of current with o's kind and name, or nil.
-func currentOf(current []placement.WorkloadObject, o placement.WorkloadObject) placement.WorkloadObject {
-	for _, cur := range current {
-		if cur.GetName() == o.GetName() && placement.KindOf(cur) == placement.KindOf(o) {
-			return cur
 		}
 	}
 	return nil

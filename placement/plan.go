@@ -72,11 +72,14 @@ type WorkloadAction struct {
 	// left-alone object comes from the caller's cache and must not be
 	// changed.
 	Object WorkloadObject
+	// Current is, for an update, the object it replaces, from the
+	// caller's cache; nil for the other verbs.
+	Current WorkloadObject
 }
 
 // Kind returns the Kind of a's object: Deployment, DaemonSet or
 // PodDisruptionBudget.
-func (a WorkloadAction) Kind() string { return KindOf(a.Object) }
+func (a WorkloadAction) Kind() string { return kindOf(a.Object) }
 
 // WorkloadPlan is what makes a Service's current proxy workload the desired
 // one. The deletes come first: the workloads they remove hold the host
@@ -127,7 +130,7 @@ func sortOut(svc types.NamespacedName, desired WorkloadObject, othersWanted bool
 	var existing WorkloadObject
 	var deletes []WorkloadAction
 	for _, cur := range current {
-		if desired != nil && KindOf(cur) == KindOf(desired) && cur.GetName() == desired.GetName() {
+		if desired != nil && kindOf(cur) == kindOf(desired) && cur.GetName() == desired.GetName() {
 			existing = cur
 			continue
 		}
@@ -136,7 +139,7 @@ func sortOut(svc types.NamespacedName, desired WorkloadObject, othersWanted bool
 		}
 		reason := PlanNotWanted
 		switch {
-		case desired == nil && othersWanted, desired != nil && KindOf(cur) != KindOf(desired):
+		case desired == nil && othersWanted, desired != nil && kindOf(cur) != kindOf(desired):
 			reason = PlanModeChanged
 		case desired != nil:
 			reason = PlanNameChanged
@@ -170,7 +173,7 @@ func planBudget(plan WorkloadPlan, svc types.NamespacedName, want Workload, owne
 	if a.Verb == WorkloadNone && a.Reason == PlanUpToDate && !ownedBy(existing, owner) {
 		next := owned.DeepCopy()
 		next.SetResourceVersion(existing.GetResourceVersion())
-		a = WorkloadAction{Verb: WorkloadUpdate, Reason: PlanOwnerChanged, Object: next}
+		a = WorkloadAction{Verb: WorkloadUpdate, Reason: PlanOwnerChanged, Object: next, Current: existing}
 	}
 	plan.Actions = append(plan.Actions, a)
 	return plan
@@ -198,7 +201,7 @@ func planDesired(svc types.NamespacedName, desired, existing WorkloadObject) Wor
 	}
 	next := desired.DeepCopyObject().(WorkloadObject)
 	next.SetResourceVersion(existing.GetResourceVersion())
-	return WorkloadAction{Verb: WorkloadUpdate, Reason: PlanSpecChanged, Object: next}
+	return WorkloadAction{Verb: WorkloadUpdate, Reason: PlanSpecChanged, Object: next, Current: existing}
 }
 
 // object returns w's Deployment or DaemonSet, or nil when it has neither.
@@ -218,9 +221,9 @@ func labelledFor(o WorkloadObject, svc types.NamespacedName) bool {
 	return ok && key == svc
 }
 
-// KindOf names o's kind from its Go type: objects from an informer's cache
+// kindOf names o's kind from its Go type: objects from an informer's cache
 // carry no TypeMeta.
-func KindOf(o WorkloadObject) string {
+func kindOf(o WorkloadObject) string {
 	switch o.(type) {
 	case *appsv1.Deployment:
 		return "Deployment"

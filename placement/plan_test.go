@@ -19,7 +19,7 @@ import (
 func stored(t *testing.T, o WorkloadObject, opts ...func(metav1.Object)) WorkloadObject {
 	t.Helper()
 	cp := o.DeepCopyObject().(WorkloadObject)
-	cp.SetUID(types.UID("uid-" + KindOf(cp) + "-" + cp.GetName()))
+	cp.SetUID(types.UID("uid-" + kindOf(cp) + "-" + cp.GetName()))
 	cp.SetResourceVersion("7")
 	switch c := cp.(type) {
 	case *appsv1.Deployment:

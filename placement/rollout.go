@@ -10,8 +10,8 @@ import (
 // proxies out again: an update that changes the pod template, not only the
 // replica count or the rollout strategy. A workload written before
 // template hashes were recorded counts as changed.
-func RollsOut(a WorkloadAction, current WorkloadObject) bool {
-	if a.Verb != WorkloadUpdate || current == nil {
+func RollsOut(a WorkloadAction) bool {
+	if a.Verb != WorkloadUpdate || a.Current == nil {
 		return false
 	}
 	switch a.Object.(type) {
@@ -19,7 +19,7 @@ func RollsOut(a WorkloadAction, current WorkloadObject) bool {
 	default:
 		return false
 	}
-	was := current.GetAnnotations()[contract.AnnotationTemplateHash]
+	was := a.Current.GetAnnotations()[contract.AnnotationTemplateHash]
 	return was == "" || was != a.Object.GetAnnotations()[contract.AnnotationTemplateHash]
 }
 

@@ -21,20 +21,19 @@ func TestRollsOut(t *testing.T) {
 	old := cur.Deployment.DeepCopy()
 	delete(old.Annotations, contract.AnnotationTemplateHash)
 	tests := []struct {
-		name    string
-		action  WorkloadAction
-		current WorkloadObject
-		want    bool
+		name   string
+		action WorkloadAction
+		want   bool
 	}{
-		{"a new image", WorkloadAction{Verb: WorkloadUpdate, Object: next.Deployment}, cur.Deployment, true},
-		{"more replicas", WorkloadAction{Verb: WorkloadUpdate, Object: more.Deployment}, cur.Deployment, false},
-		{"written before template hashes", WorkloadAction{Verb: WorkloadUpdate, Object: cur.Deployment}, old, true},
-		{"a create", WorkloadAction{Verb: WorkloadCreate, Object: next.Deployment}, nil, false},
-		{"a budget", WorkloadAction{Verb: WorkloadUpdate, Object: next.Budget}, cur.Budget, false},
+		{"a new image", WorkloadAction{Verb: WorkloadUpdate, Object: next.Deployment, Current: cur.Deployment}, true},
+		{"more replicas", WorkloadAction{Verb: WorkloadUpdate, Object: more.Deployment, Current: cur.Deployment}, false},
+		{"written before template hashes", WorkloadAction{Verb: WorkloadUpdate, Object: cur.Deployment, Current: old}, true},
+		{"a create", WorkloadAction{Verb: WorkloadCreate, Object: next.Deployment}, false},
+		{"a budget", WorkloadAction{Verb: WorkloadUpdate, Object: next.Budget, Current: cur.Budget}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := RollsOut(tt.action, tt.current); got != tt.want {
+			if got := RollsOut(tt.action); got != tt.want {
 				t.Errorf("RollsOut = %t, want %t", got, tt.want)
 			}
 		})
