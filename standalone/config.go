@@ -10,6 +10,7 @@ package standalone
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -37,6 +38,12 @@ const (
 	// MinInterval bounds interval: below it probes and peer polls cost more
 	// than they tell.
 	MinInterval = 100 * time.Millisecond
+	// MaxConfigBytes caps the configuration file: a real one is a few
+	// KiB, and a path such as /dev/zero must end in an error, not in
+	// memory exhaustion.
+	MaxConfigBytes = 4 << 20
+	// maxTokenBytes caps token-file, for the same reason.
+	maxTokenBytes = 64 << 10
 )
 
 // Config is a parsed, checked configuration file.
@@ -188,11 +195,70 @@ func (e *ConfigError) Error() string {
 // Load reads and checks the configuration file at path. The error, when
 // not nil, joins a *ConfigError for every problem found.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path, MaxConfigBytes, "a configuration file")
 	if err != nil {
 		return nil, fmt.Errorf("reading configuration: %w", err)
 	}
 	return Parse(path, data)
+}
+
+// readFile reads the regular file at path, of at most limit bytes; what
+// names the file in the error when it is larger. Anything else, such as a
+// device or a pipe, is refused before it is opened, so that it can neither
+// block nor fill memory.
+func readFile(path string, limit int64, what string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file but %s", path, fileKind(fi.Mode()))
+	}
+	tooBig := fmt.Errorf("%s is larger than %s, the most %s may hold", path, sizeText(limit), what)
+	if fi.Size() > limit {
+		return nil, tooBig
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// The file may have grown since Stat.
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, tooBig
+	}
+	return data, nil
+}
+
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "not a plain file"
+}
+
+// sizeText reads as "4 MiB" or "4 KiB" for whole multiples, else bytes.
+func sizeText(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // Parse checks the configuration in data, read from file. Relative paths
@@ -460,7 +526,7 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	}
 	if n := m["token-file"]; n != nil {
 		if cfg.TokenFile = d.path(n, "token-file"); cfg.TokenFile != "" {
-			b, err := os.ReadFile(cfg.TokenFile)
+			b, err := readFile(cfg.TokenFile, maxTokenBytes, "a token file")
 			switch {
 			case err != nil:
 				d.errorf(n, "token-file", "reading the token: %v", err)

@@ -1,6 +1,7 @@
 package standalone
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -170,4 +171,72 @@ func TestConfigTokenFile(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "p.yaml:4: token-file: reading the token") {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+// TestLoadRefusesHugeAndSpecialFiles: a file larger than MaxConfigBytes,
+// and anything that is not a regular file (/dev/zero, a directory), is
+// refused with an error naming it, instead of being read into memory
+// without end.
+func TestLoadRefusesHugeAndSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	huge := filepath.Join(dir, "huge.yaml")
+	// A valid YAML comment, one byte over the cap.
+	if err := os.WriteFile(huge, append([]byte("#"), bytes.Repeat([]byte(" "), MaxConfigBytes)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path, want string
+	}{
+		{"larger than the cap", huge, "huge.yaml is larger than 4 MiB, the most a configuration file may hold"},
+		{"device", "/dev/zero", "/dev/zero is not a regular file"},
+		{"directory", dir, dir + " is not a regular file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(tt.path)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Load(%s) = %v; want an error containing %q", tt.path, err, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzConfig checks that Parse never panics on any input up to 64 KiB,
+// and that it returns a configuration or errors that are all
+// *ConfigError, never both nor neither.
+func FuzzConfig(f *testing.F) {
+	seed, err := os.ReadFile(filepath.Join("testdata", "pulselb.yaml"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add([]byte("zone: lb.example.test\ninstance: x\ndns: {listen: \"127.0.0.1:0\"}\nservices:\n  - name: web\n    hosts: [{name: a, address: 192.0.2.1}]\n    ports: [{port: 53, protocol: udp}]\n"))
+	f.Add([]byte("a: &a [*a]\nservices: *a\n"))
+	f.Add([]byte("services: [{hosts: [{name: a, addresses: [\"::1\", 127.0.0.1]}], ports: [{port: 0}]}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 64<<10 {
+			return
+		}
+		cfg, err := Parse("fuzz.yaml", data)
+		switch {
+		case err == nil && cfg == nil:
+			t.Fatal("no configuration and no error")
+		case err != nil && cfg != nil:
+			t.Fatalf("a configuration and an error: %v", err)
+		case err != nil:
+			for _, e := range unjoin(err) {
+				var ce *ConfigError
+				if !errors.As(e, &ce) || ce.File != "fuzz.yaml" {
+					t.Fatalf("error %v is not a *ConfigError naming the file", e)
+				}
+			}
+		}
+	})
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
