@@ -119,6 +119,13 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 	if err := errors.Join(r.metrics.RegisterMetrics(reg), r.proberMetrics.RegisterMetrics(reg), dnsMetrics.RegisterMetrics(reg), dashMetrics.RegisterMetrics(reg)); err != nil {
 		return nil, err
 	}
+	removed, err := removeStaleTemps(cfg.StateFile)
+	if err != nil {
+		logger.Error(err, "Removing temporary state files left by an interrupted write failed", "stateFile", cfg.StateFile)
+	}
+	if len(removed) > 0 {
+		logger.Info("Removed temporary state files left by an interrupted write", "stateFile", cfg.StateFile, "files", removed)
+	}
 	saved, err := loadState(cfg.StateFile)
 	if err != nil {
 		logger.Error(err, "Ignoring the state file; starting from Unknown", "stateFile", cfg.StateFile)

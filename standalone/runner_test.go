@@ -2,6 +2,7 @@ package standalone
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -483,4 +484,33 @@ func allTargets(r *Runner) []dashboard.Target {
 		out = append(out, svc.Targets...)
 	}
 	return out
+}
+
+// TestStaleStateTempsRemoved: temporary files that a kill -9 left behind
+// in the middle of a state write are removed at start; files that only
+// look alike are left alone.
+func TestStaleStateTempsRemoved(t *testing.T) {
+	h := startHosts(t, "127.0.0.50")
+	dir := t.TempDir()
+	stale := []string{".state.json.tmp-123456", ".state.json.tmp-4294967295"}
+	kept := []string{"state.json.tmp-1", ".state.json.tmp-", ".state.json.tmp-12x", ".other.json.tmp-1", ".state.json.tmp-1.keep"}
+	for _, name := range append(slices.Clone(stale), kept...) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := instance{name: "solo", hosts: []string{"a=127.0.0.50"}, extra: "state-file: state.json\n"}
+	r := start(t, in.load(t, dir, h.port))
+	waitFor(t, 10*time.Second, "a up", allUp(r.Runner, "a"))
+	r.stop()
+	for _, name := range stale {
+		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there (%v)", name, err)
+		}
+	}
+	for _, name := range append(kept, "state.json") {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
 }

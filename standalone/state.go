@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/pulselb/pulselb/status"
@@ -80,7 +81,7 @@ func saveState(path, instance string, now time.Time, verdicts map[string]savedVe
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), tempPrefix(path)+"*")
 	if err != nil {
 		return fmt.Errorf("writing state file: %w", err)
 	}
@@ -99,4 +100,38 @@ func saveState(path, instance string, now time.Time, verdicts map[string]savedVe
 		return fmt.Errorf("writing state file %s: %w", path, err)
 	}
 	return nil
+}
+
+// tempPrefix is how the temporary files saveState writes next to path
+// begin; os.CreateTemp ends their names with decimal digits.
+func tempPrefix(path string) string { return "." + filepath.Base(path) + ".tmp-" }
+
+// removeStaleTemps removes the temporary files that saveState left next to
+// path when the process was killed in the middle of a write, and only
+// those: names of tempPrefix(path) and digits. It returns the names
+// removed. Call it before the first save: at run time a name of that form
+// may be a write in progress.
+func removeStaleTemps(path string) ([]string, error) {
+	if path == "" {
+		return nil, nil
+	}
+	dir, prefix := filepath.Dir(path), tempPrefix(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing state file directory: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || rest == "" || strings.Trim(rest, "0123456789") != "" || !e.Type().IsRegular() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing stale state file: %w", err))
+			continue
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, errors.Join(errs...)
 }
