@@ -451,21 +451,30 @@ func (d *decoder) listenAddr(n *yaml.Node, path string) string {
 	if !ok {
 		return ""
 	}
-	host, port, err := net.SplitHostPort(s)
-	if err == nil {
-		if _, perr := strconv.ParseUint(port, 10, 16); perr != nil {
-			err = fmt.Errorf("bad port %q", port)
-		} else if host != "" {
-			if _, aerr := netip.ParseAddr(host); aerr != nil {
-				err = fmt.Errorf("%q is not an IP address", host)
-			}
-		}
-	}
-	if err != nil {
+	if err := CheckListen(s); err != nil {
 		d.errorf(n, path, "%q is not a listen address such as 127.0.0.1:8080 or :53 (%v)", s, err)
 		return ""
 	}
 	return s
+}
+
+// CheckListen checks a listen address as the configuration file takes it:
+// IP:PORT, [IPv6]:PORT or :PORT (every address), the port a number from 0
+// (a free one) to 65535.
+func CheckListen(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return err
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("bad port %q", port)
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q is not an IP address", host)
+		}
+	}
+	return nil
 }
 
 var topKeys = []string{"instance", "zone", "dns", "http", "metrics", "interval", "timeout", "rise", "fall",

@@ -41,12 +41,22 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseArgs(fs, demoUsage, args, stderr); !ok {
 		return code
 	}
+	var bad string
 	switch {
 	case opts.Interval < standalone.MinInterval:
-		fmt.Fprintf(stderr, "pulselb demo: --interval=%s: want at least %s\n", opts.Interval, standalone.MinInterval)
-		return 2
-	case opts.Settle < 0 || opts.Down < 0 || opts.Wait <= 0:
-		fmt.Fprintln(stderr, "pulselb demo: --settle, --down and --wait must not be negative")
+		bad = fmt.Sprintf("--interval=%s: want at least %s", opts.Interval, standalone.MinInterval)
+	case opts.Settle < 0:
+		bad = fmt.Sprintf("--settle=%s: want 0s or more, such as 3s", opts.Settle)
+	case opts.Down < 0:
+		bad = fmt.Sprintf("--down=%s: want 0s or more, such as 3s", opts.Down)
+	case opts.Wait <= 0:
+		bad = fmt.Sprintf("--wait=%s: want more than 0s, such as 15s", opts.Wait)
+	}
+	if err := standalone.CheckListen(opts.HTTPListen); bad == "" && err != nil {
+		bad = fmt.Sprintf("--http-listen=%q: want IP:PORT such as 127.0.0.1:8080 (port 0 picks a free one): %v", opts.HTTPListen, err)
+	}
+	if bad != "" {
+		fmt.Fprintln(stderr, "pulselb demo: "+bad)
 		return 2
 	}
 	// Quiet by default: the demo's own output tells the story, and only
