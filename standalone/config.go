@@ -32,8 +32,10 @@ import (
 
 // Defaults of the configuration file.
 const (
-	DefaultDNSListen  = ":53"
-	DefaultHTTPListen = ":9471"
+	DefaultDNSListen = ":53"
+	// DefaultHTTPListen is loopback: the dashboard, state API and metrics
+	// have no authentication.
+	DefaultHTTPListen = "127.0.0.1:9471"
 	DefaultInterval   = time.Second
 	// MinInterval bounds interval: below it probes and peer polls cost more
 	// than they tell.
@@ -513,9 +515,11 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	if n := m["dns"]; n != nil {
 		d.dns(n, cfg)
 	}
+	httpListenSet := false
 	if n := m["http"]; n != nil {
 		if hm, _, ok := d.mapping(n, "http", "listen"); ok && hm["listen"] != nil {
 			cfg.HTTP.Listen = d.listenAddr(hm["listen"], "http.listen")
+			httpListenSet = true
 		}
 	}
 	if n := m["metrics"]; n != nil {
@@ -550,6 +554,9 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 		d.peers(n, cfg)
 		if len(cfg.Peers) > 0 && m["token-file"] == nil {
 			d.errorf(keys["peers"], "peers", "peers need token-file: the shared token they authenticate with")
+		}
+		if len(cfg.Peers) > 0 && !httpListenSet {
+			d.errorf(keys["peers"], "http.listen", "required with peers: they poll this instance's report over HTTP, and the default %s is reachable from this host only", DefaultHTTPListen)
 		}
 	}
 	if n := m["state-file"]; n != nil {

@@ -73,7 +73,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Zone != "lb.example.test." || cfg.Interval != DefaultInterval || cfg.HTTP.Listen != DefaultHTTPListen ||
+	if cfg.Zone != "lb.example.test." || cfg.Interval != DefaultInterval || cfg.HTTP.Listen != "127.0.0.1:9471" ||
 		cfg.DNS.TTL != 5 || cfg.AllDown != contract.AllDownPublishAll || cfg.PublishWhen != contract.PublishAllPorts {
 		t.Errorf("defaults = %+v", cfg)
 	}
@@ -116,10 +116,12 @@ func TestConfigErrors(t *testing.T) {
 			[]string{`pulselb.yaml:4: all-down: "publish-nne" is not one of publish-all, publish-none (did you mean "publish-none"?)`}},
 		{"missing zone", "instance: a\n" + svc + "      - {port: 80}\n",
 			[]string{`pulselb.yaml:1: zone: required`}},
-		{"peers without token", head + "peers:\n  - {name: b, url: \"http://127.0.0.1:1\"}\n" + svc + "      - {port: 80}\n",
-			[]string{`pulselb.yaml:4: peers: peers need token-file`}},
-		{"peer named like the instance", head + "token-file: testdata/token\npeers:\n  - {name: a, url: \"ftp://x\"}\n" + svc + "      - {port: 80}\n",
-			[]string{`pulselb.yaml:6: peers[0].name: "a" is this instance's own name`, `pulselb.yaml:6: peers[0].url: "ftp://x" is not an http or https URL`}},
+		{"peers without token", "http: {listen: \"127.0.0.1:0\"}\n" + head + "peers:\n  - {name: b, url: \"http://127.0.0.1:1\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:5: peers: peers need token-file`}},
+		{"peers without http.listen", head + "token-file: testdata/token\npeers:\n  - {name: b, url: \"http://192.0.2.2:9471\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:5: http.listen: required with peers: they poll this instance's report over HTTP, and the default 127.0.0.1:9471 is reachable from this host only`}},
+		{"peer named like the instance", "http: {listen: \"127.0.0.1:0\"}\n" + head + "token-file: testdata/token\npeers:\n  - {name: a, url: \"ftp://x\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:7: peers[0].name: "a" is this instance's own name`, `pulselb.yaml:7: peers[0].url: "ftp://x" is not an http or https URL`}},
 		{"secret without secrets dir", head + svc + "      - {port: 3306, probe: \"mysql user=u secret=db\"}\n",
 			[]string{`pulselb.yaml:9: services[0].ports[0].probe: secret=db needs secrets.dir`}},
 		{"service name not a label", head + "services:\n  - name: Web_1\n    hosts: [{name: a, address: 127.0.0.1}]\n    ports: [{port: 80}]\n",

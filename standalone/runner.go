@@ -165,6 +165,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listening on http %s: %w", cfg.HTTP.Listen, err)
 	}
+	logHTTPListen(logger, r.httpLn.Addr())
 	return r, nil
 }
 
@@ -672,3 +673,18 @@ func (r *Runner) dashboardService(cfg *Config, svc Service, ips []netip.Addr, he
 }
 
 func statusProtocol(p string) corev1.Protocol { return corev1.Protocol(p) }
+
+// logHTTPListen says where the HTTP server listens, and warns when that is
+// not a loopback address: the dashboard, /api/v1/state and /metrics have
+// no authentication (only /api/v1/report asks for the token).
+func logHTTPListen(logger klog.Logger, addr net.Addr) {
+	logger.Info("Serving the dashboard, state API and metrics", "address", addr.String())
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(tcp.IP); ok && ip.Unmap().IsLoopback() {
+			return
+		}
+	}
+	logger.Info("Warning: the dashboard, /api/v1/state and /metrics are served without authentication on a non-loopback address; "+
+		"anyone who can reach it sees every service, host and address. Restrict it with a firewall, or set http.listen to 127.0.0.1",
+		"address", addr.String())
+}

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -512,5 +515,35 @@ func TestStaleStateTempsRemoved(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestHTTPListenLogged: the start-up log says where the dashboard, state
+// API and metrics listen, and warns when that is not a loopback address,
+// since they have no authentication.
+func TestHTTPListenLogged(t *testing.T) {
+	tests := []struct {
+		addr string
+		warn bool
+	}{
+		{"127.0.0.1:9471", false},
+		{"[::1]:9471", false},
+		{"0.0.0.0:9471", true},
+		{"[::]:9471", true},
+		{"192.0.2.1:9471", true},
+		{"[2001:db8::1]:9471", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.addr, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			logHTTPListen(logger, net.TCPAddrFromAddrPort(netip.MustParseAddrPort(tt.addr)))
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			if !strings.Contains(logs, "Serving the dashboard, state API and metrics") || !strings.Contains(logs, tt.addr) {
+				t.Errorf("log does not say where HTTP listens:\n%s", logs)
+			}
+			if warned := strings.Contains(logs, "without authentication"); warned != tt.warn {
+				t.Errorf("warned %v, want %v:\n%s", warned, tt.warn, logs)
+			}
+		})
 	}
 }

@@ -134,6 +134,12 @@ func runController(args []string, _, stderr io.Writer) int {
 		return failed(logger, err)
 	}
 	defer closeMetrics()
+	if f.metricsAddr != "" {
+		// Listening on the pod IP is what lets Prometheus and the
+		// dashboard Service reach it; say what that exposes.
+		logger.Info("Serving /metrics, /healthz and the dashboard without authentication; restrict who reaches the port with a NetworkPolicy (docs/operations.md)",
+			"address", f.metricsAddr, "dashboard", dash != nil)
+	}
 
 	recorder, stopEvents := eventRecorder(ctx, client, "pulselb-controller")
 	defer stopEvents()
