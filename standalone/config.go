@@ -32,10 +32,8 @@ import (
 
 // Defaults of the configuration file.
 const (
-	DefaultDNSListen = ":53"
-	// DefaultHTTPListen is loopback: the dashboard, state API and metrics
-	// have no authentication.
-	DefaultHTTPListen = "127.0.0.1:9471"
+	DefaultDNSListen  = ":53"
+	DefaultHTTPListen = "127.0.0.1:9471" // loopback: the dashboard, state API and metrics have no authentication
 	DefaultInterval   = time.Second
 	// MinInterval bounds interval: below it probes and peer polls cost more
 	// than they tell.
