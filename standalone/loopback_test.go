@@ -158,6 +158,12 @@ type running struct {
 func start(t *testing.T, cfg *Config) *running {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
+	return startCtx(t, ctx, cfg)
+}
+
+// startCtx is start with the logger of ctx.
+func startCtx(t *testing.T, ctx context.Context, cfg *Config) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	r, err := New(ctx, cfg, Options{})
 	if err != nil {

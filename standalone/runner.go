@@ -166,6 +166,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		return nil, fmt.Errorf("listening on http %s: %w", cfg.HTTP.Listen, err)
 	}
 	logHTTPListen(logger, r.httpLn.Addr())
+	warnPeers(logger, cfg)
 	return r, nil
 }
 
@@ -299,6 +300,7 @@ func (r *Runner) Reload(ctx context.Context, cfg *Config) error {
 	r.sched.Set(targets)
 	r.metrics.reloads.WithLabelValues("ok").Inc()
 	logger.Info("Reloaded configuration", "file", cfg.File, "services", len(cfg.Services), "targets", len(targets), "peers", len(cfg.Peers))
+	warnPeers(logger, cfg)
 	poke(r.wake)
 	return nil
 }
@@ -673,6 +675,19 @@ func (r *Runner) dashboardService(cfg *Config, svc Service, ips []netip.Addr, he
 }
 
 func statusProtocol(p string) corev1.Protocol { return corev1.Protocol(p) }
+
+// warnPeers warns about a configuration with exactly one peer. A Down
+// verdict needs a majority of the fresh vantages and at least two of them
+// (status.MinDownVotes): with two instances, while one is down or cut off
+// the other can fail no host, and every failover stops.
+func warnPeers(logger klog.Logger, cfg *Config) {
+	if len(cfg.Peers) != 1 {
+		return
+	}
+	logger.Info("Warning: with exactly two instances no host can be failed while either of them is down or unreachable, "+
+		"since a Down verdict needs two votes. Run three instances (two peers each), or drop peers so that each instance judges alone",
+		"peer", cfg.Peers[0].Name, "minDownVotes", status.MinDownVotes)
+}
 
 // logHTTPListen says where the HTTP server listens, and warns when that is
 // not a loopback address: the dashboard, /api/v1/state and /metrics have

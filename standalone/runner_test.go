@@ -1,6 +1,7 @@
 package standalone
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -546,4 +548,45 @@ func TestHTTPListenLogged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTwoInstancesWarned: with exactly one peer (two instances) a Down
+// verdict needs both, so one dead instance stops every failover; start-up
+// and every reload into that shape say so, other shapes do not.
+func TestTwoInstancesWarned(t *testing.T) {
+	const warning = "Warning: with exactly two instances"
+	h := startHosts(t, "127.0.0.51")
+	dir := t.TempDir()
+	peer := func(name string) Peer { return Peer{Name: name, URL: "http://127.0.0.1:1"} }
+	in := instance{name: "p1", hosts: []string{"a=127.0.0.51"}, peers: []Peer{peer("p2")}}
+	r, ctx, logs := startLogged(t, in.load(t, dir, h.port))
+	if n := strings.Count(logs(), warning); n != 1 {
+		t.Errorf("start-up with one peer logged the warning %d times, want once:\n%s", n, logs())
+	}
+	for _, tt := range []struct {
+		peers []Peer
+		warn  bool
+	}{
+		{[]Peer{peer("p2"), peer("p3")}, false},
+		{nil, false},
+		{[]Peer{peer("p3")}, true},
+	} {
+		in.peers = tt.peers
+		before := strings.Count(logs(), warning)
+		if err := r.Reload(ctx, in.load(t, dir, h.port)); err != nil {
+			t.Fatal(err)
+		}
+		if warned := strings.Count(logs(), warning) > before; warned != tt.warn {
+			t.Errorf("reload to %d peers: warned %v, want %v", len(tt.peers), warned, tt.warn)
+		}
+	}
+}
+
+// startLogged is start with the logs kept: ctx carries the logger, and
+// logs returns what it logged so far.
+func startLogged(t *testing.T, cfg *Config) (r *running, ctx context.Context, logs func() string) {
+	t.Helper()
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx = klog.NewContext(t.Context(), logger)
+	return startCtx(t, ctx, cfg), ctx, func() string { return logger.GetSink().(ktesting.Underlier).GetBuffer().String() }
 }
