@@ -289,8 +289,10 @@ func NewScheduler(cfg Config) *Scheduler {
 // probe at a random point within their interval, so a large set does not
 // probe all at once. Removed keys stop being probed and the result of a
 // probe in flight for them is dropped. Keys already present keep their
-// state, streaks and RTT; a changed Prober, Addr or Timeout applies from
-// the next probe, and a shorter interval brings the next probe forward.
+// state, streaks and RTT; a changed Prober or Timeout applies from the
+// next probe, and a shorter interval brings the next probe forward. A
+// changed Addr starts the target afresh, Unknown, and probes it at once:
+// the old address's results say nothing about the new one.
 // A replaced Prober (one not == the old, which a Func never is) forgets
 // the target's CertNotAfter. Targets with an empty Key or a nil Prober are
 // ignored, as are repeats of a key after its first occurrence.
@@ -320,6 +322,17 @@ func (s *Scheduler) Set(targets []Target) {
 			e.gen++
 			e.removed = false
 			s.reset(e, t, now)
+		case e.t.Addr != t.Addr:
+			// What was learnt at one address says nothing about another:
+			// start afresh, drop a probe in flight to the old address,
+			// and probe the new one now rather than an interval later.
+			s.cfg.Metrics.addTarget(e.state, -1)
+			e.gen++
+			s.reset(e, t, now)
+			e.due = now
+			if e.index >= 0 {
+				heap.Fix(&s.due, e.index)
+			}
 		default:
 			old := s.interval(e.t)
 			if !sameProber(e.t.Prober, t.Prober) {

@@ -693,26 +693,71 @@ func TestSchedulerSet(t *testing.T) {
 			t.Fatalf("state %v after three successes", before.State)
 		}
 
-		moved := a
-		moved.Addr = netip.MustParseAddrPort("[::1]:8080")
-		h.s.Set([]Target{moved, h.target("b", 2)})
+		reprobed := a
+		reprobed.Prober = h.prober()
+		h.s.Set([]Target{reprobed, h.target("b", 2)})
 		after := h.status(t, "a")
 		if after.State != StateUp || after.Successes != before.Successes || !after.Since.Equal(before.Since) {
 			t.Errorf("re-Set changed the status: before %+v, after %+v", before, after)
-		}
-		if after.Addr != moved.Addr {
-			t.Errorf("status address %v, want %v", after.Addr, moved.Addr)
 		}
 		if got := h.waitTransitions(t, 1); len(got) != 1 {
 			t.Errorf("re-Set caused transitions: %+v", got)
 		}
 		h.clk.Step(time.Second)
 		for range 2 {
-			c := h.next(t)
-			if c.addr == a.Addr {
-				t.Errorf("probe went to the old address %v", c.addr)
-			}
-			c.reply <- resUp
+			h.next(t).reply <- resUp
+		}
+	})
+
+	// The results at one address say nothing about another: a target
+	// whose address changes starts Unknown and is probed at once, not a
+	// whole interval (up to an hour in standalone mode) later.
+	t.Run("changed address starts afresh and is probed at once", func(t *testing.T) {
+		for _, inFlight := range []bool{false, true} {
+			t.Run(fmt.Sprintf("in flight %v", inFlight), func(t *testing.T) {
+				m := NewMetrics()
+				h := newHarness(t, Config{Interval: time.Hour, Rise: 1, Fall: 1, Jitter: -1, Metrics: m})
+				a := h.target("a", 1)
+				h.s.Set([]Target{a})
+				h.probe(t, time.Hour, resUp)
+				if st := h.status(t, "a"); st.State != StateUp {
+					t.Fatalf("state %v after a success", st.State)
+				}
+				var old *probeCall
+				if inFlight {
+					h.clk.Step(time.Hour)
+					old = h.next(t)
+				}
+				moved := a
+				moved.Addr = netip.MustParseAddrPort("[::1]:8080")
+				h.s.Set([]Target{moved})
+				st := h.status(t, "a")
+				if st.State != StateUnknown || st.Successes != 0 || st.Addr != moved.Addr {
+					t.Errorf("after the move: state %v, successes %d, address %v; want Unknown, 0, %v", st.State, st.Successes, st.Addr, moved.Addr)
+				}
+				if old != nil {
+					// The old address's answer is dropped.
+					old.reply <- resUp
+					probes := m.Probes.WithLabelValues("tcp", "L4OK")
+					waitFor(t, "the old probe to finish", func() bool { return testutil.ToFloat64(probes) == 2 })
+					if st := h.status(t, "a"); st.State != StateUnknown {
+						t.Errorf("the old address's result applied: state %v", st.State)
+					}
+				}
+				// No clock step: the probe is due now.
+				c := h.next(t)
+				if c.addr != moved.Addr {
+					t.Fatalf("probe went to %v, want %v", c.addr, moved.Addr)
+				}
+				c.reply <- resDown
+				waitFor(t, "the new address probed down", func() bool { return h.status(t, "a").State == StateDown })
+				if got := testutil.ToFloat64(m.Targets.WithLabelValues(StateDown.String())); got != 1 {
+					t.Errorf("targets{state=down} = %v, want 1", got)
+				}
+				if got := testutil.ToFloat64(m.Targets.WithLabelValues(StateUp.String())); got != 0 {
+					t.Errorf("targets{state=up} = %v, want 0", got)
+				}
+			})
 		}
 	})
 

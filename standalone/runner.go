@@ -66,8 +66,10 @@ type Runner struct {
 	// last changed, for the dashboard and the state file.
 	engine status.Engine
 	since  map[string]time.Time
-	// publishedHosts are, per service, the hosts in its DNS answer now.
-	publishedHosts map[string]map[string]bool
+	// publishedHosts are, per service, the hosts in its DNS answer now,
+	// each with the addresses published for it: a host whose addresses
+	// changed is not the host that was published.
+	publishedHosts map[string]map[string][]netip.Addr
 	transitions    []dashboard.Transition
 	state          dashboard.State
 	// saved is false while the state file lags behind the verdicts.
@@ -82,7 +84,10 @@ type targetInfo struct {
 	service string
 	host    string
 	port    Port
-	addr    netip.AddrPort
+	// addr is where the target is probed; hostAddrs are the host's
+	// published addresses.
+	addr      netip.AddrPort
+	hostAddrs []netip.Addr
 }
 
 type builtProber struct {
@@ -111,7 +116,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		probers:        map[string]builtProber{},
 		peers:          map[string]*peerState{},
 		since:          map[string]time.Time{},
-		publishedHosts: map[string]map[string]bool{},
+		publishedHosts: map[string]map[string][]netip.Addr{},
 		saved:          true,
 	}
 	dnsMetrics, dashMetrics := dnsexport.NewMetrics(), dashboard.NewMetrics()
@@ -287,17 +292,41 @@ func (r *Runner) Reload(ctx context.Context, cfg *Config) error {
 		return err
 	}
 	r.mu.Lock()
-	// The configuration and its targets change together, so the judging
-	// loop never sees one without the other.
+	// The configuration, its targets, the scheduler's targets and the
+	// verdicts change together, so the judging loop never sees one without
+	// the others.
 	r.cfg = cfg
 	for name := range r.peers {
 		if !slices.ContainsFunc(cfg.Peers, func(p Peer) bool { return p.Name == name }) {
 			delete(r.peers, name)
 		}
 	}
+	// A host moved when both its probe address and its published
+	// addresses changed: its verdict was reached at another address. (A
+	// new probe address alone is another path to the same host: the
+	// scheduler probes it afresh, and the verdict stands until those
+	// probes conclude, as after a restart.)
+	var moved []string
+	for k, ti := range infos {
+		if old, ok := r.targets[k]; ok && old.addr != ti.addr && !slices.Equal(old.hostAddrs, ti.hostAddrs) {
+			moved = append(moved, k)
+		}
+	}
+	slices.Sort(moved)
 	r.setTargetsLocked(infos, probers)
-	r.mu.Unlock()
+	// The scheduler starts a target whose probe address changed afresh
+	// and probes it at once; a moved host's verdict starts over too, so
+	// its new address is published only once probed Up.
 	r.sched.Set(targets)
+	now := time.Now()
+	for _, k := range moved {
+		r.engine.Restore(k, status.VerdictUnknown)
+		r.since[k] = now
+		r.saved = false
+		ti := infos[k]
+		logger.Info("Host address changed; its verdict starts over", "service", ti.service, "host", ti.host, "port", ti.port.Port, "address", ti.addr)
+	}
+	r.mu.Unlock()
 	r.metrics.reloads.WithLabelValues("ok").Inc()
 	logger.Info("Reloaded configuration", "file", cfg.File, "services", len(cfg.Services), "targets", len(targets), "peers", len(cfg.Peers))
 	warnPeers(logger, cfg)
@@ -366,7 +395,7 @@ func (r *Runner) buildTargets(cfg *Config) ([]prober.Target, map[string]targetIn
 				}
 				probers[key] = b
 				addr := netip.AddrPortFrom(h.ProbeAddress, p.Port)
-				infos[key] = targetInfo{service: svc.Name, host: h.Name, port: p, addr: addr}
+				infos[key] = targetInfo{service: svc.Name, host: h.Name, port: p, addr: addr, hostAddrs: h.Addresses}
 				out = append(out, prober.Target{Key: key, Addr: addr, Protocol: p.Spec.Protocol, Prober: b.prober,
 					Interval: cmp.Or(p.Spec.Interval, svc.Interval), Timeout: cmp.Or(p.Spec.Timeout, svc.Timeout),
 					Rise: cmp.Or(p.Spec.Rise, svc.Rise), Fall: cmp.Or(p.Spec.Fall, svc.Fall)})
@@ -397,10 +426,16 @@ func (r *Runner) setTargetsLocked(infos map[string]targetInfo, probers map[strin
 // concluded, in the form the cluster's probers write, so that the same
 // quorum code judges both.
 func (r *Runner) Report() *v1alpha1.ProbeReport {
-	now := time.Now()
-	snap := r.sched.Snapshot()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.reportLocked(time.Now())
+}
+
+// reportLocked is Report with r.mu held. The scheduler's snapshot is taken
+// under r.mu, so that it matches the targets (a Reload changes both under
+// r.mu).
+func (r *Runner) reportLocked(now time.Time) *v1alpha1.ProbeReport {
+	snap := r.sched.Snapshot()
 	targets := make(map[string]report.Target, len(r.targets))
 	for k, ti := range r.targets {
 		targets[k] = report.Target{Service: ti.service, Port: int32(ti.port.Port), PortProtocol: ti.port.Protocol,
@@ -495,10 +530,10 @@ func (r *Runner) recordPoll(logger klog.Logger, p Peer, rep *v1alpha1.ProbeRepor
 // updates the dashboard.
 func (r *Runner) evaluate(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	own := r.Report()
 	now := time.Now()
 
 	r.mu.Lock()
+	own := r.reportLocked(now)
 	cfg := r.cfg
 	reports := []*v1alpha1.ProbeReport{own}
 	vantages := []string{cfg.Instance}
@@ -537,7 +572,8 @@ func (r *Runner) evaluate(ctx context.Context) {
 		prev := r.publishedHosts[svc.Name]
 		var healthy []string
 		for _, h := range svc.Hosts {
-			nv := status.NodeVerdicts{Ports: map[contract.PortKey]status.Judgement{}, Published: prev[h.Name]}
+			was, ok := prev[h.Name]
+			nv := status.NodeVerdicts{Ports: map[contract.PortKey]status.Judgement{}, Published: ok && slices.Equal(was, h.Addresses)}
 			for _, p := range svc.Ports {
 				nv.Ports[p.PortKey()] = r.engine.Verdict(Key(svc.Name, p, h.Name))
 			}
@@ -554,11 +590,11 @@ func (r *Runner) evaluate(ctx context.Context) {
 		if len(healthy) == 0 {
 			allDown = svc.AllDown
 		}
-		hosts := map[string]bool{}
+		hosts := map[string][]netip.Addr{}
 		var ips []netip.Addr
 		for _, h := range svc.Hosts {
 			if slices.Contains(pub, h.Name) {
-				hosts[h.Name] = true
+				hosts[h.Name] = h.Addresses
 				ips = append(ips, h.Addresses...)
 			}
 		}

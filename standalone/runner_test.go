@@ -24,6 +24,7 @@ import (
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/status"
 )
 
 var threeHosts = []string{"a=127.0.0.31", "b=127.0.0.32", "c=127.0.0.33"}
@@ -589,4 +590,60 @@ func startLogged(t *testing.T, cfg *Config) (r *running, ctx context.Context, lo
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	ctx = klog.NewContext(t.Context(), logger)
 	return startCtx(t, ctx, cfg), ctx, func() string { return logger.GetSink().(ktesting.Underlier).GetBuffer().String() }
+}
+
+// TestReloadChangedAddress reloads a configuration that gives host a,
+// Up by verdict, another address. With a probe interval of an hour, the
+// new address must not be published on the old address's verdict: it is
+// probed at once, stays out while it is down, and is published as soon
+// as it is probed Up.
+func TestReloadChangedAddress(t *testing.T) {
+	h := startHosts(t, "127.0.0.52", "127.0.0.53", "127.0.0.55")
+	dir := t.TempDir()
+	// Both hosts Up from a previous run; the hour-long interval makes
+	// every probe after a reload's immediate one come too late to matter.
+	var port Port
+	port.Port, port.Protocol = h.port, "TCP"
+	now := time.Now()
+	if err := saveState(filepath.Join(dir, "state.json"), "solo", now, map[string]savedVerdict{
+		Key("web", port, "a"): {status.VerdictUp, now}, Key("web", port, "b"): {status.VerdictUp, now},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	in := instance{name: "solo", interval: time.Hour, hosts: []string{"a=127.0.0.52", "b=127.0.0.53"}, extra: "state-file: state.json\n"}
+	r := start(t, in.load(t, dir, h.port))
+	waitFor(t, 5*time.Second, "both restored hosts in DNS", func() bool {
+		return slices.Equal(answer(t, r.Runner), []string{"127.0.0.52", "127.0.0.53"})
+	})
+
+	// Nothing listens on 127.0.0.54.
+	in.hosts = []string{"a=127.0.0.54", "b=127.0.0.53"}
+	if err := r.Reload(t.Context(), in.load(t, dir, h.port)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for verdict(r.Runner, "a") != "Down" {
+		if got := answer(t, r.Runner); slices.Contains(got, "127.0.0.54") {
+			t.Fatalf("the new, never probed address is published: %v (a is %s)", got, verdict(r.Runner, "a"))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a at its new address not probed within 5s of the reload (interval 1h): %+v", target(r.Runner, "a"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := answer(t, r.Runner); !slices.Equal(got, []string{"127.0.0.53"}) {
+		t.Errorf("answer with a down at its new address: %v", got)
+	}
+
+	in.hosts = []string{"a=127.0.0.55", "b=127.0.0.53"}
+	if err := r.Reload(t.Context(), in.load(t, dir, h.port)); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFor(t, 5*time.Second, "a published at its new, listening address", func() bool {
+		return slices.Equal(answer(t, r.Runner), []string{"127.0.0.53", "127.0.0.55"})
+	})
+	t.Logf("a's new address published %s after the reload (interval 1h)", took.Round(time.Millisecond))
+	if tg := target(r.Runner, "a"); tg.State != "Up" || tg.Address != "127.0.0.55" {
+		t.Errorf("a = %s at %s, want Up at 127.0.0.55", tg.State, tg.Address)
+	}
 }
