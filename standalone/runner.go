@@ -70,8 +70,10 @@ type Runner struct {
 	// each with the addresses published for it: a host whose addresses
 	// changed is not the host that was published.
 	publishedHosts map[string]map[string][]netip.Addr
-	transitions    []dashboard.Transition
-	state          dashboard.State
+	// failingOpen holds the services whose answer fails open now.
+	failingOpen map[string]bool
+	transitions []dashboard.Transition
+	state       dashboard.State
 	// saved is false while the state file lags behind the verdicts.
 	saved bool
 
@@ -117,6 +119,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		peers:          map[string]*peerState{},
 		since:          map[string]time.Time{},
 		publishedHosts: map[string]map[string][]netip.Addr{},
+		failingOpen:    map[string]bool{},
 		saved:          true,
 	}
 	dnsMetrics, dashMetrics := dnsexport.NewMetrics(), dashboard.NewMetrics()
@@ -570,22 +573,20 @@ func (r *Runner) evaluate(ctx context.Context) {
 	certs := r.certExpiries()
 	for _, svc := range cfg.Services {
 		prev := r.publishedHosts[svc.Name]
-		var healthy []string
-		for _, h := range svc.Hosts {
+		health := make(map[string]status.Health, len(svc.Hosts))
+		all := make([]string, len(svc.Hosts))
+		for i, h := range svc.Hosts {
 			was, ok := prev[h.Name]
 			nv := status.NodeVerdicts{Ports: map[contract.PortKey]status.Judgement{}, Published: ok && slices.Equal(was, h.Addresses)}
 			for _, p := range svc.Ports {
 				nv.Ports[p.PortKey()] = r.engine.Verdict(Key(svc.Name, p, h.Name))
 			}
-			if !status.NodeHealth(nv, svc.PublishWhen).Down {
-				healthy = append(healthy, h.Name)
-			}
-		}
-		all := make([]string, len(svc.Hosts))
-		for i, h := range svc.Hosts {
+			health[h.Name] = status.NodeHealth(nv, svc.PublishWhen)
 			all[i] = h.Name
 		}
-		pub, _ := status.Publish(healthy, all, svc.AllDown)
+		healthy := status.Healthy(all, health, r.failingOpen[svc.Name])
+		pub, failOpen := status.Publish(healthy, all, svc.AllDown)
+		r.failingOpen[svc.Name] = failOpen
 		allDown := ""
 		if len(healthy) == 0 {
 			allDown = svc.AllDown
@@ -613,6 +614,7 @@ func (r *Runner) evaluate(ctx context.Context) {
 	for name := range r.publishedHosts {
 		if !slices.ContainsFunc(cfg.Services, func(s Service) bool { return s.Name == name }) {
 			delete(r.publishedHosts, name)
+			delete(r.failingOpen, name)
 			r.metrics.published.DeleteLabelValues(name)
 		}
 	}

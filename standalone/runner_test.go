@@ -647,3 +647,42 @@ func TestReloadChangedAddress(t *testing.T) {
 		t.Errorf("a = %s at %s, want Up at 127.0.0.55", tg.State, tg.Address)
 	}
 }
+
+// TestAllDownAtStartStaysFailedOpen starts with 70 hosts that are all
+// down (a closed port) and no state file. The service fails open at once
+// (every host is Unknown) and must stay failed open while the hosts are
+// probed Down one after another: the answer never narrows onto the hosts
+// not probed yet and then jumps back to all 70.
+func TestAllDownAtStartStaysFailedOpen(t *testing.T) {
+	const n = 70
+	ln, err := net.Listen("tcp", "127.0.1.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	in := instance{name: "solo", interval: 500 * time.Millisecond}
+	for i := 1; i <= n; i++ {
+		in.hosts = append(in.hosts, "h"+strconv.Itoa(i)+"=127.0.1."+strconv.Itoa(i))
+	}
+	r := start(t, in.load(t, t.TempDir(), port))
+	var sizes []int
+	waitFor(t, 20*time.Second, "every host probed Down", func() bool {
+		st := r.State()
+		if len(st.Services) == 0 {
+			return false
+		}
+		if size := len(st.Services[0].Published); len(sizes) == 0 || sizes[len(sizes)-1] != size {
+			sizes = append(sizes, size)
+		}
+		for _, tg := range st.Services[0].Targets {
+			if tg.State != "Down" {
+				return false
+			}
+		}
+		return true
+	})
+	if !slices.Equal(sizes, []int{n}) {
+		t.Errorf("published address counts while the hosts were probed down: %v, want only %d (failed open throughout)", sizes, n)
+	}
+}

@@ -51,6 +51,11 @@ type Health struct {
 	// PortErrors holds, for ports that are down on the node, the text
 	// published as ingress[].ports[].error.
 	PortErrors map[contract.PortKey]string
+	// Pending is set when no verdict on the node's ports is reached yet:
+	// Down then means "not probed Up yet" (a node not yet published), and
+	// not Down means "kept because it is already published", which says
+	// nothing about the node's health; see Healthy.
+	Pending bool
 }
 
 // Problem is a configuration problem to report: Reason is the Event reason
@@ -112,16 +117,14 @@ func Decide(in Input) Result {
 	svc := in.Service
 	scheduled, ready, draining := podNodes(in.Pods)
 
-	healthy := make([]string, 0, len(ready))
+	serving := make([]string, 0, len(ready))
 	for _, n := range slices.Sorted(maps.Keys(ready)) {
-		if in.Health[n].Down {
-			continue
-		}
 		if in.LocalEndpointNodes != nil && !in.LocalEndpointNodes[n] {
 			continue
 		}
-		healthy = append(healthy, n)
+		serving = append(serving, n)
 	}
+	healthy := Healthy(serving, in.Health, FailingOpen(svc, in.AllDown))
 	nodes, failOpen := healthy, false
 	// With no proxy ready and nothing published there is nothing to fail
 	// open to.
@@ -214,6 +217,40 @@ func Decide(in Input) Result {
 	r.Conditions = mergeConditions(svc, in.Now, sched, health, valid)
 	r.Events = events(in, svc.Status.Conditions, sched, valid)
 	return r
+}
+
+// Healthy returns the candidates whose health is not Down, in order: the
+// hosts to publish unless there are none (see Publish). A host missing
+// from health is healthy. failingOpen says that the answer now is a
+// fail-open one (Publish's failOpen): it then stays so until some
+// candidate is healthy by verdict. The hosts kept only because they are
+// published while no verdict on them is reached yet (Health.Pending) are
+// in the answer because it failed open, not because they are healthy, and
+// narrowing the answer onto them would flip it back to every host once
+// they too are probed Down (70 addresses, then 7, then 70 again).
+func Healthy(candidates []string, health map[string]Health, failingOpen bool) []string {
+	var healthy []string
+	confirmed := false
+	for _, c := range candidates {
+		h := health[c]
+		if h.Down {
+			continue
+		}
+		healthy = append(healthy, c)
+		confirmed = confirmed || !h.Pending
+	}
+	if failingOpen && !confirmed {
+		return nil
+	}
+	return healthy
+}
+
+// FailingOpen reports whether svc's published status is a fail-open one,
+// as its Healthy condition records: no node healthy, every candidate
+// published (all-down publish-all).
+func FailingOpen(svc *corev1.Service, allDown string) bool {
+	c := findCondition(svc.Status.Conditions, ConditionHealthy)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonAllDown && allDown != contract.AllDownPublishNone
 }
 
 // Publish returns the hosts to publish given the healthy ones and the

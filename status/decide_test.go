@@ -1,6 +1,7 @@
 package status
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -294,6 +295,95 @@ func TestPublish(t *testing.T) {
 			got, failOpen := Publish(tt.healthy, all, tt.allDown)
 			if !slices.Equal(got, tt.want) || failOpen != tt.failOpen {
 				t.Errorf("Publish(%v, %v, %q) = %v, %v; want %v, %v", tt.healthy, all, tt.allDown, got, failOpen, tt.want, tt.failOpen)
+			}
+		})
+	}
+}
+
+// TestFailOpenNeverShrinksOntoUnprobed replays a start with 70 proxy
+// nodes that are all really down: every verdict starts Unknown, then the
+// nodes are probed Down in batches. The answer starts failed open (every
+// node) and must stay so: it must never narrow onto the nodes not probed
+// yet, which are published only because the answer failed open, and then
+// jump back to every node once they too are probed Down. When a node is
+// probed Up instead, the answer does narrow, to it.
+func TestFailOpenNeverShrinksOntoUnprobed(t *testing.T) {
+	const n = 70
+	p80 := contract.PortKey{Protocol: corev1.ProtocolTCP, Port: 80}
+	pending := Judgement{Reason: ReasonNoMajority, Fresh: 3, Assigned: 3}
+	down := Judgement{Verdict: VerdictDown, Reason: ReasonMajorityDown, Fresh: 3, Down: 3, Assigned: 3}
+	up := Judgement{Verdict: VerdictUp, Reason: ReasonMajorityUp, Fresh: 3, Up: 3, Assigned: 3}
+	for _, lastUp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "all down", true: "all down but the last"}[lastUp], func(t *testing.T) {
+			var nodes []*corev1.Node
+			var pods []*corev1.Pod
+			verdicts := map[string]Judgement{}
+			for i := range n {
+				name := fmt.Sprintf("n%02d", i)
+				nodes = append(nodes, node(name, fmt.Sprintf("int:10.0.0.%d", i+1)))
+				pods = append(pods, pod(name, "ready"))
+				verdicts[name] = pending
+			}
+			s := svc()
+			var sizes []int
+			round := func() {
+				t.Helper()
+				published := map[string]bool{}
+				for _, nd := range strings.Split(s.Annotations[contract.AnnotationNodes], ",") {
+					published[nd] = true
+				}
+				health := map[string]Health{}
+				for name, j := range verdicts {
+					health[name] = NodeHealth(NodeVerdicts{Ports: map[contract.PortKey]Judgement{p80: j}, Published: published[name]}, "")
+				}
+				r := Decide(Input{Service: s, Nodes: nodeMap(nodes...), Pods: pods, Health: health, AllDown: contract.AllDownPublishAll, Servable: true, EligibleNodes: n, Now: now})
+				s = withResult(s, r)
+				sizes = append(sizes, len(r.LoadBalancer.Ingress))
+			}
+			round()
+			// Probed in batches of 9, the last batch of 7 (63 + 7).
+			for i := 0; i < n; i += 9 {
+				for j := i; j < min(i+9, n); j++ {
+					name := fmt.Sprintf("n%02d", j)
+					verdicts[name] = down
+					if lastUp && j == n-1 {
+						verdicts[name] = up
+					}
+				}
+				round()
+			}
+			want := slices.Repeat([]int{n}, len(sizes))
+			if lastUp {
+				want[len(want)-1] = 1
+			}
+			if !slices.Equal(sizes, want) {
+				t.Errorf("published node counts round by round = %v, want %v", sizes, want)
+			}
+		})
+	}
+}
+
+func TestHealthy(t *testing.T) {
+	up, down := Health{}, Health{Down: true}
+	kept, unprobed := Health{Pending: true}, Health{Down: true, Pending: true}
+	tests := []struct {
+		name        string
+		health      map[string]Health
+		failingOpen bool
+		want        []string
+	}{
+		{"up and down", map[string]Health{"a": up, "b": down, "c": up}, false, []string{"a", "c"}},
+		{"missing means healthy", map[string]Health{"b": down, "c": down}, false, []string{"a"}},
+		{"kept pending next to one up", map[string]Health{"a": kept, "b": up, "c": down}, false, []string{"a", "b"}},
+		{"kept pending next to one up, failing open", map[string]Health{"a": kept, "b": up, "c": down}, true, []string{"a", "b"}},
+		{"kept pending, published as healthy", map[string]Health{"a": kept, "b": down, "c": unprobed}, false, []string{"a"}},
+		{"kept pending, published by fail-open", map[string]Health{"a": kept, "b": down, "c": unprobed}, true, nil},
+		{"all down", map[string]Health{"a": down, "b": down, "c": down}, true, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Healthy([]string{"a", "b", "c"}, tt.health, tt.failingOpen); !slices.Equal(got, tt.want) {
+				t.Errorf("Healthy = %v, want %v", got, tt.want)
 			}
 		})
 	}

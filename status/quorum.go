@@ -253,15 +253,18 @@ type NodeVerdicts struct {
 // publishWhen is "all-ports" (default) or "any-port". A node whose beacon
 // is Down is down on every port. A port Down by quorum gets an error text.
 // A node not yet published stays out while a port has fresh vantages but
-// no verdict, so a new proxy's IP appears only once probed Up.
+// no verdict, so a new proxy's IP appears only once probed Up. Pending says
+// that no port has a verdict yet (see Healthy).
 func NodeHealth(v NodeVerdicts, publishWhen string) Health {
 	if v.Beacon.Verdict == VerdictDown {
 		return Health{Down: true}
 	}
 	var h Health
-	down, pending := 0, 0
+	down, up, pending := 0, 0, 0
 	for p, j := range v.Ports {
 		switch {
+		case j.Verdict == VerdictUp:
+			up++
 		case j.Verdict == VerdictDown:
 			if h.PortErrors == nil {
 				h.PortErrors = map[contract.PortKey]string{}
@@ -272,6 +275,7 @@ func NodeHealth(v NodeVerdicts, publishWhen string) Health {
 			pending++
 		}
 	}
+	h.Pending = pending > 0 && up == 0 && down == 0
 	switch {
 	case publishWhen == contract.PublishAnyPort && len(v.Ports) > 0 && down == len(v.Ports):
 		h.Down = true
