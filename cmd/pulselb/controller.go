@@ -68,6 +68,7 @@ type controllerFlags struct {
 	election     electionConfig
 	metricsAddr  string
 	dashboard    bool
+	apiWait      time.Duration
 	verbosity    int
 	dnsZone      string
 	dns          *dnsexport.Config // nil without --dns-zone
@@ -99,15 +100,31 @@ func runController(args []string, _, stderr io.Writer) int {
 	if err != nil {
 		return failed(logger, err)
 	}
-	health, err := f.health(client, dyn)
-	if err != nil {
-		logger.Error(err, "Judging health from ProbeReports is impossible", "flag", "--probe-reports")
-		fmt.Fprintf(stderr, "pulselb controller: --probe-reports: %v\n", err)
-		return 1
-	}
-
 	ctx, stop := signalContext(logger)
 	defer stop()
+
+	// Nothing works without the API server: say so at once, naming it,
+	// rather than let the first step that needs it time out.
+	if err := waitForAPIServer(ctx, client.Discovery().RESTClient(), f.kube.host, f.apiWait); err != nil {
+		if ctx.Err() != nil {
+			logger.Info("Stopped while waiting for the API server", "address", f.kube.host)
+			return 0
+		}
+		logger.Error(err, "Giving up on the API server", "address", f.kube.host)
+		fmt.Fprintf(stderr, "pulselb controller: %v\n", err)
+		return 1
+	}
+	health, err := f.health(ctx, client, dyn)
+	if err != nil {
+		if errors.Is(err, controller.ErrNoProbeReportCRD) {
+			logger.Error(err, "Judging health from ProbeReports is impossible", "flag", "--probe-reports")
+			fmt.Fprintf(stderr, "pulselb controller: --probe-reports: %v\n", err)
+		} else {
+			logger.Error(err, "Asking the API server for the ProbeReport CRD failed", "address", f.kube.host)
+			fmt.Fprintf(stderr, "pulselb controller: %v\n", err)
+		}
+		return 1
+	}
 
 	var dash *dashboard.Dashboard
 	metrics := controller.NewMetrics()
@@ -210,6 +227,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	fs.StringVar(&f.metricsAddr, "metrics-address", ":9471", "address for /metrics and /healthz; empty disables")
 	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the read-only health dashboard at / of --metrics-address on every replica (see docs/dashboard.md)")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity: 2 decisions, 4 detail")
+	fs.DurationVar(&f.apiWait, "api-server-wait", 0, "at start, how long to keep retrying an API server that cannot be reached before exiting with an error; 0 retries until stopped")
 	var dnsNS, dnsTSIGKeys listFlag
 	fs.StringVar(&f.dnsZone, "dns-zone", "", "serve this DNS zone from Service status on every replica, e.g. lb.example.com; empty turns DNS off")
 	fs.Var(&dnsNS, "dns-ns", "name server of the zone, repeatable: ns1.lb.example.com=192.0.2.53 (addresses, comma-separated, required inside the zone) or ns.example.net; required with --dns-zone")
@@ -236,6 +254,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 		return nil, 2, false
 	case f.workers < 1:
 		fmt.Fprintln(stderr, "pulselb controller: --workers must be at least 1")
+		return nil, 2, false
+	case f.apiWait < 0:
+		fmt.Fprintf(stderr, "pulselb controller: --api-server-wait=%s: want 0 (retry until stopped) or more, such as 5m\n", f.apiWait)
 		return nil, 2, false
 	case *drainTimeout <= 0 || *drainTimeout > time.Hour:
 		fmt.Fprintf(stderr, "pulselb controller: --proxy-drain-timeout=%s: want more than 0s, at most 1h\n", *drainTimeout)
@@ -288,13 +309,13 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 // health returns where the controller's health verdicts come from: with
 // --probe-reports the probers' ProbeReports, once their CRD is served;
 // else nothing, and a node is down only while labelled unhealthy.
-func (f *controllerFlags) health(client kubernetes.Interface, dyn dynamic.Interface) (controller.HealthConfig, error) {
+func (f *controllerFlags) health(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface) (controller.HealthConfig, error) {
 	if !f.probeReports {
 		return controller.HealthConfig{}, nil
 	}
 	// Without the CRD the report informer would never sync and the
 	// controller would wait silently; say what is missing instead.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := controller.WaitForProbeReportCRD(ctx, client.Discovery(), 2*time.Second, 30*time.Second); err != nil {
 		return controller.HealthConfig{}, err

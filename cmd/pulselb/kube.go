@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -13,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 )
 
 // kubeFlags are the API client flags of a role that talks to the API
@@ -21,6 +26,8 @@ type kubeFlags struct {
 	kubeconfig string
 	qps        float64
 	burst      int
+	// host is the API server's address, once config has run.
+	host string
 }
 
 // addKubeFlags defines --kubeconfig, --kube-api-qps and --kube-api-burst
@@ -49,7 +56,59 @@ func (f *kubeFlags) config(userAgent string) (*rest.Config, error) {
 	}
 	cfg.QPS, cfg.Burst = float32(f.qps), f.burst
 	cfg.UserAgent = userAgent
+	f.host = cfg.Host
 	return cfg, nil
+}
+
+// API server waits: the first retry comes after apiRetryMin, each next one
+// after twice as long, up to apiRetryMax; one attempt lasts at most
+// apiAttemptTimeout.
+const (
+	apiRetryMin       = time.Second
+	apiRetryMax       = 30 * time.Second
+	apiAttemptTimeout = 10 * time.Second
+)
+
+// waitForAPIServer returns nil once the API server at host answers a
+// request (GET /version; any HTTP answer, even a refusal, shows it is
+// reachable). Until then it logs that the server cannot be reached, naming
+// it, at once and before every retry, waiting twice as long each time up
+// to apiRetryMax. It gives up with an error after giveUp when giveUp is
+// positive, and returns ctx's error when ctx is done first.
+func waitForAPIServer(ctx context.Context, c rest.Interface, host string, giveUp time.Duration) error {
+	logger := klog.FromContext(ctx)
+	start := time.Now()
+	delay := apiRetryMin
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, apiAttemptTimeout)
+		err := c.Get().AbsPath("/version").Do(actx).Error()
+		cancel()
+		var answer apierrors.APIStatus
+		if err == nil || errors.As(err, &answer) {
+			if attempt > 1 {
+				logger.Info("Reached the API server", "address", host, "after", time.Since(start).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		wait := delay
+		if giveUp > 0 {
+			left := giveUp - time.Since(start)
+			if left <= 0 {
+				return fmt.Errorf("cannot reach the API server at %s within --api-server-wait=%s: %w", host, giveUp, err)
+			}
+			wait = min(wait, left)
+		}
+		logger.Error(err, "Cannot reach the API server; retrying", "address", host, "attempt", attempt, "retryIn", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		delay = min(2*delay, apiRetryMax)
+	}
 }
 
 // clients returns the typed client and, when withDynamic is set, the
