@@ -45,7 +45,7 @@ const (
 	DefaultMaxFailovers    = 50
 	DefaultMaxTargets      = 1000
 	DefaultMaxServices     = 200
-	maxHistoryReasonBytes  = 200
+	maxHistoryReasonBytes  = 160
 	maxHistoryAddressCount = 64
 )
 
@@ -224,7 +224,7 @@ func (h *history) observeTarget(service string, t Target, now time.Time) bool {
 			at = t.Since
 		}
 		th.Changes = appendBounded(th.Changes, StateChange{Time: at, From: last.To, To: state,
-			Outcome: outcomeFor(t), Reason: truncate(t.Reason)}, h.opts.MaxChanges)
+			Outcome: outcomeFor(t), Reason: reuse(th.Changes, state, t.Reason)}, h.opts.MaxChanges)
 		changed = true
 	}
 	if l, ok := medianLatency(t); ok {
@@ -451,6 +451,18 @@ func medianLatency(t Target) (float64, bool) {
 	return (ls[len(ls)/2-1] + ls[len(ls)/2]) / 2, true
 }
 
+// reuse returns reason truncated, sharing the string of the last change
+// to the same state when it says the same: a flapping target repeats its
+// reasons.
+func reuse(changes []StateChange, state, reason string) string {
+	for i := len(changes) - 1; i >= 0 && i >= len(changes)-4; i-- {
+		if c := changes[i]; c.To == state && (c.Reason == reason || c.Reason == truncate(reason)) {
+			return c.Reason
+		}
+	}
+	return truncate(reason)
+}
+
 // truncate bounds a producer's text kept in the history.
 func truncate(s string) string {
 	if len(s) <= maxHistoryReasonBytes {
@@ -474,15 +486,20 @@ func sameSet(a, b []string) bool {
 }
 
 // appendBounded appends v and drops the oldest entries beyond limit,
-// moving the rest so that the dropped ones are not kept alive.
+// moving the rest so that the dropped ones are not kept alive. The slice
+// never grows beyond limit, so its capacity is the bound too.
 func appendBounded[T any](s []T, v T, limit int) []T {
-	s = append(s, v)
-	if over := len(s) - limit; over > 0 {
+	if over := len(s) - limit + 1; over > 0 {
 		n := copy(s, s[over:])
 		clear(s[n:])
 		s = s[:n]
 	}
-	return s
+	if len(s) == cap(s) {
+		grown := make([]T, len(s), min(max(2*cap(s), 4), limit))
+		copy(grown, s)
+		s = grown
+	}
+	return append(s, v)
 }
 
 // dropBefore drops the entries older than from (s is oldest first), but
