@@ -113,9 +113,19 @@ func TestDashboardState(t *testing.T) {
 	if len(up.Vantages) != 3 || n2 == nil || n2.State != "Up" || n2.Outcome != "L4OK" || n2.LatencySeconds != 0.0015 {
 		t.Errorf("n1 target's vantages %+v, want n2 Up L4OK 1.5ms among 3", up.Vantages)
 	}
+	if !slices.Equal(s.PublishedNodes, []string{"n1"}) {
+		t.Errorf("published nodes %v, want [n1] from %s", s.PublishedNodes, contract.AnnotationNodes)
+	}
 	down := dashboardTarget(t, st, "shop/web", "n2")
 	if down.State != "Down" {
 		t.Errorf("n2 target %s, want Down by n1 and n3", down.State)
+	}
+	// The history measures a failover from the first failed probe.
+	if want := testNow.Add(-1500 * time.Millisecond); !down.FailingSince.Equal(want) || !strings.HasPrefix(down.Reason, "down by 2 of 3 probers") {
+		t.Errorf("n2 target failing since %v for %q, want %v and the quorum's reason", down.FailingSince, down.Reason, want)
+	}
+	if !up.FailingSince.IsZero() || up.Flapping {
+		t.Errorf("n1 target failing since %v, flapping %v; want neither while Up", up.FailingSince, up.Flapping)
 	}
 	for _, v := range down.Vantages {
 		if v.Stale != (v.Vantage == "n4") {
@@ -149,8 +159,10 @@ func TestDashboardState(t *testing.T) {
 	if got := dashboardTarget(t, st, "shop/web", "n2"); got.State != "Up" || !got.Since.Equal(now) {
 		t.Errorf("n2 target %s since %v, want Up since %v", got.State, got.Since, now)
 	}
-	if got := dashboardTarget(t, st, "shop/web", "n1"); got.State != "Down" {
-		t.Errorf("n1 target %s, want Down: its node's beacon is down", got.State)
+	if got := dashboardTarget(t, st, "shop/web", "n1"); got.State != "Down" || got.Reason != "node beacon is down" ||
+		!got.FailingSince.Equal(testNow.Add(-1500*time.Millisecond)) {
+		t.Errorf("n1 target %s (%q) failing since %v, want Down: its node's beacon is down, failing since the beacon's first failed probe",
+			got.State, got.Reason, got.FailingSince)
 	}
 	type change struct{ service, node, from, to string }
 	var got []change
@@ -383,8 +395,12 @@ func TestDashboardFlappingHeldDown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := dashboardTarget(t, st, "shop/web", "n1").State; got != s.want {
+		tg := dashboardTarget(t, st, "shop/web", "n1")
+		if got := tg.State; got != s.want {
 			t.Fatalf("step %d at %s: probers say %s, dashboard shows %s, want %s as the leader holds it", i, s.at, s.state, got, s.want)
+		}
+		if held := s.state == v1alpha1.StateUp && s.want == "Down"; tg.Flapping != held {
+			t.Errorf("step %d: flapping %v, want %v", i, tg.Flapping, held)
 		}
 		if s.state == v1alpha1.StateUp && s.want == "Down" && st.Transitions[0].Time.Equal(*now) {
 			t.Errorf("step %d: transition %+v while held Down, want none", i, st.Transitions[0])
