@@ -397,16 +397,16 @@ func serviceState(svc Service) (string, string) {
 		}
 	}
 	switch {
+	case up+down+flapping == 0:
+		return StateUnknown, "no target judged yet"
 	case !svc.Healthy:
 		return StateDown, "no healthy address (" + cmp.Or(svc.AllDown, "publish-all") + ")"
 	case flapping > 0:
 		return StateFlapping, plural(flapping, "target") + " flapping"
 	case down > 0:
 		return StateDegraded, plural(down, "target") + " down of " + plural(len(svc.Targets), "")
-	case up > 0:
-		return StateUp, "every target up"
 	}
-	return StateUnknown, "no target judged yet"
+	return StateUp, "every judged target up"
 }
 
 func plural(n int, noun string) string {

@@ -175,7 +175,7 @@ func TestHistoryBoundedUnderFlapping(t *testing.T) {
 // targets holds: it stays under the figure docs/dashboard.md states per
 // target, however long they flap.
 func TestHistoryMemoryUnderFlapping(t *testing.T) {
-	const targets = 100
+	const targets = 40
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats
@@ -279,7 +279,7 @@ func TestPageShowsHistory(t *testing.T) {
 		// node-b's timeline: an Up band, then a Down band up to now.
 		`(?s)data-node="node-b".*?<rect class="band band-up" data-state="Up" x="0" y="8" width="200" height="12"><title>Up .*?<rect class="band band-down" data-state="Down" x="200" y="0" width="800" height="20"><title>Down since 2026-12-01 11:59:52Z \(8s, now\) L4CON: down by 2 of 3 probers`,
 		// Its text label says the same without colour.
-		`(?s)data-node="node-b".*?<span class="summary">Down now for 8s · 1 outage in 10s, 8s</span>`,
+		`(?s)data-node="node-b".*?<span class="summary">Down now for 8s · 1 outage in the last 10s, 8s</span>`,
 		// node-a's latency sparkline has two samples.
 		`(?s)data-node="node-a".*?<svg class="sparkline" [^>]*data-points="2"><polyline points="[0-9., ]+"></polyline></svg><span class="summary">last 4.00 ms, max 4.00 ms</span>`,
 		// The failover log gives the duration from the first failed probe.
@@ -295,6 +295,51 @@ func TestPageShowsHistory(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("fragment:\n%s", body)
+	}
+
+	// node-b's proxy moves away: its target leaves the State, and its past
+	// stays on the page among the targets no longer probed.
+	moved := failoverStates(t0)[2]
+	moved.GeneratedAt = testNow
+	moved.Services[0].Targets = moved.Services[0].Targets[:1]
+	d.Update(moved)
+	body = get(t, d, http.MethodGet, PathFragment).Body.String()
+	re := regexp.MustCompile(`(?s)<section id="former">.*?<tr class="former" data-service="shop/web" data-node="node-b" data-port="443">.*?data-state="Down".*?<span class="summary">gone 6s ago, last Down · 1 outage in the last 10s, 1s</span>`)
+	if !re.MatchString(body) {
+		t.Errorf("fragment does not show node-b as no longer probed, with its down band:\n%s", body)
+	}
+}
+
+// TestTimelineSummary: the words under a timeline say what the colours
+// do, and how far back the history reaches.
+func TestTimelineSummary(t *testing.T) {
+	now, window := testNow, time.Hour
+	from := now.Add(-window)
+	for _, tc := range []struct {
+		name    string
+		changes []StateChange
+		end     time.Time
+		want    string
+	}{
+		{"none", nil, now, "no history yet"},
+		{"young history", []StateChange{{Time: now.Add(-time.Minute), To: StateUp}}, now,
+			"Up now for 1m0s · no outage since 2026-12-01 11:59:00Z"},
+		{"two outages, one flapping", []StateChange{
+			{Time: now.Add(-2 * time.Hour), To: StateUp},
+			{Time: now.Add(-30 * time.Minute), From: StateUp, To: StateDown},
+			{Time: now.Add(-29 * time.Minute), From: StateDown, To: StateUp},
+			{Time: now.Add(-10 * time.Minute), From: StateUp, To: StateDown},
+			{Time: now.Add(-9 * time.Minute), From: StateDown, To: StateFlapping},
+			{Time: now.Add(-8 * time.Minute), From: StateFlapping, To: StateUp},
+		}, now, "Up now for 8m0s · 2 outages in the last 1h, 3m0s in all"},
+		{"gone", []StateChange{{Time: now.Add(-2 * time.Hour), To: StateDown}}, now.Add(-5 * time.Minute),
+			"gone 5m0s ago, last Down · 1 outage in the last 1h, 55m0s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := newTimeline(tc.changes, from, tc.end, now, window).Summary; got != tc.want {
+				t.Errorf("summary %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

@@ -143,6 +143,12 @@ func newTimeline(changes []StateChange, from, end, now time.Time, window time.Du
 			Class: class, Hatch: c.To == StateFlapping, Title: title})
 	}
 	last := changes[len(changes)-1]
+	// Within the window when the history reaches back that far, else
+	// since the first state seen.
+	within := "in the last " + spanText(window)
+	if changes[0].Time.After(from) {
+		within = "since " + timestamp(changes[0].Time)
+	}
 	var parts []string
 	if end.Equal(now) {
 		parts = append(parts, last.To+" now for "+age(now.Sub(last.Time)))
@@ -151,19 +157,20 @@ func newTimeline(changes []StateChange, from, end, now time.Time, window time.Du
 	}
 	switch outages {
 	case 0:
-		parts = append(parts, "no outage in "+spanText(window))
+		parts = append(parts, "no outage "+within)
 	case 1:
-		parts = append(parts, "1 outage in "+spanText(window)+", "+age(downFor))
+		parts = append(parts, "1 outage "+within+", "+age(downFor))
 	default:
-		parts = append(parts, strconv.Itoa(outages)+" outages in "+spanText(window)+", "+age(downFor)+" in all")
+		parts = append(parts, strconv.Itoa(outages)+" outages "+within+", "+age(downFor)+" in all")
 	}
 	tv.Summary = strings.Join(parts, " · ")
 	return tv
 }
 
-// newSpark draws latency samples between from and now.
+// newSpark draws the latency samples between from and now, across the
+// width from the first of them to now: a sparkline shows a trend, so it
+// uses its width even while the history is younger than the window.
 func newSpark(samples []LatencySample, from, now time.Time) sparkView {
-	full := now.Sub(from)
 	var sv sparkView
 	var peak float64
 	var pts []LatencySample
@@ -173,8 +180,12 @@ func newSpark(samples []LatencySample, from, now time.Time) sparkView {
 			peak = max(peak, s.Seconds)
 		}
 	}
+	if len(pts) > 0 {
+		from = pts[0].Time
+	}
+	full := max(now.Sub(from), time.Second)
 	sv.N = len(pts)
-	if sv.N == 0 || full <= 0 || peak <= 0 {
+	if sv.N == 0 || peak <= 0 {
 		sv.Summary = "no latency yet"
 		return sv
 	}
@@ -214,8 +225,11 @@ func spanText(d time.Duration) string {
 	return age(d)
 }
 
-// durationText formats a failover's duration: "4.2s", "1m12s".
+// durationText formats a failover's duration: "420ms", "4.2s", "1m12s".
 func durationText(seconds float64) string {
+	if seconds < 1 {
+		return strconv.FormatFloat(math.Round(seconds*1000), 'f', 0, 64) + "ms"
+	}
 	if seconds < 60 {
 		return strconv.FormatFloat(seconds, 'f', 1, 64) + "s"
 	}
