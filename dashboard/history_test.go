@@ -376,3 +376,25 @@ func TestPageSaysWhenItIsStatic(t *testing.T) {
 		t.Error("the script does not replace the static text at once when it runs")
 	}
 }
+
+// TestYoungHistoryFillsTheAxis: a history younger than the window is drawn
+// across the whole width, and the page says since when.
+func TestYoungHistoryFillsTheAxis(t *testing.T) {
+	d := newTestDashboard(Options{})
+	for _, s := range failoverStates(testNow.Add(-10 * time.Second)) {
+		d.Update(s)
+	}
+	body := get(t, d, http.MethodGet, PathFragment).Body.String()
+	for _, re := range []string{
+		`Timelines cover the time since 2026-12-01 11:59:50Z, when this process began to record \(at most 1h\)`,
+		`(?s)data-node="node-b".*?<rect class="band band-up" data-state="Up" x="0" y="8" width="200" height="12">.*?<rect class="band band-down" data-state="Down" x="200" y="0" width="800" height="20">`,
+		`(?s)data-node="node-b".*?<span class="summary">Down now for 8s · 1 outage since 2026-12-01 11:59:50Z, 8s</span>`,
+	} {
+		if !regexp.MustCompile(re).MatchString(body) {
+			t.Errorf("fragment does not match %s", re)
+		}
+	}
+	if t.Failed() {
+		t.Logf("fragment:\n%s", body)
+	}
+}

@@ -40,8 +40,10 @@ type view struct {
 	// target names that the producer left out.
 	Columns []string
 	Certs   []certView
-	// Window names the history's window, such as "1h".
+	// Window names the history's window, such as "1h"; Axis says what the
+	// timelines span: "the last 1h", or since when for a younger history.
 	Window    string
+	Axis      string
 	Failovers []failoverView
 	Published []publishedView
 	Former    []formerView
@@ -83,8 +85,13 @@ func newView(title string, s State, hist History, version uint64, now time.Time)
 	if window <= 0 {
 		window = DefaultHistoryWindow
 	}
-	from := now.Add(-window)
 	v.Window = spanText(window)
+	windowFrom := now.Add(-window)
+	from := axisStart(hist, windowFrom)
+	v.Axis = "the last " + v.Window
+	if from.After(windowFrom) {
+		v.Axis = "the time since " + timestamp(from) + ", when this process began to record (at most " + v.Window + ")"
+	}
 	targetHist := map[targetID]TargetHistory{}
 	for _, th := range hist.Targets {
 		targetHist[targetID{th.Service, th.Node, th.Port, th.Protocol}] = th
@@ -122,7 +129,7 @@ func newView(title string, s State, hist History, version uint64, now time.Time)
 			present[id] = true
 			th := targetHist[id]
 			tv := targetView{Service: svc.Name, Target: t, Cells: make([]cellView, len(v.Columns)),
-				Timeline: newTimeline(th.Changes, from, now, now, window), Spark: newSpark(th.Latency, from, now)}
+				Timeline: newTimeline(th.Changes, from, now, now, window), Spark: newSpark(th.Latency, windowFrom, now)}
 			for _, vr := range t.Vantages {
 				tv.Cells[slices.Index(v.Columns, vr.Vantage)] = cellView{Assigned: true, VantageResult: vr}
 			}
@@ -143,7 +150,7 @@ func newView(title string, s State, hist History, version uint64, now time.Time)
 		v.Services = append(v.Services, sv)
 	}
 	slices.SortStableFunc(v.Certs, func(a, b certView) int { return a.NotAfter.Compare(b.NotAfter) })
-	v.Failovers, v.Published, v.Former = historyViews(hist, now, present)
+	v.Failovers, v.Published, v.Former = historyViews(hist, from, now, window, present)
 	return v
 }
 

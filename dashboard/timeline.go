@@ -87,7 +87,9 @@ func bandShape(state string) (y, h float64, class string) {
 }
 
 // newTimeline draws changes (oldest first; the first may be older than
-// from) between from and end, and summarises them at now.
+// from) between from and end on an axis from from to now, and summarises
+// them at now over the window. from is the start of the window, or later
+// when the history is younger: the page's axis.
 func newTimeline(changes []StateChange, from, end, now time.Time, window time.Duration) timelineView {
 	var tv timelineView
 	span := end.Sub(from)
@@ -146,7 +148,7 @@ func newTimeline(changes []StateChange, from, end, now time.Time, window time.Du
 	// Within the window when the history reaches back that far, else
 	// since the first state seen.
 	within := "in the last " + spanText(window)
-	if changes[0].Time.After(from) {
+	if changes[0].Time.After(now.Add(-window)) {
 		within = "since " + timestamp(changes[0].Time)
 	}
 	var parts []string
@@ -238,11 +240,9 @@ func durationText(seconds float64) string {
 
 // historyViews derives the failover log, the published-address log and
 // the former targets from h, newest first.
-func historyViews(h History, now time.Time, present map[targetID]bool) ([]failoverView, []publishedView, []formerView) {
+func historyViews(h History, from, now time.Time, window time.Duration, present map[targetID]bool) ([]failoverView, []publishedView, []formerView) {
 	var fos []failoverView
 	var pubs []publishedView
-	window := time.Duration(h.WindowSeconds * float64(time.Second))
-	from := now.Add(-window)
 	for _, sh := range h.Services {
 		for _, f := range sh.Failovers {
 			fv := failoverView{Service: sh.Name, Failover: f, Duration: "unknown (no report said when probes began to fail)"}
@@ -269,4 +269,30 @@ func historyViews(h History, now time.Time, present map[targetID]bool) ([]failov
 		former = append(former, formerView{TargetHistory: th, Timeline: newTimeline(th.Changes, from, th.LastSeen, now, window)})
 	}
 	return fos, pubs, former
+}
+
+// axisStart is where the page's timelines start: the start of the window,
+// or the oldest time the history knows of when that is later, so that a
+// young history fills the width. Every timeline on the page shares it.
+func axisStart(h History, from time.Time) time.Time {
+	var oldest time.Time
+	seen := func(t time.Time) {
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	for _, th := range h.Targets {
+		if len(th.Changes) > 0 {
+			seen(th.Changes[0].Time)
+		}
+	}
+	for _, sh := range h.Services {
+		if len(sh.Changes) > 0 {
+			seen(sh.Changes[0].Time)
+		}
+	}
+	if oldest.After(from) {
+		return oldest
+	}
+	return from
 }
