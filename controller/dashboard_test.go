@@ -512,3 +512,65 @@ func healthFeed(ctx context.Context, t *testing.T, svc *corev1.Service) (*Contro
 	feed.now = func() time.Time { return now }
 	return c, feed, &now
 }
+
+// TestDashboardHistoryTimesFailover: when the Service's status drops a
+// node whose target is Down, the replica's dashboard history logs a
+// failover timed from the target's first failed probe.
+func TestDashboardHistoryTimesFailover(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web", func(s *corev1.Service) {
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}, {IP: "10.0.0.2"}}
+		s.Status.Conditions = []metav1.Condition{{Type: status.ConditionHealthy, Status: metav1.ConditionTrue}}
+	}), "n1,n2")
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx)
+	d := dashboard.New(dashboard.Options{})
+	feed, err := NewDashboardFeed(c, f.cluster, f.system, d, DashboardConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := testNow
+	c.now = func() time.Time { return now }
+	feed.now = func() time.Time { return now }
+	step := func(at time.Duration, n2 v1alpha1.State) {
+		t.Helper()
+		now = testNow.Add(at)
+		setReports(t, c, now, meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateUp, "n2": n2})...)
+		st, err := feed.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Update(st)
+	}
+	step(0, v1alpha1.StateUp)
+	step(time.Second, v1alpha1.StateDown) // failing since testNow-1.5s (observation)
+	// The leader takes n2 out of the status.
+	out := svc.DeepCopy()
+	out.Annotations[contract.AnnotationNodes] = "n1"
+	out.Status.LoadBalancer.Ingress = out.Status.LoadBalancer.Ingress[:1]
+	if err := f.cluster.Core().V1().Services().Informer().GetIndexer().Update(out); err != nil {
+		t.Fatal(err)
+	}
+	step(2*time.Second, v1alpha1.StateDown)
+
+	h := d.History()
+	if len(h.Services) != 1 || len(h.Services[0].Failovers) != 1 {
+		t.Fatalf("history services %+v, want one failover", h.Services)
+	}
+	fo := h.Services[0].Failovers[0]
+	if !slices.Equal(fo.Nodes, []string{"n2"}) || !slices.Equal(fo.Addresses, []string{"10.0.0.2"}) ||
+		!fo.FirstFailure.Equal(testNow.Add(-1500*time.Millisecond)) || fo.DurationSeconds != 3.5 {
+		t.Errorf("failover %+v, want n2's 10.0.0.2, 3.5 s after its first failed probe", fo)
+	}
+	var changes []string
+	for _, th := range h.Targets {
+		if th.Node == "n2" {
+			for _, ch := range th.Changes {
+				changes = append(changes, ch.From+"→"+ch.To+" "+ch.Outcome)
+			}
+		}
+	}
+	if want := []string{"→Up L4OK", "Up→Down L4TOUT"}; !slices.Equal(changes, want) {
+		t.Errorf("n2's changes %q, want %q", changes, want)
+	}
+}
