@@ -398,3 +398,23 @@ func TestYoungHistoryFillsTheAxis(t *testing.T) {
 		t.Logf("fragment:\n%s", body)
 	}
 }
+
+// TestPageBoundsTheLogs: the page shows at most MaxLogRows rows of the
+// failover and published-address logs, the newest; the JSON has all.
+func TestPageBoundsTheLogs(t *testing.T) {
+	d := newTestDashboard(Options{})
+	h := newHistory(HistoryOptions{})
+	end := flap(h, 1, 400, testNow.Add(-time.Hour/2))
+	d.hist = h
+	d.Update(State{GeneratedAt: end})
+	body := get(t, d, http.MethodGet, PathFragment).Body.String()
+	if n := strings.Count(body, `<tr class="failover"`); n != MaxLogRows {
+		t.Errorf("page shows %d failovers, want %d", n, MaxLogRows)
+	}
+	if n := strings.Count(body, `<tr class="published-set"`); n != MaxLogRows {
+		t.Errorf("page shows %d published sets, want %d", n, MaxLogRows)
+	}
+	if hist := d.History(); len(hist.Services[0].Published) != DefaultMaxPublished {
+		t.Errorf("history keeps %d published sets, want %d", len(hist.Services[0].Published), DefaultMaxPublished)
+	}
+}

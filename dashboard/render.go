@@ -154,6 +154,9 @@ func newView(title string, s State, hist History, version uint64, now time.Time)
 	return v
 }
 
+// MaxLogRows is the package's MaxLogRows, for the templates.
+func (v view) MaxLogRows() int { return MaxLogRows }
+
 // Ago is how long before the page was rendered t was, such as "3m12s";
 // empty for the zero time.
 func (v view) Ago(t time.Time) string {

@@ -50,6 +50,10 @@ type sparkView struct {
 	Summary string
 }
 
+// MaxLogRows bounds the rows the page shows of the failover log and of
+// the published-address log, newest first; /api/v1/history has them all.
+const MaxLogRows = 50
+
 // failoverView is one row of the failover log.
 type failoverView struct {
 	Service string
@@ -261,6 +265,7 @@ func historyViews(h History, from, now time.Time, window time.Duration, present 
 	}
 	slices.SortStableFunc(fos, func(a, b failoverView) int { return b.Time.Compare(a.Time) })
 	slices.SortStableFunc(pubs, func(a, b publishedView) int { return b.Time.Compare(a.Time) })
+	fos, pubs = fos[:min(len(fos), MaxLogRows)], pubs[:min(len(pubs), MaxLogRows)]
 	var former []formerView
 	for _, th := range h.Targets {
 		if present[targetID{th.Service, th.Node, th.Port, th.Protocol}] {
