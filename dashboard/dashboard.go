@@ -82,10 +82,10 @@ type Dashboard struct {
 	version uint64
 	clients map[*client]struct{}
 	closed  bool
-	// hist remembers the States given to Update; histDoc is its latest
-	// snapshot, built on demand and dropped by the next Update.
-	hist    *history
-	histDoc *History
+	// hist remembers the States given to Update; histJSON is its JSON,
+	// built on demand and dropped by the next Update.
+	hist     *history
+	histJSON []byte
 }
 
 // client is one event stream. notify holds at most one pending wake-up:
@@ -139,7 +139,7 @@ func (d *Dashboard) Update(s State) {
 	defer d.mu.Unlock()
 	d.state, d.stateJSON = s, body
 	d.hist.observe(s, d.opts.Now())
-	d.histDoc = nil
+	d.histJSON = nil
 	if d.version > 0 && bytes.Equal(shown, d.shown) {
 		return
 	}
@@ -203,20 +203,25 @@ func (d *Dashboard) snapshot() (State, []byte, uint64) {
 // History returns a copy of what the Dashboard remembers, as served at
 // /api/v1/history.
 func (d *Dashboard) History() History {
-	h, _ := d.history()
-	return h
-}
-
-// history returns the history snapshot, shared by its readers, and the
-// version shown with it.
-func (d *Dashboard) history() (History, uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.histDoc == nil {
-		h := d.hist.snapshot(d.opts.Now())
-		d.histDoc = &h
+	return d.hist.snapshot(d.opts.Now())
+}
+
+// historyJSON returns the history's JSON and the version shown with it.
+// It encodes from the history itself, under the lock, rather than from a
+// copy: the history is the largest thing the Dashboard holds.
+func (d *Dashboard) historyJSON() ([]byte, uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.histJSON == nil {
+		body, err := json.Marshal(d.hist.alias(d.opts.Now()))
+		if err != nil {
+			return nil, 0, err
+		}
+		d.histJSON = body
 	}
-	return *d.histDoc, d.version
+	return d.histJSON, d.version, nil
 }
 
 // ServeHTTP serves the dashboard's paths with security headers; any method
@@ -255,10 +260,14 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) serveHTML(w http.ResponseWriter, name string) {
-	s, _, version := d.snapshot()
-	hist, _ := d.history()
+	// The view is derived under the lock, straight from the history: it
+	// keeps only what it derived, so the template runs without the lock.
+	d.mu.Lock()
+	version, now := d.version, d.opts.Now()
+	v := newView(d.opts.Title, d.state, d.hist.alias(now), version, now)
+	d.mu.Unlock()
 	var buf bytes.Buffer
-	if err := templates.ExecuteTemplate(&buf, name, newView(d.opts.Title, s, hist, version, d.opts.Now())); err != nil {
+	if err := templates.ExecuteTemplate(&buf, name, v); err != nil {
 		http.Error(w, fmt.Sprintf("rendering the dashboard: %v", err), http.StatusInternalServerError)
 		return
 	}
@@ -284,8 +293,7 @@ func (d *Dashboard) serveState(w http.ResponseWriter) {
 }
 
 func (d *Dashboard) serveHistory(w http.ResponseWriter) {
-	hist, version := d.history()
-	body, err := json.Marshal(hist)
+	body, version, err := d.historyJSON()
 	if err != nil {
 		http.Error(w, fmt.Sprintf("encoding the history: %v", err), http.StatusInternalServerError)
 		return

@@ -351,18 +351,29 @@ func (h *history) prune(now time.Time) {
 
 // snapshot returns a deep copy of the history at now, sorted.
 func (h *history) snapshot(now time.Time) History {
+	out := h.alias(now)
+	for i := range out.Targets {
+		th := &out.Targets[i]
+		th.Changes, th.Latency = slices.Clone(th.Changes), slices.Clone(th.Latency)
+	}
+	for i := range out.Services {
+		sh := &out.Services[i]
+		sh.Changes, sh.Failovers, sh.Published = slices.Clone(sh.Changes), slices.Clone(sh.Failovers), slices.Clone(sh.Published)
+	}
+	return out
+}
+
+// alias returns the history at now, sorted, sharing its lists with h: it
+// must be used, and dropped, before h changes. The addresses and nodes of
+// a PublishedSet or Failover never change once recorded, and may be kept.
+func (h *history) alias(now time.Time) History {
 	out := History{GeneratedAt: now, WindowSeconds: h.opts.Window.Seconds(),
 		Targets: make([]TargetHistory, 0, len(h.targets)), Services: make([]ServiceHistory, 0, len(h.services))}
 	for _, th := range h.targets {
-		c := *th
-		c.Changes, c.Latency = slices.Clone(th.Changes), slices.Clone(th.Latency)
-		out.Targets = append(out.Targets, c)
+		out.Targets = append(out.Targets, *th)
 	}
 	for _, sh := range h.services {
-		c := *sh
-		c.Changes, c.Failovers = slices.Clone(sh.Changes), slices.Clone(sh.Failovers)
-		c.Published = slices.Clone(sh.Published)
-		out.Services = append(out.Services, c)
+		out.Services = append(out.Services, *sh)
 	}
 	slices.SortFunc(out.Targets, func(a, b TargetHistory) int {
 		return cmp.Or(strings.Compare(a.Service, b.Service), strings.Compare(a.Node, b.Node), cmp.Compare(a.Port, b.Port),

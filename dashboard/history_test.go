@@ -418,3 +418,42 @@ func TestPageBoundsTheLogs(t *testing.T) {
 		t.Errorf("history keeps %d published sets, want %d", len(hist.Services[0].Published), DefaultMaxPublished)
 	}
 }
+
+// TestHistoryWhileReading reads the page and the history JSON while a
+// flapping producer updates the Dashboard; run with -race, it shows that
+// the page's views and the JSON never read the history as it changes.
+func TestHistoryWhileReading(t *testing.T) {
+	d := newTestDashboard(Options{History: HistoryOptions{MaxChanges: 8, MaxLatency: 8, MaxPublished: 4, MaxFailovers: 4, LatencyEvery: time.Nanosecond}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 3000 {
+			now := testNow.Add(time.Duration(i) * time.Second)
+			state := StateUp
+			if i%2 == 1 {
+				state = StateDown
+			}
+			svc := Service{Name: "flappy/svc", Healthy: true, Targets: []Target{{Node: "n1", Address: "198.18.1.1", Port: 80, Protocol: "TCP",
+				State: state, FailingSince: now, Reason: fmt.Sprint("round ", i),
+				Vantages: []VantageResult{{Vantage: "v", State: state, LatencySeconds: float64(i+1) / 1000}}}}}
+			if state == StateUp {
+				svc.Published, svc.PublishedNodes = []string{"198.18.1.1"}, []string{"n1"}
+			}
+			d.Update(State{GeneratedAt: now, Services: []Service{svc}})
+		}
+	}()
+	for reads := 0; ; reads++ {
+		select {
+		case <-done:
+			t.Logf("%d reads of the page and the history while updating", reads)
+			return
+		default:
+		}
+		if rec := get(t, d, http.MethodGet, PathFragment); rec.Code != http.StatusOK {
+			t.Fatalf("GET %s = %d", PathFragment, rec.Code)
+		}
+		if rec := get(t, d, http.MethodGet, PathHistory); rec.Code != http.StatusOK {
+			t.Fatalf("GET %s = %d", PathHistory, rec.Code)
+		}
+	}
+}

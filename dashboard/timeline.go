@@ -271,7 +271,10 @@ func historyViews(h History, from, now time.Time, window time.Duration, present 
 		if present[targetID{th.Service, th.Node, th.Port, th.Protocol}] {
 			continue
 		}
-		former = append(former, formerView{TargetHistory: th, Timeline: newTimeline(th.Changes, from, th.LastSeen, now, window)})
+		fv := formerView{TargetHistory: th, Timeline: newTimeline(th.Changes, from, th.LastSeen, now, window)}
+		// The lists are the history's own: the view keeps only what it drew.
+		fv.Changes, fv.Latency = nil, nil
+		former = append(former, fv)
 	}
 	return fos, pubs, former
 }
