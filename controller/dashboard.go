@@ -66,6 +66,8 @@ type shown struct {
 	// node is labelled unhealthy.
 	state string
 	since time.Time
+	// failing is the first failed probe behind a Down state.
+	failing time.Time
 }
 
 // NewDashboardFeed returns a feed of d from c's caches. cluster and system
@@ -204,15 +206,17 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 			j = status.Judgement{}
 			reason = "health checks are off"
 		}
-		state := j.Verdict.String()
+		state, failing := j.Verdict.String(), j.FirstFailure
+		beacon := next[contract.BeaconKey(t.Node)]
 		switch {
 		case out[t.Node] != "":
 			state, reason = status.VerdictDown.String(), out[t.Node]
-		case !t.Beacon && next[contract.BeaconKey(t.Node)].state == status.VerdictDown.String():
-			state, reason = status.VerdictDown.String(), "node beacon is down"
+			failing = cmp.Or(failing, beacon.failing)
+		case !t.Beacon && beacon.state == status.VerdictDown.String():
+			state, reason, failing = status.VerdictDown.String(), "node beacon is down", beacon.failing
 		}
 		results := vantageResults(idx, t)
-		cur := shown{state: state, since: prev.since}
+		cur := shown{state: state, since: prev.since, failing: failing}
 		switch {
 		case !seen:
 			cur.since = firstSince(results, state, now)
@@ -229,13 +233,16 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 			continue
 		}
 		byService[t.service] = append(byService[t.service], dashboard.Target{
-			Node:     t.Node,
-			Address:  targetAddress(results, idx, t, nodeAddr[t.Node]),
-			Port:     int(t.port.Port),
-			Protocol: string(t.port.Protocol),
-			State:    state,
-			Since:    cur.since,
-			Vantages: results,
+			Node:         t.Node,
+			Address:      targetAddress(results, idx, t, nodeAddr[t.Node]),
+			Port:         int(t.port.Port),
+			Protocol:     string(t.port.Protocol),
+			State:        state,
+			Since:        cur.since,
+			Reason:       reason,
+			Flapping:     j.Reason == status.ReasonFlapping && state == status.VerdictDown.String(),
+			FailingSince: failing,
+			Vantages:     results,
 			// The vantages shown, fresh or stale: a certificate's expiry
 			// does not age with the report that carries it.
 			CertNotAfter: certNotAfter(idx, t),
@@ -276,6 +283,12 @@ func (f *DashboardFeed) service(svc *corev1.Service, targets []dashboard.Target)
 			out.Published = append(out.Published, a)
 		}
 	}
+	for _, n := range strings.Split(svc.Annotations[contract.AnnotationNodes], ",") {
+		if n = strings.TrimSpace(n); n != "" && !slices.Contains(out.PublishedNodes, n) {
+			out.PublishedNodes = append(out.PublishedNodes, n)
+		}
+	}
+	slices.Sort(out.PublishedNodes)
 	if cond := meta.FindStatusCondition(svc.Status.Conditions, status.ConditionHealthy); cond != nil {
 		out.Healthy = cond.Status == metav1.ConditionTrue
 	} else {

@@ -113,9 +113,19 @@ func TestDashboardState(t *testing.T) {
 	if len(up.Vantages) != 3 || n2 == nil || n2.State != "Up" || n2.Outcome != "L4OK" || n2.LatencySeconds != 0.0015 {
 		t.Errorf("n1 target's vantages %+v, want n2 Up L4OK 1.5ms among 3", up.Vantages)
 	}
+	if !slices.Equal(s.PublishedNodes, []string{"n1"}) {
+		t.Errorf("published nodes %v, want [n1] from %s", s.PublishedNodes, contract.AnnotationNodes)
+	}
 	down := dashboardTarget(t, st, "shop/web", "n2")
 	if down.State != "Down" {
 		t.Errorf("n2 target %s, want Down by n1 and n3", down.State)
+	}
+	// The history measures a failover from the first failed probe.
+	if want := testNow.Add(-1500 * time.Millisecond); !down.FailingSince.Equal(want) || !strings.HasPrefix(down.Reason, "down by 2 of 3 probers") {
+		t.Errorf("n2 target failing since %v for %q, want %v and the quorum's reason", down.FailingSince, down.Reason, want)
+	}
+	if !up.FailingSince.IsZero() || up.Flapping {
+		t.Errorf("n1 target failing since %v, flapping %v; want neither while Up", up.FailingSince, up.Flapping)
 	}
 	for _, v := range down.Vantages {
 		if v.Stale != (v.Vantage == "n4") {
@@ -149,8 +159,10 @@ func TestDashboardState(t *testing.T) {
 	if got := dashboardTarget(t, st, "shop/web", "n2"); got.State != "Up" || !got.Since.Equal(now) {
 		t.Errorf("n2 target %s since %v, want Up since %v", got.State, got.Since, now)
 	}
-	if got := dashboardTarget(t, st, "shop/web", "n1"); got.State != "Down" {
-		t.Errorf("n1 target %s, want Down: its node's beacon is down", got.State)
+	if got := dashboardTarget(t, st, "shop/web", "n1"); got.State != "Down" || got.Reason != "node beacon is down" ||
+		!got.FailingSince.Equal(testNow.Add(-1500*time.Millisecond)) {
+		t.Errorf("n1 target %s (%q) failing since %v, want Down: its node's beacon is down, failing since the beacon's first failed probe",
+			got.State, got.Reason, got.FailingSince)
 	}
 	type change struct{ service, node, from, to string }
 	var got []change
@@ -383,8 +395,12 @@ func TestDashboardFlappingHeldDown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := dashboardTarget(t, st, "shop/web", "n1").State; got != s.want {
+		tg := dashboardTarget(t, st, "shop/web", "n1")
+		if got := tg.State; got != s.want {
 			t.Fatalf("step %d at %s: probers say %s, dashboard shows %s, want %s as the leader holds it", i, s.at, s.state, got, s.want)
+		}
+		if held := s.state == v1alpha1.StateUp && s.want == "Down"; tg.Flapping != held {
+			t.Errorf("step %d: flapping %v, want %v", i, tg.Flapping, held)
 		}
 		if s.state == v1alpha1.StateUp && s.want == "Down" && st.Transitions[0].Time.Equal(*now) {
 			t.Errorf("step %d: transition %+v while held Down, want none", i, st.Transitions[0])
@@ -495,4 +511,66 @@ func healthFeed(ctx context.Context, t *testing.T, svc *corev1.Service) (*Contro
 	c.now = func() time.Time { return now }
 	feed.now = func() time.Time { return now }
 	return c, feed, &now
+}
+
+// TestDashboardHistoryTimesFailover: when the Service's status drops a
+// node whose target is Down, the replica's dashboard history logs a
+// failover timed from the target's first failed probe.
+func TestDashboardHistoryTimesFailover(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web", func(s *corev1.Service) {
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}, {IP: "10.0.0.2"}}
+		s.Status.Conditions = []metav1.Condition{{Type: status.ConditionHealthy, Status: metav1.ConditionTrue}}
+	}), "n1,n2")
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx)
+	d := dashboard.New(dashboard.Options{})
+	feed, err := NewDashboardFeed(c, f.cluster, f.system, d, DashboardConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := testNow
+	c.now = func() time.Time { return now }
+	feed.now = func() time.Time { return now }
+	step := func(at time.Duration, n2 v1alpha1.State) {
+		t.Helper()
+		now = testNow.Add(at)
+		setReports(t, c, now, meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateUp, "n2": n2})...)
+		st, err := feed.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Update(st)
+	}
+	step(0, v1alpha1.StateUp)
+	step(time.Second, v1alpha1.StateDown) // failing since testNow-1.5s (observation)
+	// The leader takes n2 out of the status.
+	out := svc.DeepCopy()
+	out.Annotations[contract.AnnotationNodes] = "n1"
+	out.Status.LoadBalancer.Ingress = out.Status.LoadBalancer.Ingress[:1]
+	if err := f.cluster.Core().V1().Services().Informer().GetIndexer().Update(out); err != nil {
+		t.Fatal(err)
+	}
+	step(2*time.Second, v1alpha1.StateDown)
+
+	h := d.History()
+	if len(h.Services) != 1 || len(h.Services[0].Failovers) != 1 {
+		t.Fatalf("history services %+v, want one failover", h.Services)
+	}
+	fo := h.Services[0].Failovers[0]
+	if !slices.Equal(fo.Nodes, []string{"n2"}) || !slices.Equal(fo.Addresses, []string{"10.0.0.2"}) ||
+		!fo.FirstFailure.Equal(testNow.Add(-1500*time.Millisecond)) || fo.DurationSeconds != 3.5 {
+		t.Errorf("failover %+v, want n2's 10.0.0.2, 3.5 s after its first failed probe", fo)
+	}
+	var changes []string
+	for _, th := range h.Targets {
+		if th.Node == "n2" {
+			for _, ch := range th.Changes {
+				changes = append(changes, ch.From+"→"+ch.To+" "+ch.Outcome)
+			}
+		}
+	}
+	if want := []string{"→Up L4OK", "Up→Down L4TOUT"}; !slices.Equal(changes, want) {
+		t.Errorf("n2's changes %q, want %q", changes, want)
+	}
 }

@@ -31,6 +31,8 @@ type Options struct {
 	// Metrics receives the dashboard's metrics; nil means unregistered
 	// ones of its own.
 	Metrics *Metrics
+	// History bounds the history kept of the States given to Update.
+	History HistoryOptions
 }
 
 // Defaults of Options.
@@ -46,6 +48,7 @@ const (
 	PathFragment = "/fragment"
 	PathState    = "/api/v1/state"
 	PathEvents   = "/api/v1/events"
+	PathHistory  = "/api/v1/history"
 	pathCSS      = "/static/dashboard.css"
 	pathJS       = "/static/dashboard.js"
 	pathIcon     = "/static/favicon.svg"
@@ -79,6 +82,10 @@ type Dashboard struct {
 	version uint64
 	clients map[*client]struct{}
 	closed  bool
+	// hist remembers the States given to Update; histJSON is its JSON,
+	// built on demand and dropped by the next Update.
+	hist     *history
+	histJSON []byte
 }
 
 // client is one event stream. notify holds at most one pending wake-up:
@@ -108,7 +115,7 @@ func New(opts Options) *Dashboard {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
 	}
-	return &Dashboard{opts: opts, done: make(chan struct{}), clients: map[*client]struct{}{}}
+	return &Dashboard{opts: opts, done: make(chan struct{}), clients: map[*client]struct{}{}, hist: newHistory(opts.History)}
 }
 
 // Update replaces the State shown. The caller must not change s afterwards.
@@ -131,6 +138,8 @@ func (d *Dashboard) Update(s State) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.state, d.stateJSON = s, body
+	d.hist.observe(s, d.opts.Now())
+	d.histJSON = nil
 	if d.version > 0 && bytes.Equal(shown, d.shown) {
 		return
 	}
@@ -191,6 +200,30 @@ func (d *Dashboard) snapshot() (State, []byte, uint64) {
 	return d.state, d.stateJSON, d.version
 }
 
+// History returns a copy of what the Dashboard remembers, as served at
+// /api/v1/history.
+func (d *Dashboard) History() History {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.hist.snapshot(d.opts.Now())
+}
+
+// historyJSON returns the history's JSON and the version shown with it.
+// It encodes from the history itself, under the lock, rather than from a
+// copy: the history is the largest thing the Dashboard holds.
+func (d *Dashboard) historyJSON() ([]byte, uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.histJSON == nil {
+		body, err := json.Marshal(d.hist.alias(d.opts.Now()))
+		if err != nil {
+			return nil, 0, err
+		}
+		d.histJSON = body
+	}
+	return d.histJSON, d.version, nil
+}
+
 // ServeHTTP serves the dashboard's paths with security headers; any method
 // but GET and HEAD is refused, as the dashboard changes nothing.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -213,6 +246,8 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.serveState(w)
 	case PathEvents:
 		d.serveEvents(w, r)
+	case PathHistory:
+		d.serveHistory(w)
 	case pathCSS:
 		serveAsset(w, "assets/dashboard.css", "text/css; charset=utf-8")
 	case pathJS:
@@ -225,9 +260,14 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) serveHTML(w http.ResponseWriter, name string) {
-	s, _, version := d.snapshot()
+	// The view is derived under the lock, straight from the history: it
+	// keeps only what it derived, so the template runs without the lock.
+	d.mu.Lock()
+	version, now := d.version, d.opts.Now()
+	v := newView(d.opts.Title, d.state, d.hist.alias(now), version, now)
+	d.mu.Unlock()
 	var buf bytes.Buffer
-	if err := templates.ExecuteTemplate(&buf, name, newView(d.opts.Title, s, version, d.opts.Now())); err != nil {
+	if err := templates.ExecuteTemplate(&buf, name, v); err != nil {
 		http.Error(w, fmt.Sprintf("rendering the dashboard: %v", err), http.StatusInternalServerError)
 		return
 	}
@@ -244,6 +284,19 @@ func (d *Dashboard) serveState(w http.ResponseWriter) {
 		// Before the first Update: an empty State, with empty lists
 		// rather than nulls.
 		body, _ = json.Marshal(State{Vantages: []string{}, Services: []Service{}, Transitions: []Transition{}})
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set(VersionHeader, strconv.FormatUint(version, 10))
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func (d *Dashboard) serveHistory(w http.ResponseWriter) {
+	body, version, err := d.historyJSON()
+	if err != nil {
+		http.Error(w, fmt.Sprintf("encoding the history: %v", err), http.StatusInternalServerError)
+		return
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

@@ -19,11 +19,12 @@ const CertWarnDays = 14
 var pageFS embed.FS
 
 var templates = template.Must(template.New("").Funcs(template.FuncMap{
-	"stateClass": stateClass,
-	"ms":         millis,
-	"ts":         timestamp,
-	"rfc3339":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"join":       strings.Join,
+	"stateClass":   stateClass,
+	"ms":           millis,
+	"ts":           timestamp,
+	"rfc3339":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"join":         strings.Join,
+	"durationText": durationText,
 }).ParseFS(pageFS, "assets/page.html"))
 
 // view is what the templates render: the State plus what is derived from
@@ -39,18 +40,28 @@ type view struct {
 	// target names that the producer left out.
 	Columns []string
 	Certs   []certView
+	// Window names the history's window, such as "1h"; Axis says what the
+	// timelines span: "the last 1h", or since when for a younger history.
+	Window    string
+	Axis      string
+	Failovers []failoverView
+	Published []publishedView
+	Former    []formerView
 }
 
 type serviceView struct {
 	Service
 	Up, Down, Unknown int
+	Timeline          timelineView
 }
 
 type targetView struct {
 	Service string
 	Target
 	// Cells line up with view.Columns.
-	Cells []cellView
+	Cells    []cellView
+	Timeline timelineView
+	Spark    sparkView
 }
 
 type cellView struct {
@@ -68,8 +79,28 @@ type certView struct {
 	Class string
 }
 
-func newView(title string, s State, version uint64, now time.Time) view {
+func newView(title string, s State, hist History, version uint64, now time.Time) view {
 	v := view{Title: title, Version: version, Now: now, State: s}
+	window := time.Duration(hist.WindowSeconds * float64(time.Second))
+	if window <= 0 {
+		window = DefaultHistoryWindow
+	}
+	v.Window = spanText(window)
+	windowFrom := now.Add(-window)
+	from := axisStart(hist, windowFrom)
+	v.Axis = "the last " + v.Window
+	if from.After(windowFrom) {
+		v.Axis = "the time since " + timestamp(from) + ", when this process began to record (at most " + v.Window + ")"
+	}
+	targetHist := map[targetID]TargetHistory{}
+	for _, th := range hist.Targets {
+		targetHist[targetID{th.Service, th.Node, th.Port, th.Protocol}] = th
+	}
+	serviceHist := map[string]ServiceHistory{}
+	for _, sh := range hist.Services {
+		serviceHist[sh.Name] = sh
+	}
+	present := map[targetID]bool{}
 	v.Columns = append(v.Columns, s.Vantages...)
 	for _, svc := range s.Services {
 		for _, t := range svc.Targets {
@@ -84,7 +115,7 @@ func newView(title string, s State, version uint64, now time.Time) view {
 		slices.Sort(v.Columns)
 	}
 	for _, svc := range s.Services {
-		sv := serviceView{Service: svc}
+		sv := serviceView{Service: svc, Timeline: newTimeline(serviceHist[svc.Name].Changes, from, now, now, window)}
 		for _, t := range svc.Targets {
 			switch t.State {
 			case "Up":
@@ -94,7 +125,11 @@ func newView(title string, s State, version uint64, now time.Time) view {
 			default:
 				sv.Unknown++
 			}
-			tv := targetView{Service: svc.Name, Target: t, Cells: make([]cellView, len(v.Columns))}
+			id := targetID{svc.Name, t.Node, t.Port, t.Protocol}
+			present[id] = true
+			th := targetHist[id]
+			tv := targetView{Service: svc.Name, Target: t, Cells: make([]cellView, len(v.Columns)),
+				Timeline: newTimeline(th.Changes, from, now, now, window), Spark: newSpark(th.Latency, windowFrom, now)}
 			for _, vr := range t.Vantages {
 				tv.Cells[slices.Index(v.Columns, vr.Vantage)] = cellView{Assigned: true, VantageResult: vr}
 			}
@@ -115,8 +150,12 @@ func newView(title string, s State, version uint64, now time.Time) view {
 		v.Services = append(v.Services, sv)
 	}
 	slices.SortStableFunc(v.Certs, func(a, b certView) int { return a.NotAfter.Compare(b.NotAfter) })
+	v.Failovers, v.Published, v.Former = historyViews(hist, from, now, window, present)
 	return v
 }
+
+// MaxLogRows is the package's MaxLogRows, for the templates.
+func (v view) MaxLogRows() int { return MaxLogRows }
 
 // Ago is how long before the page was rendered t was, such as "3m12s";
 // empty for the zero time.

@@ -39,6 +39,10 @@ type Service struct {
 	// Published are the addresses currently published (status ingress, DNS
 	// answer), in their published order.
 	Published []string `json:"published"`
+	// PublishedNodes are the nodes or hosts whose addresses are published,
+	// sorted. The history matches a failover to the targets of the nodes
+	// that left it; without it, to those of the addresses that left.
+	PublishedNodes []string `json:"publishedNodes,omitempty"`
 	// Healthy is false when no address is healthy; AllDown says which
 	// policy was applied then ("publish-all" or "publish-none").
 	Healthy bool   `json:"healthy"`
@@ -59,6 +63,16 @@ type Target struct {
 	// State is the verdict: "Up", "Down" or "Unknown".
 	State string    `json:"state"`
 	Since time.Time `json:"since,omitzero"`
+	// Reason explains the verdict, such as "down by 2 of 3 probers:
+	// L4CON connection refused".
+	Reason string `json:"reason,omitempty"`
+	// Flapping is true while a Down verdict is held by flap damping
+	// although a majority of probers says Up.
+	Flapping bool `json:"flapping,omitempty"`
+	// FailingSince is the first failed probe of the failures that made
+	// the verdict Down (the earliest among the Down votes); zero unless
+	// Down. A failover's duration is measured from it.
+	FailingSince time.Time `json:"failingSince,omitzero"`
 	// Vantages are the results of each assigned vantage, sorted by Vantage.
 	Vantages []VantageResult `json:"vantages"`
 	// CertNotAfter is the earliest expiry of the served leaf certificate

@@ -682,11 +682,17 @@ func (r *Runner) dashboardService(cfg *Config, svc Service, ips []netip.Addr, he
 	for _, ip := range ips {
 		ds.Published = append(ds.Published, ip.String())
 	}
+	for h := range r.publishedHosts[svc.Name] {
+		ds.PublishedNodes = append(ds.PublishedNodes, h)
+	}
+	slices.Sort(ds.PublishedNodes)
 	for _, h := range svc.Hosts {
 		for _, p := range svc.Ports {
 			key := Key(svc.Name, p, h.Name)
+			j := r.engine.Verdict(key)
 			t := dashboard.Target{Node: h.Name, Address: h.ProbeAddress.String(), Port: int(p.Port), Protocol: p.Protocol,
-				Probe: p.Probe, State: r.engine.Verdict(key).Verdict.String(), Since: r.since[key], CertNotAfter: certs[key]}
+				Probe: p.Probe, State: j.Verdict.String(), Since: r.since[key], CertNotAfter: certs[key],
+				Reason: j.Summary(), Flapping: j.Reason == status.ReasonFlapping, FailingSince: j.FirstFailure}
 			for _, v := range vantages {
 				vr := dashboard.VantageResult{Vantage: v, State: status.VerdictUnknown.String()}
 				fresh, _ := reports.Vantage(v)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -70,6 +71,24 @@ func TestHostDownLeavesDNS(t *testing.T) {
 	}
 	if len(st.Transitions) == 0 || st.Transitions[0].Node != "b" || st.Transitions[0].To != "Down" {
 		t.Errorf("newest transition = %+v", st.Transitions)
+	}
+	if got := st.Services[0].PublishedNodes; !slices.Equal(got, []string{"a", "c"}) {
+		t.Errorf("published hosts %v, want [a c]", got)
+	}
+	// The dashboard's history logs the failover, timed from b's first
+	// failed probe to its address leaving the answer.
+	rec := httptest.NewRecorder()
+	r.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, dashboard.PathHistory, nil))
+	var hist dashboard.History
+	if err := json.Unmarshal(rec.Body.Bytes(), &hist); err != nil {
+		t.Fatalf("GET %s: %v: %s", dashboard.PathHistory, err, rec.Body)
+	}
+	if len(hist.Services) != 1 || len(hist.Services[0].Failovers) != 1 {
+		t.Fatalf("history %s, want one failover", rec.Body)
+	}
+	if fo := hist.Services[0].Failovers[0]; !slices.Equal(fo.Nodes, []string{"b"}) || !slices.Equal(fo.Addresses, []string{"127.0.0.32"}) ||
+		fo.DurationSeconds <= 0 || fo.DurationSeconds > took.Seconds()+0.1 {
+		t.Errorf("failover %+v, want b's 127.0.0.32 after at most the %s it took to leave DNS", fo, took)
 	}
 
 	if err := h.start("127.0.0.32"); err != nil {

@@ -7,7 +7,13 @@
 
   var main = document.getElementById('state');
   var live = document.getElementById('live');
-  if (!main || !window.EventSource || !window.fetch) {
+  if (!main) {
+    return;
+  }
+  if (!window.EventSource || !window.fetch) {
+    if (live) {
+      live.textContent = 'static page (this browser cannot follow the event stream): reload to refresh';
+    }
     return;
   }
   // shown is the version on the page. Versions count per server process,
@@ -16,6 +22,9 @@
   var shown = main.getAttribute('data-version') || '0';
   var pending = false;
   var fetching = false;
+  // force re-renders even at the same version: the timelines move with
+  // time although nothing changed.
+  var force = false;
 
   function setLive(cls, text) {
     if (live) {
@@ -23,6 +32,8 @@
       live.textContent = text;
     }
   }
+
+  setLive('live-pending', 'connecting to the event stream…');
 
   // refresh fetches the re-rendered part of the page once for all the
   // events that came since the last fetch started.
@@ -32,6 +43,8 @@
     }
     pending = false;
     fetching = true;
+    var always = force;
+    force = false;
     fetch('fragment', { cache: 'no-store', credentials: 'same-origin' })
       .then(function (r) {
         if (!r.ok) {
@@ -41,7 +54,7 @@
         return r.text().then(function (html) { return { version: v, html: html }; });
       })
       .then(function (got) {
-        if (got.version !== shown) {
+        if (got.version !== shown || always) {
           // The fragment is the server's own html/template output.
           main.innerHTML = got.html;
           shown = got.version;
@@ -61,7 +74,11 @@
     setLive('live-on', 'live');
   });
   events.addEventListener('error', function () {
-    setLive('live-error', 'disconnected; reconnecting');
+    if (events.readyState === EventSource.CLOSED) {
+      setLive('live-error', 'static page: the event stream was refused; reload to refresh');
+    } else {
+      setLive('live-error', 'disconnected; reconnecting');
+    }
   });
   events.addEventListener('state', function (e) {
     var v;
@@ -84,6 +101,16 @@
     if (s < 86400) { return Math.floor(s / 3600) + 'h' + Math.floor(s % 3600 / 60) + 'm'; }
     return Math.floor(s / 86400) + 'd' + Math.floor(s % 86400 / 3600) + 'h';
   }
+  // Redraw the timelines every 30 s, so that they keep moving while
+  // nothing changes.
+  window.setInterval(function () {
+    if (events.readyState === EventSource.OPEN) {
+      force = true;
+      pending = true;
+      refresh();
+    }
+  }, 30000);
+
   // Keep the relative times ticking between changes.
   window.setInterval(function () {
     var now = Date.now();

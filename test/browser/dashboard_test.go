@@ -79,6 +79,12 @@ func (p *producer) state() dashboard.State {
 		m := p.meta[ts.Key]
 		t := dashboard.Target{Node: m.node, Address: ts.Addr.Addr().String(), Port: int(ts.Addr.Port()), Protocol: "TCP",
 			Probe: m.probe, State: ts.State.String(), Since: ts.Since}
+		if ts.State == prober.StateDown {
+			// As standalone mode judges it alone: down by its one vantage,
+			// failing since the first failed probe.
+			t.FailingSince = ts.FailingSince
+			t.Reason = "down by 1 of 1 probers: " + ts.Last.Outcome.String() + " " + ts.Last.Message()
+		}
 		if !ts.LastChange.IsZero() {
 			t.Since = ts.LastChange
 		}
@@ -92,9 +98,11 @@ func (p *producer) state() dashboard.State {
 		t.Vantages = []dashboard.VantageResult{vr}
 		if ts.State == prober.StateUp {
 			svc.Published = append(svc.Published, t.Address)
+			svc.PublishedNodes = append(svc.PublishedNodes, m.node)
 		}
 		svc.Targets = append(svc.Targets, t)
 	}
+	slices.Sort(svc.PublishedNodes)
 	svc.Healthy = len(svc.Published) > 0
 	if !svc.Healthy {
 		svc.AllDown = "publish-all"
@@ -152,11 +160,42 @@ func artifactsDir(t *testing.T) string {
 	return dir
 }
 
+// docsImagesDir is where the screenshots in docs/ live, relative to this
+// package.
+const docsImagesDir = "../../docs/images"
+
+// saveScreenshot writes png as name into the artifacts directory and, with
+// PULSELB_DOCS_SCREENSHOTS=1, into docs/images, so that the screenshots in
+// the documentation come from this test.
+func saveScreenshot(t *testing.T, name string, png []byte) {
+	t.Helper()
+	dirs := []string{artifactsDir(t)}
+	if os.Getenv("PULSELB_DOCS_SCREENSHOTS") == "1" {
+		dirs = append(dirs, docsImagesDir)
+	}
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatalf("creating %s: %v", dir, err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatalf("saving the screenshot: %v", err)
+		}
+		t.Logf("screenshot: %s", path)
+	}
+}
+
 // serve runs h on a fresh loopback port and returns its base URL and a
 // function that stops it, closing its connections.
 func serve(t *testing.T, h http.Handler) (string, func()) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return serveOn(t, "127.0.0.1:0", h)
+}
+
+// serveOn is serve on addr.
+func serveOn(t *testing.T, addr string, h http.Handler) (string, func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,11 +207,13 @@ func serve(t *testing.T, h http.Handler) (string, func()) {
 	return "http://" + ln.Addr().String(), stop
 }
 
-// TestDashboardShowsTargetGoingDown loads the dashboard in Chromium while
-// a real scheduler probes two loopback targets, stops one, and reads from
-// the page, without reloading it, that the target is Down and that it went
-// from Up to Down.
-func TestDashboardShowsTargetGoingDown(t *testing.T) {
+// TestDashboardShowsFailover loads the dashboard in Chromium while a real
+// scheduler probes two loopback targets, stops one, and reads from the
+// page, without reloading it, that the target is Down, that it went from
+// Up to Down, that its timeline has a down band, that the failover log
+// has an entry with its duration, and that the latency sparklines are
+// drawn. Its screenshots are the ones in docs/dashboard.md.
+func TestDashboardShowsFailover(t *testing.T) {
 	browserPath := requireChromium(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -186,7 +227,9 @@ func TestDashboardShowsTargetGoingDown(t *testing.T) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	webURL, stopWeb := serve(t, health)
+	// host-a on its own loopback address, so that its address leaving the
+	// published set is visible.
+	webURL, stopWeb := serveOn(t, "127.0.0.2:0", health)
 	tlsSrv := httptest.NewTLSServer(health)
 	defer tlsSrv.Close()
 
@@ -211,7 +254,10 @@ func TestDashboardShowsTargetGoingDown(t *testing.T) {
 		{Key: "web@host-b", Addr: tlsAddr, Protocol: tlsSpec.Protocol, Prober: tlsProber},
 	})
 	prod.sched = sched
-	prod.dash = dashboard.New(dashboard.Options{Title: "pulselb browser test", KeepAlive: time.Second})
+	// The default window; a latency sample every 250 ms, so that the
+	// seconds of this test draw a sparkline.
+	prod.dash = dashboard.New(dashboard.Options{Title: "pulselb browser test", KeepAlive: time.Second,
+		History: dashboard.HistoryOptions{LatencyEvery: 250 * time.Millisecond}})
 	defer prod.dash.Close()
 
 	var wg sync.WaitGroup
@@ -264,13 +310,32 @@ func TestDashboardShowsTargetGoingDown(t *testing.T) {
 	defer cancelTab() // ends the console loop before wg.Wait
 
 	upCell := `document.querySelector('tr.target[data-node="host-a"] td.state')`
+	sparkPoints := func(node string) string {
+		return `Number(document.querySelector('tr.target[data-node="` + node + `"] svg.sparkline')?.getAttribute('data-points') ?? 0)`
+	}
 	if err := chromedp.Do(tab,
 		chromedp.Navigate(dashURL+"/"),
 		chromedp.Poll[chromedp.Void](upCell+`?.textContent === "Up"`, chromedp.WithPollingTimeout(30*time.Second)),
 		chromedp.Poll[chromedp.Void](`document.querySelector('#live')?.textContent === "live"`, chromedp.WithPollingTimeout(15*time.Second)),
+		// A few latency samples of host-a before it fails.
+		chromedp.Poll[chromedp.Void](sparkPoints("host-a")+` >= 4`, chromedp.WithPollingTimeout(30*time.Second)),
 	); err != nil {
-		t.Fatalf("waiting for the page to show host-a Up and go live: %v", err)
+		t.Fatalf("waiting for the page to show host-a Up with latencies and go live: %v", err)
 	}
+	// Before the failure: a zero count is neutral, not in the down colour.
+	zero, err := chromedp.Run(tab, chromedp.Evaluate[string](
+		`[...document.querySelectorAll('tr.service[data-service="web"] .count')].find(e => e.textContent === "0 down")?.className ?? "missing"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if zero != "count count-zero" {
+		t.Errorf("\"0 down\" has class %q, want the neutral count count-zero", zero)
+	}
+	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("taking a screenshot: %v", err)
+	}
+	saveScreenshot(t, "dashboard-healthy.png", png)
 	// A mark that a reload would wipe.
 	if err := chromedp.Do(tab, evaluate(`window.pulselbNotReloaded = true`)); err != nil {
 		t.Fatal(err)
@@ -284,10 +349,19 @@ func TestDashboardShowsTargetGoingDown(t *testing.T) {
 		chromedp.Poll[chromedp.Void](upCell+`?.textContent === "Down"`, chromedp.WithPollingTimeout(30*time.Second)),
 		chromedp.Poll[chromedp.Void](`document.querySelector('tr.transition[data-node="host-a"][data-from="Up"][data-to="Down"]') !== null`,
 			chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Poll[chromedp.Void](`document.querySelector('tr.failover[data-service="web"][data-nodes="host-a"]') !== null`,
+			chromedp.WithPollingTimeout(10*time.Second)),
 	); err != nil {
-		t.Fatalf("waiting for the page to show host-a Down: %v", err)
+		t.Fatalf("waiting for the page to show host-a Down and its failover: %v", err)
 	}
 	t.Logf("the page showed host-a Down %v after its backend stopped", time.Since(downSince).Round(time.Millisecond))
+	// The down band grows as the page follows the events: wait until host-a
+	// has been down for 3 s, for a band one can see in the screenshot.
+	if err := chromedp.Do(tab, chromedp.Poll[chromedp.Void](
+		`/^Down now for ([3-9]|[1-9][0-9]+)s/.test(document.querySelector('tr.target[data-node="host-a"] .timeline .summary')?.textContent ?? "")`,
+		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("waiting for host-a's down band to grow: %v", err)
+	}
 
 	// Read what a user sees.
 	type seen struct {
@@ -299,6 +373,17 @@ func TestDashboardShowsTargetGoingDown(t *testing.T) {
 		Health     string `json:"health"`
 		Cert       string `json:"cert"`
 		Reloaded   bool   `json:"reloaded"`
+		// The history: host-a's bands, its timeline's text, the failover
+		// log and the sparklines.
+		Bands           []string `json:"bands"`
+		DownBandWidth   float64  `json:"downBandWidth"`
+		TimelineText    string   `json:"timelineText"`
+		Failover        string   `json:"failover"`
+		FailoverAddress string   `json:"failoverAddress"`
+		Duration        string   `json:"duration"`
+		SparkPointsA    string   `json:"sparkPointsA"`
+		ServiceBands    []string `json:"serviceBands"`
+		Live            string   `json:"live"`
 	}
 	got, err := chromedp.Run(tab, chromedp.Evaluate[seen](`(() => {
 		const q = (s) => document.querySelector(s);
@@ -311,6 +396,15 @@ func TestDashboardShowsTargetGoingDown(t *testing.T) {
 			health: q('tr.service[data-service="web"] td.health').textContent,
 			cert: q('tr.cert td.days')?.textContent ?? "",
 			reloaded: window.pulselbNotReloaded !== true,
+			bands: [...document.querySelectorAll('tr.target[data-node="host-a"] svg.bands rect')].map(r => r.getAttribute('data-state')),
+			downBandWidth: q('tr.target[data-node="host-a"] svg.bands rect.band-down')?.getBoundingClientRect().width ?? 0,
+			timelineText: q('tr.target[data-node="host-a"] .timeline .summary')?.textContent ?? "",
+			failover: q('tr.failover[data-nodes="host-a"]')?.textContent ?? "",
+			failoverAddress: q('tr.failover[data-nodes="host-a"] td code')?.textContent ?? "",
+			duration: q('tr.failover[data-nodes="host-a"] td.duration')?.textContent ?? "",
+			sparkPointsA: q('tr.target[data-node="host-a"] svg.sparkline polyline')?.getAttribute('points') ?? "",
+			serviceBands: [...document.querySelectorAll('tr.service[data-service="web"] svg.bands rect')].map(r => r.getAttribute('data-state')),
+			live: q('#live').textContent,
 		};
 	})()`))
 	if err != nil {
@@ -338,16 +432,37 @@ func TestDashboardShowsTargetGoingDown(t *testing.T) {
 	if v := prod.dash.Version(); v <= versionBefore {
 		t.Errorf("dashboard version %d, want more than %d", v, versionBefore)
 	}
+	if got.Live != "live" {
+		t.Errorf("the live indicator reads %q, want live", got.Live)
+	}
+	if len(got.Bands) < 2 || got.Bands[len(got.Bands)-2] != "Up" || got.Bands[len(got.Bands)-1] != "Down" || got.DownBandWidth < 10 {
+		t.Errorf("host-a's timeline bands %v (down band %.1f px wide), want Up then a visible Down band", got.Bands, got.DownBandWidth)
+	}
+	if !strings.HasPrefix(got.TimelineText, "Down now for ") || !strings.Contains(got.TimelineText, " · 1 outage ") {
+		t.Errorf("host-a's timeline reads %q, want it to say in words that it is down after 1 outage", got.TimelineText)
+	}
+	if n := len(got.ServiceBands); n < 2 || got.ServiceBands[n-2] != "Up" || got.ServiceBands[n-1] != "Degraded" {
+		t.Errorf("the service's bands %v, want Up then Degraded", got.ServiceBands)
+	}
+	if got.FailoverAddress != webAddr.Addr().String() {
+		t.Errorf("the failover removed %q, want host-a's %s", got.FailoverAddress, webAddr.Addr())
+	}
+	// From the first failed probe to the address leaving: at least the
+	// fast re-probe that confirmed the failure, at most the detection time.
+	if d, err := time.ParseDuration(got.Duration); err != nil || d < 50*time.Millisecond || d > 5*time.Second {
+		t.Errorf("failover duration %q (%v), want between 50ms and 5s", got.Duration, err)
+	} else {
+		t.Logf("failover: %s", strings.Join(strings.Fields(got.Failover), " "))
+	}
+	if pts := strings.Fields(got.SparkPointsA); len(pts) < 4 {
+		t.Errorf("host-a's sparkline has points %q, want at least 4", got.SparkPointsA)
+	}
 
-	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+	png, err = chromedp.Run(tab, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("taking a screenshot: %v", err)
 	}
-	shot := filepath.Join(artifactsDir(t), "dashboard-target-down.png")
-	if err := os.WriteFile(shot, png, 0o644); err != nil {
-		t.Fatalf("saving the screenshot: %v", err)
-	}
-	t.Logf("screenshot: %s", shot)
+	saveScreenshot(t, "dashboard-failover.png", png)
 
 	consoleMu.Lock()
 	defer consoleMu.Unlock()
