@@ -237,6 +237,9 @@ func (s *Server) Run(ctx context.Context) error {
 		TsigProvider: s.keys,
 		ReadTimeout:  2 * time.Second,
 		WriteTimeout: 2 * time.Second,
+		// miekg/dns answers a query it cannot parse, or rejects, with
+		// the query's own header bits, RA included.
+		DecorateWriter: func(w dns.Writer) dns.Writer { return noRecursionWriter{w} },
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 1+len(s.udp))
@@ -440,6 +443,17 @@ func (s *Server) serveTCP(w dns.ResponseWriter, req *dns.Msg) {
 		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
 	}
 	_ = w.WriteMsg(m)
+}
+
+// noRecursionWriter clears RA in every TCP reply: this server never
+// recurses, whatever the query's header said.
+type noRecursionWriter struct{ dns.Writer }
+
+func (w noRecursionWriter) Write(b []byte) (int, error) {
+	if len(b) > 3 {
+		b[3] &^= 0x80
+	}
+	return w.Writer.Write(b)
 }
 
 // respond builds the answer to req and counts it.
