@@ -74,8 +74,11 @@ type Server struct {
 	keys    keyring
 	limiter *limiter
 	serials *serials
-	metrics *Metrics
-	now     func() time.Time
+	// serialIgnored says why the serial file was ignored, if it was;
+	// Run logs it.
+	serialIgnored error
+	metrics       *Metrics
+	now           func() time.Time
 	// notify is signalled (never blocking) when the zone changes.
 	notify chan struct{}
 
@@ -128,20 +131,21 @@ func NewServer(cfg Config) (*Server, error) {
 			}
 		}
 	}
-	serials, err := newSerials(cfg.SerialFile, now)
+	serials, serialIgnored, err := newSerials(cfg.SerialFile, now)
 	if err != nil {
 		return nil, err
 	}
 	return &Server{
-		cfg:     cfg,
-		zoneCfg: cfg.Zone,
-		origin:  origin,
-		keys:    keys,
-		limiter: newLimiter(cfg.RateLimit),
-		serials: serials,
-		metrics: cfg.Metrics,
-		now:     now,
-		notify:  make(chan struct{}, 1),
+		cfg:           cfg,
+		zoneCfg:       cfg.Zone,
+		origin:        origin,
+		keys:          keys,
+		limiter:       newLimiter(cfg.RateLimit),
+		serials:       serials,
+		serialIgnored: serialIgnored,
+		metrics:       cfg.Metrics,
+		now:           now,
+		notify:        make(chan struct{}, 1),
 	}, nil
 }
 
@@ -227,6 +231,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	logger := klog.FromContext(ctx)
+	if s.serialIgnored != nil {
+		logger.Error(s.serialIgnored, "Ignoring the serial file; the serial starts from the clock", "serialFile", s.cfg.SerialFile)
+	}
 	logger.Info("Serving DNS", "zone", s.origin, "address", s.Addr())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

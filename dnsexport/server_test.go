@@ -618,7 +618,7 @@ func TestSerials(t *testing.T) {
 		{"clock caught up", 10 * time.Second, 111},
 		{"clock went back", -time.Hour, 112},
 	}
-	s, err := newSerials(filepath.Join(dir, "serial"), clock.Now)
+	s, _, err := newSerials(filepath.Join(dir, "serial"), clock.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,8 +641,11 @@ func TestSerials(t *testing.T) {
 		t.Error("serialLess does not wrap around as RFC 1982 says")
 	}
 	os.WriteFile(filepath.Join(dir, "bad"), []byte("x"), 0o600)
-	if _, err := newSerials(filepath.Join(dir, "bad"), clock.Now); err == nil {
-		t.Error("corrupt state file accepted")
+	if _, ignored, err := newSerials(filepath.Join(dir, "bad"), clock.Now); err != nil || ignored == nil {
+		t.Errorf("corrupt state file: error %v, ignored %v; want it ignored with the reason", err, ignored)
+	}
+	if _, _, err := newSerials(dir, clock.Now); err == nil {
+		t.Error("a serial file that cannot be read (a directory) accepted")
 	}
 }
 
