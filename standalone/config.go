@@ -87,6 +87,8 @@ type DNSConfig struct {
 	NameServers []dnsexport.NameServer
 	Hostmaster  string
 	SerialFile  string
+	// RateLimit limits UDP responses per source network; on by default.
+	RateLimit dnsexport.RateLimit
 }
 
 // HTTPConfig configures the dashboard, report and metrics server.
@@ -209,7 +211,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, ce
 	}
 	d := &decoder{file: file, dir: filepath.Dir(file)}
-	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL},
+	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL, RateLimit: dnsexport.DefaultRateLimit},
 		HTTP: HTTPConfig{Listen: DefaultHTTPListen}, Timing: Timing{Interval: DefaultInterval, Rise: prober.DefaultRise, Fall: prober.DefaultFall},
 		PublishWhen: contract.PublishAllPorts, AllDown: contract.AllDownPublishAll}
 	if len(doc.Content) == 0 {
@@ -491,7 +493,7 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 }
 
 func (d *decoder) dns(n *yaml.Node, cfg *Config) {
-	m, _, ok := d.mapping(n, "dns", "listen", "ttl", "nameservers", "hostmaster", "serial-file")
+	m, _, ok := d.mapping(n, "dns", "listen", "ttl", "nameservers", "hostmaster", "serial-file", "rate-limit")
 	if !ok {
 		return
 	}
@@ -521,6 +523,33 @@ func (d *decoder) dns(n *yaml.Node, cfg *Config) {
 	if v := m["serial-file"]; v != nil {
 		cfg.DNS.SerialFile = d.path(v, "dns.serial-file")
 	}
+	if v := m["rate-limit"]; v != nil {
+		cfg.DNS.RateLimit = d.rateLimit(v, "dns.rate-limit")
+	}
+}
+
+// rateLimit reads dns.rate-limit: the controller's --dns-rate-limit
+// flags as a mapping, with their defaults.
+func (d *decoder) rateLimit(n *yaml.Node, path string) dnsexport.RateLimit {
+	rl := dnsexport.DefaultRateLimit
+	m, _, ok := d.mapping(n, path, "responses-per-second", "burst", "slip")
+	if !ok {
+		return rl
+	}
+	if v := m["responses-per-second"]; v != nil {
+		rate, _ := d.integer(v, path+".responses-per-second", 0, 1000000)
+		rl.ResponsesPerSecond, rl.Burst = float64(rate), 2*rate
+	}
+	if v := m["burst"]; v != nil {
+		rl.Burst, _ = d.integer(v, path+".burst", 1, 1000000)
+	}
+	if v := m["slip"]; v != nil {
+		rl.Slip, _ = d.integer(v, path+".slip", 0, 100)
+	}
+	if rl.ResponsesPerSecond == 0 {
+		return dnsexport.RateLimit{}
+	}
+	return rl
 }
 
 // zone checks that the zone builds with the configured name servers, or
