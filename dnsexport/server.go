@@ -79,6 +79,12 @@ type Server struct {
 	serialIgnored error
 	metrics       *Metrics
 	now           func() time.Time
+	// maxAnswerAddrs is MaxAnswerAddrs; tests lift it.
+	maxAnswerAddrs int
+	// logger is Run's; replies that fail are logged with it.
+	logger atomic.Pointer[klog.Logger]
+	// lastReplyErrorLog rate-limits those logs (Unix nanoseconds).
+	lastReplyErrorLog atomic.Int64
 	// notify is signalled (never blocking) when the zone changes.
 	notify chan struct{}
 
@@ -136,16 +142,17 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return &Server{
-		cfg:           cfg,
-		zoneCfg:       cfg.Zone,
-		origin:        origin,
-		keys:          keys,
-		limiter:       newLimiter(cfg.RateLimit),
-		serials:       serials,
-		serialIgnored: serialIgnored,
-		metrics:       cfg.Metrics,
-		now:           now,
-		notify:        make(chan struct{}, 1),
+		cfg:            cfg,
+		zoneCfg:        cfg.Zone,
+		origin:         origin,
+		keys:           keys,
+		limiter:        newLimiter(cfg.RateLimit),
+		serials:        serials,
+		serialIgnored:  serialIgnored,
+		metrics:        cfg.Metrics,
+		maxAnswerAddrs: MaxAnswerAddrs,
+		now:            now,
+		notify:         make(chan struct{}, 1),
 	}, nil
 }
 
@@ -231,6 +238,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	logger := klog.FromContext(ctx)
+	s.logger.Store(&logger)
 	if s.serialIgnored != nil {
 		logger.Error(s.serialIgnored, "Ignoring the serial file; the serial starts from the clock", "serialFile", s.cfg.SerialFile)
 	}
@@ -393,23 +401,61 @@ func (s *Server) handleUDP(packet []byte, src netip.AddrPort, out, keyBuf []byte
 		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
 		b, _, err := dns.TsigGenerateWithProvider(m, s.keys, t.MAC, false)
 		if err != nil {
-			return nil
+			return s.serverFailure(req, out, err)
 		}
 		if len(b) > udpLimit(req, s.cfg.MaxUDPSize) {
 			m.Answer, m.Ns, m.Extra = nil, nil, nil
 			m.Truncated = true
 			m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
 			if b, _, err = dns.TsigGenerateWithProvider(m, s.keys, t.MAC, false); err != nil {
-				return nil
+				return s.serverFailure(req, out, err)
 			}
 		}
 		return append(out, b...)
 	}
 	b, err := m.PackBuffer(out)
 	if err != nil {
-		return formErr(packet, out)
+		return s.serverFailure(req, out, err)
 	}
 	return b
+}
+
+// serverFailure answers req with SERVFAIL, unsigned, after its reply
+// failed to pack or sign with err: the client learns at once that it
+// will get no answer here instead of timing out.
+func (s *Server) serverFailure(req *dns.Msg, out []byte, err error) []byte {
+	s.replyFailed(req, err)
+	m := new(dns.Msg)
+	m.SetRcode(req, dns.RcodeServerFailure)
+	b, err := m.PackBuffer(out)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// replyErrorLogEvery bounds the logs of failed replies: a query that
+// makes one fail can be repeated at will.
+const replyErrorLogEvery = 10 * time.Second
+
+// replyFailed counts a reply that could not be sent as built, and logs
+// it unless another was logged within replyErrorLogEvery.
+func (s *Server) replyFailed(req *dns.Msg, err error) {
+	s.metrics.observeReplyError()
+	now := time.Now().UnixNano()
+	last := s.lastReplyErrorLog.Load()
+	if now-last < int64(replyErrorLogEvery) || !s.lastReplyErrorLog.CompareAndSwap(last, now) {
+		return
+	}
+	logger := klog.Background()
+	if l := s.logger.Load(); l != nil {
+		logger = *l
+	}
+	var name, qtype string
+	if len(req.Question) > 0 {
+		name, qtype = req.Question[0].Name, dns.Type(req.Question[0].Qtype).String()
+	}
+	logger.Error(err, "Answered SERVFAIL: the reply could not be sent as built", "name", name, "type", qtype)
 }
 
 // formErr answers a query that could not be parsed with FORMERR, echoing
@@ -446,10 +492,21 @@ func (s *Server) serveTCP(w dns.ResponseWriter, req *dns.Msg) {
 		}
 	}
 	m := s.respond(req, false, w.TsigStatus())
-	if t := req.IsTsig(); t != nil && w.TsigStatus() == nil {
-		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+	sign := func(m *dns.Msg) *dns.Msg {
+		if t := req.IsTsig(); t != nil && w.TsigStatus() == nil {
+			m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+		}
+		return m
 	}
-	_ = w.WriteMsg(m)
+	if err := w.WriteMsg(sign(m)); err != nil {
+		// The reply did not pack, sign or fit 64 KiB (then nothing was
+		// sent), or the client is gone (then this fails too, unlogged).
+		fail := new(dns.Msg)
+		fail.SetRcode(req, dns.RcodeServerFailure)
+		if w.WriteMsg(sign(fail)) == nil {
+			s.replyFailed(req, err)
+		}
+	}
 }
 
 // noRecursionWriter clears RA in every TCP reply: this server never
@@ -465,7 +522,11 @@ func (w noRecursionWriter) Write(b []byte) (int, error) {
 
 // respond builds the answer to req and counts it.
 func (s *Server) respond(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
-	m := s.answer(req, udp, tsigStatus)
+	var capped bool
+	m := s.answerCapped(req, udp, tsigStatus, &capped)
+	if capped {
+		s.metrics.observeCapped()
+	}
 	var qtype uint16
 	if len(req.Question) == 1 {
 		qtype = req.Question[0].Qtype
@@ -476,6 +537,13 @@ func (s *Server) respond(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
 
 // answer builds the answer to req.
 func (s *Server) answer(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
+	var capped bool
+	return s.answerCapped(req, udp, tsigStatus, &capped)
+}
+
+// answerCapped builds the answer to req and sets *capped when it carries
+// only a window of an RRset.
+func (s *Server) answerCapped(req *dns.Msg, udp bool, tsigStatus error, capped *bool) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetReply(req)
 	m.Compress = true
@@ -538,7 +606,10 @@ func (s *Server) answer(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
 		m.Answer = []dns.RR{z.soa}
 		return m
 	}
-	r := z.lookup(qname, q.Qtype)
+	r := z.lookup(qname, q.Qtype, req.Id, s.maxAnswerAddrs)
+	if r.capped {
+		*capped = true
+	}
 	m.Authoritative = true
 	m.Rcode = r.rcode
 	m.Answer = r.answer

@@ -95,6 +95,20 @@ func (e *ServiceError) Unwrap() error { return e.Err }
 // hostname is already served for another Service.
 var ErrHostnameConflict = errors.New("hostname already served for another service")
 
+// MaxAnswerAddrs is the most address records of one type (A or AAAA) an
+// answer carries for one name, in the answer section or as SRV glue. With
+// it, any answer of this zone fits one TCP message (64 KiB): the largest,
+// an SRV with MaxAnswerAddrs A and MaxAnswerAddrs AAAA glue records, is
+// about 45 KB. A name with more addresses is answered with a window of
+// MaxAnswerAddrs of them that moves with the query ID (see window), so
+// that every address is served over time.
+const MaxAnswerAddrs = 1000
+
+// ErrAddressesCapped is returned, wrapped in a ServiceError, for a name
+// with more than MaxAnswerAddrs addresses of one type. It is a notice, not
+// a failure: the name is served with a window of its addresses.
+var ErrAddressesCapped = errors.New("more addresses than one answer carries")
+
 // Zone is an immutable, built zone. Build makes one; WithSerial stamps it.
 type Zone struct {
 	origin string
@@ -108,6 +122,9 @@ type Zone struct {
 	// answers caches packed answers of this version of the zone.
 	answers *answerCache
 	digest  [sha256.Size]byte
+	// capped counts the names and types with more than MaxAnswerAddrs
+	// addresses.
+	capped int
 }
 
 // node holds the RRsets of one existing name; a node without sets is an
@@ -282,6 +299,21 @@ func (b *builder) addService(svc Service, name string, defaultTTL uint32) []erro
 	var errs []error
 	ttl := orDefault(svc.TTL, defaultTTL)
 	ips := normaliseIPs(svc.IPs)
+	v4 := 0
+	for _, ip := range ips {
+		if ip.Is4() {
+			v4++
+		}
+	}
+	for _, f := range []struct {
+		family string
+		n      int
+	}{{"IPv4", v4}, {"IPv6", len(ips) - v4}} {
+		if f.n > MaxAnswerAddrs {
+			errs = append(errs, fmt.Errorf("%s has %d %s addresses: %w; each answer carries %d of them, a window that moves with the query ID",
+				name, f.n, f.family, ErrAddressesCapped, MaxAnswerAddrs))
+		}
+	}
 	b.ensure(name)
 	for _, ip := range ips {
 		b.add(addrRR(name, ip, ttl))
@@ -383,6 +415,9 @@ func (b *builder) finish() {
 			if t != dns.TypeSOA {
 				z.records = append(z.records, rrs...)
 			}
+			if (t == dns.TypeA || t == dns.TypeAAAA) && len(rrs) > MaxAnswerAddrs {
+				z.capped++
+			}
 		}
 	}
 	slices.SortFunc(z.records, compareRR)
@@ -469,11 +504,30 @@ type result struct {
 	answer []dns.RR
 	ns     []dns.RR
 	extra  []dns.RR
+	// capped: some RRset was cut to its window.
+	capped bool
 }
 
-// lookup answers qname/qtype from z. qname must be lower case and inside
-// the zone.
-func (z *Zone) lookup(qname string, qtype uint16) result {
+// window returns at most limit of rrs: all of them when they fit, else
+// limit consecutive ones (wrapping around) starting at id modulo their
+// number. The answer is a function of the query alone (a retry gets the
+// same one), and since clients pick query IDs at random, the window moves
+// from query to query and serves every record over time, so that no
+// host beyond the first limit is left out of every answer.
+func window(rrs []dns.RR, id uint16, limit int) ([]dns.RR, bool) {
+	if len(rrs) <= limit {
+		return rrs, false
+	}
+	start := int(id) % len(rrs)
+	out := make([]dns.RR, 0, limit)
+	out = append(out, rrs[start:min(len(rrs), start+limit)]...)
+	return append(out, rrs[:limit-len(out)]...), true
+}
+
+// lookup answers qname/qtype from z, with at most limit records of one
+// type for one name, chosen by window with the query's id. qname must be
+// lower case and inside the zone.
+func (z *Zone) lookup(qname string, qtype, id uint16, limit int) result {
 	n, ok := z.nodes[qname]
 	if !ok {
 		return result{rcode: dns.RcodeNameError, ns: z.negative()}
@@ -491,27 +545,33 @@ func (z *Zone) lookup(qname string, qtype uint16) result {
 	if len(rrs) == 0 {
 		return result{ns: z.negative()}
 	}
-	r := result{answer: rrs}
+	var r result
+	r.answer, r.capped = window(rrs, id, limit)
+	glue := func(target string) {
+		tn := z.nodes[target]
+		if tn == nil {
+			return
+		}
+		for _, t := range []uint16{dns.TypeA, dns.TypeAAAA} {
+			g, capped := window(tn.sets[t], id, limit)
+			r.extra = append(r.extra, g...)
+			r.capped = r.capped || capped
+		}
+	}
 	switch qtype {
 	case dns.TypeSRV:
 		seen := map[string]bool{}
-		for _, rr := range rrs {
+		for _, rr := range r.answer {
 			target := rr.(*dns.SRV).Target
 			if seen[target] {
 				continue
 			}
 			seen[target] = true
-			if tn := z.nodes[target]; tn != nil {
-				r.extra = append(r.extra, tn.sets[dns.TypeA]...)
-				r.extra = append(r.extra, tn.sets[dns.TypeAAAA]...)
-			}
+			glue(target)
 		}
 	case dns.TypeNS:
-		for _, rr := range rrs {
-			if tn := z.nodes[rr.(*dns.NS).Ns]; tn != nil {
-				r.extra = append(r.extra, tn.sets[dns.TypeA]...)
-				r.extra = append(r.extra, tn.sets[dns.TypeAAAA]...)
-			}
+		for _, rr := range r.answer {
+			glue(rr.(*dns.NS).Ns)
 		}
 	}
 	return r

@@ -29,7 +29,7 @@ func addrs(ss ...string) []netip.Addr {
 // rrStrings returns the records at name of type t as sorted text.
 func rrStrings(z *Zone, name string, t uint16) []string {
 	var out []string
-	r := z.lookup(name, t)
+	r := z.lookup(name, t, 0, MaxAnswerAddrs)
 	for _, rr := range r.answer {
 		out = append(out, rr.String())
 	}
@@ -128,7 +128,7 @@ func TestBuild(t *testing.T) {
 			if !slices.Equal(got, tc.problems) {
 				t.Errorf("problems = %q, want %q", got, tc.problems)
 			}
-			r := z.lookup(tc.qname, tc.qtype)
+			r := z.lookup(tc.qname, tc.qtype, 0, MaxAnswerAddrs)
 			if r.rcode != tc.rcode {
 				t.Errorf("rcode = %s, want %s", dns.RcodeToString[r.rcode], dns.RcodeToString[tc.rcode])
 			}
