@@ -101,7 +101,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if _, _, err := Build(cfg.Zone, nil); err != nil {
 		return nil, err
 	}
-	origin, _ := canonicalName(cfg.Zone.Origin)
+	origin, _ := ParseOrigin(cfg.Zone.Origin)
 	if cfg.Listen == "" {
 		cfg.Listen = ":53"
 	}

@@ -91,6 +91,74 @@ func (e *ServiceError) Error() string {
 // Unwrap returns the cause.
 func (e *ServiceError) Unwrap() error { return e.Err }
 
+// HostnameError is a problem with one of a Service's hostnames, wrapped
+// in its ServiceError: the hostname is not served.
+type HostnameError struct {
+	// Hostname is the name as the Service gave it.
+	Hostname string
+	Err      error
+}
+
+// Error implements error.
+func (e *HostnameError) Error() string { return fmt.Sprintf("hostname %q: %v", e.Hostname, e.Err) }
+
+// Unwrap returns the cause.
+func (e *HostnameError) Unwrap() error { return e.Err }
+
+// owner is how problems name svc: namespace/name, or name alone in
+// standalone mode.
+func (svc Service) owner() string {
+	if svc.Namespace == "" {
+		return svc.Name
+	}
+	return svc.Namespace + "/" + svc.Name
+}
+
+// ParseOrigin returns v, the name of a zone, as Build serves it: a
+// lower-case FQDN; or why it cannot be one. A zone's name follows the
+// hostname rule (contract.Hostname): a name with a space or another
+// character outside letters, digits and hyphens would make every query
+// REFUSED, since no client can ask for a name inside it.
+func ParseOrigin(v string) (string, error) { return parseHost(v, "a zone") }
+
+// parseHost applies the hostname rule to v, the name of what, with no
+// wildcard and no spaces around it.
+func parseHost(v, what string) (string, error) {
+	switch {
+	case strings.TrimSpace(v) != v:
+		return "", errors.New("it has spaces around it")
+	case strings.HasPrefix(v, "*."):
+		return "", fmt.Errorf("%s is not a wildcard", what)
+	}
+	name, err := contract.Hostname(v)
+	if err != nil {
+		return "", err
+	}
+	return name + ".", nil
+}
+
+// ZoneHostname is what Build does with hostname h of a Service in the
+// zone origin (a lower-case FQDN): it returns h as a lower-case FQDN and
+// whether it is inside the zone; a name outside is not served here and is
+// no error (it is for external-dns). err says why h is not served: it is
+// no hostname (contract.Hostname, the one rule), or a wildcard inside the
+// zone. Standalone's configuration check calls it too, so that the check
+// and the zone agree.
+func ZoneHostname(origin, h string) (name string, inZone bool, err error) {
+	hn, err := contract.Hostname(h)
+	if err != nil {
+		return "", false, err
+	}
+	name = dns.Fqdn(hn)
+	if !dns.IsSubDomain(origin, name) {
+		return name, false, nil
+	}
+	if strings.HasPrefix(name, "*.") {
+		return name, true, errors.New("wildcard names are not served")
+	}
+	return name, true, nil
+}
+
 // ErrHostnameConflict is returned, wrapped in a ServiceError, when a
 // hostname is already served for another Service.
 var ErrHostnameConflict = errors.New("hostname already served for another service")
@@ -201,7 +269,7 @@ func orDefault(v, def uint32) uint32 {
 // returned as *ServiceError and never stop the others.
 // Build fails only when cfg itself is invalid.
 func Build(cfg ZoneConfig, services []Service) (*Zone, []error, error) {
-	origin, err := canonicalName(cfg.Origin)
+	origin, err := ParseOrigin(cfg.Origin)
 	if err != nil {
 		return nil, nil, fmt.Errorf("zone origin %q: %w", cfg.Origin, err)
 	}
@@ -215,7 +283,7 @@ func Build(cfg ZoneConfig, services []Service) (*Zone, []error, error) {
 	apexTTL := orDefault(cfg.ApexTTL, 60)
 	var nsNames []string
 	for _, ns := range cfg.NameServers {
-		name, err := canonicalName(ns.Name)
+		name, err := parseHost(ns.Name, "a name server")
 		if err != nil {
 			return nil, nil, fmt.Errorf("name server %q: %w", ns.Name, err)
 		}
@@ -275,7 +343,7 @@ func Build(cfg ZoneConfig, services []Service) (*Zone, []error, error) {
 			continue
 		}
 		canon[i] = name
-		b.owners[name] = svc.Namespace + "/" + svc.Name
+		b.owners[name] = svc.owner()
 	}
 	for i, svc := range sorted {
 		if canon[i] == "" {
@@ -341,26 +409,19 @@ func (b *builder) addService(svc Service, name string, defaultTTL uint32) []erro
 			b.add(&dns.SRV{Hdr: hdr(owner, dns.TypeSRV, ttl), Priority: 0, Weight: 100, Port: p.Port, Target: name})
 		}
 	}
-	self := svc.Namespace + "/" + svc.Name
+	self := svc.owner()
 	for _, h := range svc.Hostnames {
-		// The one hostname rule: a name the annotation parser or the
-		// standalone configuration refuses is never served.
-		hn, err := contract.Hostname(h)
+		hn, inZone, err := ZoneHostname(b.z.origin, h)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("hostname %q: %w", h, err))
+			errs = append(errs, &HostnameError{Hostname: h, Err: err})
 			continue
 		}
-		hn = dns.Fqdn(hn)
-		if !dns.IsSubDomain(b.z.origin, hn) {
-			continue
-		}
-		if strings.HasPrefix(hn, "*.") {
-			errs = append(errs, fmt.Errorf("hostname %q: wildcard names are not served", h))
+		if !inZone {
 			continue
 		}
 		if owner, ok := b.owners[hn]; ok {
 			if owner != self {
-				errs = append(errs, fmt.Errorf("hostname %s: %w (%s)", hn, ErrHostnameConflict, owner))
+				errs = append(errs, &HostnameError{Hostname: h, Err: fmt.Errorf("%w (%s)", ErrHostnameConflict, owner)})
 			}
 			continue
 		}

@@ -3,6 +3,7 @@ package standalone
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/pulselb/pulselb/dnsexport"
 )
@@ -152,6 +154,95 @@ func TestCorruptSerialFile(t *testing.T) {
 			soa := query(t, r.Runner, "lb.example.test.", dns.TypeSOA)
 			if s := soa[0].(*dns.SOA).Serial; s < uint32(time.Now().Add(-time.Hour).Unix()) {
 				t.Errorf("serial %d: want one from the clock", s)
+			}
+		})
+	}
+}
+
+// TestConfigZoneAndHostnames is the table of zones and hostnames that
+// passed the configuration check and were then never served (every
+// query REFUSED, or the name dropped by the zone builder with a log line).
+// Each is a configuration error naming the line and field, and the zone
+// builder that runs the instance refuses the same input: what the check
+// accepts is what is served.
+func TestConfigZoneAndHostnames(t *testing.T) {
+	const listen = "dns: {listen: \"127.0.0.1:0\"}\n"
+	svc := func(name string, hostnames ...string) string {
+		s := "  - name: " + name + "\n"
+		if len(hostnames) > 0 {
+			s += "    hostnames: [" + strings.Join(hostnames, ", ") + "]\n"
+		}
+		return s + "    hosts: [{name: a, address: 127.0.0.11}]\n    ports: [{port: 80}]\n"
+	}
+	tests := []struct {
+		name string
+		zone string
+		// services, after "services:\n".
+		services string
+		want     string
+		// hostname is the bad hostname of the first service, given to
+		// the zone builder directly; empty for a bad zone.
+		hostname string
+	}{
+		{"zone with a trailing space", `'lb.example.test. '`, svc("web"),
+			`pulselb.yaml:1: zone: "lb.example.test. " is not a zone name: it has spaces around it`, ""},
+		{"zone with a space inside", `'lb example.test'`, svc("web"),
+			`pulselb.yaml:1: zone: "lb example.test" is not a zone name: label "lb example" has ' '`, ""},
+		{"wildcard zone", `'*.lb.example.test'`, svc("web"),
+			`pulselb.yaml:1: zone: "*.lb.example.test" is not a zone name: a zone is not a wildcard`, ""},
+		{"zone with an underscore", `lb_1.example.test`, svc("web"),
+			`pulselb.yaml:1: zone: "lb_1.example.test" is not a zone name: label "lb_1" has '_'`, ""},
+		{"wildcard hostname", "lb.example.test.", svc("web", `"*.lb.example.test"`),
+			`pulselb.yaml:6: services[0].hostnames[0]: "*.lb.example.test" is not served: wildcard names are not served`, "*.lb.example.test"},
+		{"another service's name", "lb.example.test.", svc("web", "db.lb.example.test") + svc("db"),
+			`pulselb.yaml:6: services[0].hostnames[0]: "db.lb.example.test" is not served: hostname already served for another service (db)`, "db.lb.example.test"},
+		{"another service's hostname", "lb.example.test.", svc("web", "www.lb.example.test") + svc("db", "www.lb.example.test"),
+			`pulselb.yaml:6: services[0].hostnames[0]: "www.lb.example.test" is not served: hostname already served for another service (db)`, ""},
+		{"the name server's name", "lb.example.test.", svc("web", "ns.lb.example.test"),
+			`pulselb.yaml:6: services[0].hostnames[0]: "ns.lb.example.test" is not served: hostname already served for another service (name server)`, "ns.lb.example.test"},
+		{"a service named like the name server", "lb.example.test.", svc("ns"),
+			`pulselb.yaml:5: services[0].name: "ns" is not served: ns.lb.example.test.: hostname already served for another service (name server)`, ""},
+		{"a hostname with a space", "lb.example.test.", svc("web", `"w w.lb.example.test"`),
+			`pulselb.yaml:6: services[0].hostnames[0]: "w w.lb.example.test" is not a hostname: label "w w" has ' '`, "w w.lb.example.test"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("pulselb.yaml", []byte("zone: "+tc.zone+"\ninstance: a\n"+listen+"services:\n"+tc.services))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if first := strings.Split(err.Error(), "\n")[0]; !strings.HasPrefix(first, tc.want) {
+				t.Errorf("error\n  %s\nwant\n  %s", err, tc.want)
+			}
+			// The zone builder the instance runs refuses the same.
+			zone := dnsexport.ZoneConfig{Origin: "lb.example.test.", NameServers: []dnsexport.NameServer{
+				{Name: "ns.lb.example.test.", Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}}}
+			if tc.hostname == "" {
+				if strings.HasPrefix(tc.want, "pulselb.yaml:1: zone:") {
+					var y struct{ Zone string }
+					if err := yaml.Unmarshal([]byte("zone: "+tc.zone), &y); err != nil {
+						t.Fatal(err)
+					}
+					zone.Origin = y.Zone
+					if _, _, err := dnsexport.Build(zone, nil); err == nil {
+						t.Errorf("the zone builder serves zone %q", y.Zone)
+					}
+				}
+				return
+			}
+			z, problems, err := dnsexport.Build(zone, []dnsexport.Service{
+				{Name: "web", Hostnames: []string{tc.hostname}, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}},
+				{Name: "db", IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(problems) != 1 {
+				t.Errorf("zone builder problems %v, want one about %q", problems, tc.hostname)
+			}
+			for _, rr := range z.Records() {
+				if a, ok := rr.(*dns.A); ok && strings.EqualFold(rr.Header().Name, dns.Fqdn(tc.hostname)) && a.A.String() == "192.0.2.1" {
+					t.Errorf("the zone builder serves %q for web: %v", tc.hostname, rr)
+				}
 			}
 		})
 	}
