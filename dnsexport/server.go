@@ -397,8 +397,15 @@ func (s *Server) handleUDP(packet []byte, src netip.AddrPort, out, keyBuf []byte
 		tsigStatus = dns.TsigVerifyWithProvider(packet, s.keys, "", false)
 	}
 	m := s.respond(req, true, tsigStatus)
-	if t := req.IsTsig(); t != nil && tsigStatus == nil {
-		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+	if t := req.IsTsig(); t != nil {
+		s.setTsig(m, req, tsigStatus)
+		if unsignedTSIG(m) {
+			b, err := m.PackBuffer(out)
+			if err != nil {
+				return s.serverFailure(req, out, err)
+			}
+			return b
+		}
 		b, _, err := dns.TsigGenerateWithProvider(m, s.keys, t.MAC, false)
 		if err != nil {
 			return s.serverFailure(req, out, err)
@@ -406,7 +413,7 @@ func (s *Server) handleUDP(packet []byte, src netip.AddrPort, out, keyBuf []byte
 		if len(b) > udpLimit(req, s.cfg.MaxUDPSize) {
 			m.Answer, m.Ns, m.Extra = nil, nil, nil
 			m.Truncated = true
-			m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+			s.setTsig(m, req, tsigStatus)
 			if b, _, err = dns.TsigGenerateWithProvider(m, s.keys, t.MAC, false); err != nil {
 				return s.serverFailure(req, out, err)
 			}
@@ -493,20 +500,75 @@ func (s *Server) serveTCP(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	m := s.respond(req, false, w.TsigStatus())
 	sign := func(m *dns.Msg) *dns.Msg {
-		if t := req.IsTsig(); t != nil && w.TsigStatus() == nil {
-			m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
-		}
+		s.setTsig(m, req, w.TsigStatus())
 		return m
 	}
-	if err := w.WriteMsg(sign(m)); err != nil {
+	if err := writeMsg(w, sign(m)); err != nil {
 		// The reply did not pack, sign or fit 64 KiB (then nothing was
 		// sent), or the client is gone (then this fails too, unlogged).
 		fail := new(dns.Msg)
 		fail.SetRcode(req, dns.RcodeServerFailure)
-		if w.WriteMsg(sign(fail)) == nil {
+		if writeMsg(w, sign(fail)) == nil {
 			s.replyFailed(req, err)
 		}
 	}
+}
+
+// setTsig adds to m, the reply to req, the TSIG record it needs when req
+// was signed; status is req's verification. A verified request gets a
+// reply signed with its key (miekg/dns computes the MAC when the reply
+// is packed). One that failed gets the record of RFC 8945 section 5.2
+// that says why, so that the client (dig, a secondary's log) can tell:
+// BADKEY for an unknown key or algorithm and BADSIG for a wrong MAC, both
+// unsigned (no MAC), and BADTIME for a time outside the fudge, signed and
+// carrying the server's time so the client can see the skew.
+func (s *Server) setTsig(m, req *dns.Msg, status error) {
+	t := req.IsTsig()
+	if t == nil {
+		return
+	}
+	now := s.now().Unix()
+	if status == nil {
+		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, now)
+		return
+	}
+	m.SetTsig(t.Hdr.Name, t.Algorithm, t.Fudge, now)
+	rr := m.IsTsig()
+	switch {
+	case errors.Is(status, dns.ErrSecret), errors.Is(status, dns.ErrKeyAlg):
+		rr.Error = dns.RcodeBadKey
+	case errors.Is(status, dns.ErrTime):
+		rr.Error = dns.RcodeBadTime
+		rr.TimeSigned = t.TimeSigned
+		rr.OtherLen = 6
+		rr.OtherData = fmt.Sprintf("%012x", uint64(now)&(1<<48-1))
+	default:
+		rr.Error = dns.RcodeBadSig
+	}
+}
+
+// unsignedTSIG reports whether m carries a TSIG error record that is
+// sent without a MAC (BADKEY, BADSIG).
+func unsignedTSIG(m *dns.Msg) bool {
+	t := m.IsTsig()
+	return t != nil && (t.Error == dns.RcodeBadKey || t.Error == dns.RcodeBadSig)
+}
+
+// writeMsg writes m on a TCP connection. An unsigned TSIG error reply is
+// packed as it is: miekg/dns's signing, which WriteMsg applies to every
+// message with a TSIG record, leaves such a record unsigned as it should
+// but zeroes its Time Signed, and dig then reports "clocks are
+// unsynchronized" instead of the error.
+func writeMsg(w dns.ResponseWriter, m *dns.Msg) error {
+	if !unsignedTSIG(m) {
+		return w.WriteMsg(m)
+	}
+	b, err := m.Pack()
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
 }
 
 // noRecursionWriter clears RA in every TCP reply: this server never
@@ -553,6 +615,11 @@ func (s *Server) answerCapped(req *dns.Msg, udp bool, tsigStatus error, capped *
 		return m
 	}
 	q := req.Question[0]
+	if tsigStatus != nil {
+		// Whatever was asked (query, transfer, NOTIFY): setTsig says why.
+		m.Rcode = dns.RcodeNotAuth
+		return m
+	}
 	switch req.Opcode {
 	case dns.OpcodeQuery:
 	case dns.OpcodeNotify:
@@ -575,10 +642,6 @@ func (s *Server) answerCapped(req *dns.Msg, udp bool, tsigStatus error, capped *
 			m.Rcode = dns.RcodeBadVers
 			return m
 		}
-	}
-	if tsigStatus != nil {
-		m.Rcode = dns.RcodeNotAuth
-		return m
 	}
 	qname := strings.ToLower(q.Name)
 	if q.Qclass != dns.ClassINET || !dns.IsSubDomain(s.origin, qname) {
@@ -638,9 +701,10 @@ func (s *Server) transfer(w dns.ResponseWriter, req *dns.Msg) {
 	fail := func(rcode int, result string) {
 		m := new(dns.Msg)
 		m.SetRcode(req, rcode)
+		s.setTsig(m, req, w.TsigStatus())
 		s.metrics.observeQuery(q.Qtype, rcode)
 		s.metrics.observeTransfer(typ, result)
-		_ = w.WriteMsg(m)
+		_ = writeMsg(w, m)
 	}
 	z := s.zone.Load()
 	switch t := req.IsTsig(); {
