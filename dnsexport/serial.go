@@ -74,6 +74,21 @@ func parseSerial(b []byte) (uint32, error) {
 	return uint32(v), nil
 }
 
+// atLeast makes the next serial larger than serial when serial is ahead
+// of the clock and of the last serial: a serial a secondary holds, when
+// the file that knew the last one was lost.
+func (s *serials) atLeast(serial uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := uint32(s.now().Unix())
+	if s.last != 0 && serialLess(n, s.last) {
+		n = s.last
+	}
+	if serialLess(n, serial) {
+		s.last = serial
+	}
+}
+
 // next returns a serial larger than every serial returned before.
 func (s *serials) next() (uint32, error) {
 	s.mu.Lock()

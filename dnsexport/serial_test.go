@@ -2,6 +2,8 @@ package dnsexport
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -70,5 +72,44 @@ func TestServerCorruptSerialFile(t *testing.T) {
 				t.Errorf("log does not say the serial file %s was ignored and why (%q):\n%s", path, tc.why, text)
 			}
 		})
+	}
+}
+
+// TestCorruptSerialFileAsksSecondaries: with the serial file unreadable,
+// the last serial is unknown, but a secondary knows the one it holds.
+// When that serial is ahead of the clock (changes came faster than one a
+// second before the restart), the first serial passes it, so that the
+// secondary takes the new zone.
+func TestCorruptSerialFileAsksSecondaries(t *testing.T) {
+	ahead := uint32(time.Now().Unix()) + 5000
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondary := &dns.Server{PacketConn: pc, TsigProvider: keyring{"xfr.": []byte("0123456789abcdef0123456789abcdef")},
+		Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+			m := new(dns.Msg)
+			m.SetReply(r)
+			m.Authoritative = true
+			if r.Question[0].Qtype == dns.TypeSOA && w.TsigStatus() == nil {
+				m.Answer = []dns.RR{&dns.SOA{Hdr: hdr(testOrigin, dns.TypeSOA, 60), Ns: "ns1.lb.example.test.",
+					Mbox: "hostmaster.lb.example.test.", Serial: ahead}}
+			}
+			if t := r.IsTsig(); t != nil {
+				m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, time.Now().Unix())
+			}
+			w.WriteMsg(m)
+		})}
+	go secondary.ActivateAndServe()
+	t.Cleanup(func() { secondary.Shutdown() })
+
+	path := filepath.Join(t.TempDir(), "serial")
+	os.WriteFile(path, []byte("garbage"), 0o600)
+	cfg := transferConfig()
+	cfg.SerialFile = path
+	cfg.Secondaries = []Secondary{{Addr: netip.MustParseAddrPort(pc.LocalAddr().String()), Key: "xfr"}}
+	srv := startServer(t, cfg, testServices())
+	if got := srv.Zone().Serial(); got != ahead+1 {
+		t.Errorf("first serial %d, want %d: one past the secondary's", got, ahead+1)
 	}
 }

@@ -77,8 +77,12 @@ type Server struct {
 	// serialIgnored says why the serial file was ignored, if it was;
 	// Run logs it.
 	serialIgnored error
-	metrics       *Metrics
-	now           func() time.Time
+	// heldSerial, held by heldBy, is the highest serial a secondary
+	// held when the serial file was ignored; 0 if none.
+	heldSerial uint32
+	heldBy     netip.AddrPort
+	metrics    *Metrics
+	now        func() time.Time
 	// maxAnswerAddrs is MaxAnswerAddrs; tests lift it.
 	maxAnswerAddrs int
 	// logger is Run's; replies that fail are logged with it.
@@ -141,7 +145,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{
+	srv := &Server{
 		cfg:            cfg,
 		zoneCfg:        cfg.Zone,
 		origin:         origin,
@@ -153,7 +157,14 @@ func NewServer(cfg Config) (*Server, error) {
 		maxAnswerAddrs: MaxAnswerAddrs,
 		now:            now,
 		notify:         make(chan struct{}, 1),
-	}, nil
+	}
+	if serialIgnored != nil && len(cfg.Secondaries) > 0 {
+		// The last serial is lost, but the secondaries know the one
+		// they hold: pass it, or they would ignore the new zone.
+		srv.heldSerial, srv.heldBy = srv.secondarySerial(context.Background())
+		srv.serials.atLeast(srv.heldSerial)
+	}
+	return srv, nil
 }
 
 // Update builds the zone from services and serves it. When the content
@@ -241,6 +252,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.logger.Store(&logger)
 	if s.serialIgnored != nil {
 		logger.Error(s.serialIgnored, "Ignoring the serial file; the serial starts from the clock", "serialFile", s.cfg.SerialFile)
+		if s.heldSerial != 0 {
+			logger.Info("Asked the secondaries for their serial: the new one starts past the highest", "secondary", s.heldBy, "secondarySerial", s.heldSerial)
+		}
 	}
 	logger.Info("Serving DNS", "zone", s.origin, "address", s.Addr())
 	ctx, cancel := context.WithCancel(ctx)
