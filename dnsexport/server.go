@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -590,8 +591,12 @@ func writeMsg(w dns.ResponseWriter, m *dns.Msg) error {
 type noRecursionWriter struct{ dns.Writer }
 
 func (w noRecursionWriter) Write(b []byte) (int, error) {
-	if len(b) > 3 {
-		b[3] &^= 0x80
+	if len(b) > 3 && b[3]&0x80 != 0 {
+		// Only the reject path's copy of the query's header has RA;
+		// the caller's buffer is left as it is.
+		c := slices.Clone(b)
+		c[3] &^= 0x80
+		return w.Writer.Write(c)
 	}
 	return w.Writer.Write(b)
 }
