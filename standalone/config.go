@@ -230,7 +230,7 @@ var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
 type decoder struct {
 	file, dir string
 	errs      []error
-	// services are the positions of each service's name and hostnames,
+	// servicePos holds the positions of each service's name and hostnames,
 	// by service name, for the zone builder's problems.
 	servicePos map[string]*servicePos
 }
