@@ -48,6 +48,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./prober/
 	$(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime $(FUZZTIME) ./dnsexport/
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) ./standalone/
+	$(GO) test -run '^$$' -fuzz '^FuzzSerialFile$$' -fuzztime 10s ./dnsexport/
 
 ## e2e: a real control plane built from k8s.io/kubernetes and simulated nodes in network namespaces
 ## (root; the first run builds test/.bin, about 15 minutes on 2 idle cores), including the install

@@ -168,8 +168,10 @@ func (s *Server) fill(z *Zone, q *simpleQuery) {
 	if q.edns {
 		req.SetEdns0(dns.DefaultMsgSize, q.do)
 	}
-	m := s.answer(req, false, nil)
-	if m == nil || s.zone.Load() != z {
+	var capped bool
+	m := s.answerCapped(req, false, nil, &capped)
+	if m == nil || capped || s.zone.Load() != z {
+		// A capped answer depends on the query ID: never cached.
 		return
 	}
 	if m.Rcode != dns.RcodeSuccess {

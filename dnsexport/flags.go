@@ -10,7 +10,7 @@ import (
 // ParseNameServer parses a --dns-ns value: "name" or "name=ip[,ip...]".
 func ParseNameServer(v string) (NameServer, error) {
 	name, ips, hasIPs := strings.Cut(strings.TrimSpace(v), "=")
-	if _, err := canonicalName(name); err != nil {
+	if _, err := parseHost(name, "a name server"); err != nil {
 		return NameServer{}, fmt.Errorf("name server %q: %w", v, err)
 	}
 	ns := NameServer{Name: name}

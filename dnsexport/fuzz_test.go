@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +127,39 @@ func fuzzSeeds() []*dns.Msg {
 	notify := new(dns.Msg)
 	notify.SetNotify(testOrigin)
 	seeds = append(seeds, notify)
+	// Signed with an unknown key, a wrong secret and an old time: the
+	// replies that carry a TSIG error record.
+	for _, sg := range []struct {
+		key, secret string
+		signed      int64
+	}{{"nokey.", testSecret, time.Now().Unix()}, {"xfr.", otherSecret, time.Now().Unix()}, {"xfr.", testSecret, 1}} {
+		m := query(testOrigin, dns.TypeSOA)
+		m.SetTsig(sg.key, dns.HmacSHA256, 300, sg.signed)
+		if b, _, err := dns.TsigGenerate(m, sg.secret, "", false); err == nil {
+			signed := new(dns.Msg)
+			if signed.Unpack(b) == nil {
+				seeds = append(seeds, signed)
+			}
+		}
+	}
 	return seeds
+}
+
+// FuzzSerialFile feeds arbitrary content to the serial file parser: it
+// never panics, and what it accepts is exactly what the server writes.
+//
+//	go test -run '^$' -fuzz '^FuzzSerialFile$' -fuzztime 30s ./dnsexport/
+func FuzzSerialFile(f *testing.F) {
+	for _, s := range []string{"", "1\n", "4294967295\n", "4294967296\n", "17648", " 12 \n", "x\n", "\x00"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := parseSerial(data)
+		if err != nil {
+			return
+		}
+		if again, err := parseSerial([]byte(strconv.FormatUint(uint64(v), 10) + "\n")); err != nil || again != v {
+			t.Fatalf("%q read as %d, which does not read back (%d, %v)", data, v, again, err)
+		}
+	})
 }

@@ -27,6 +27,16 @@ type Metrics struct {
 	Transfers *prometheus.CounterVec
 	// RateLimited is pulselb_dnsexport_rate_limited_total{action}.
 	RateLimited *prometheus.CounterVec
+	// CappedNames is pulselb_dnsexport_capped_names: names and types
+	// in the zone with more than MaxAnswerAddrs addresses.
+	CappedNames prometheus.Gauge
+	// CappedAnswers is pulselb_dnsexport_capped_answers_total: answers
+	// that carried only a window of a name's addresses.
+	CappedAnswers prometheus.Counter
+	// ReplyErrors is pulselb_dnsexport_reply_errors_total: replies
+	// that could not be packed or sent as built and were answered
+	// SERVFAIL instead.
+	ReplyErrors prometheus.Counter
 
 	dropped, slipped prometheus.Counter
 	// queries caches Queries' children, filled on first use, so a
@@ -82,6 +92,21 @@ func NewMetrics() *Metrics {
 			Name: "rate_limited_total",
 			Help: "UDP responses withheld by response rate limiting, by action: dropped, or slipped (sent truncated).",
 		}, []string{"action"}),
+		CappedNames: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "capped_names",
+			Help: "Names and address types in the zone with more addresses than one answer carries (1000); each answer carries a rotating window of them.",
+		}),
+		CappedAnswers: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "capped_answers_total",
+			Help: "Answers that carried only a window of a name's addresses.",
+		}),
+		ReplyErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "reply_errors_total",
+			Help: "Replies that could not be packed or signed as built and were answered SERVFAIL instead.",
+		}),
 	}
 	m.dropped = m.RateLimited.WithLabelValues("dropped")
 	m.slipped = m.RateLimited.WithLabelValues("slipped")
@@ -95,7 +120,7 @@ func NewMetrics() *Metrics {
 // main, never from init.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.Queries, m.Serial, m.Records, m.Updates, m.Notifies, m.Transfers, m.RateLimited} {
+	for _, c := range []prometheus.Collector{m.Queries, m.Serial, m.Records, m.Updates, m.Notifies, m.Transfers, m.RateLimited, m.CappedNames, m.CappedAnswers, m.ReplyErrors} {
 		if err := r.Register(c); err != nil {
 			errs = append(errs, err)
 		}
@@ -166,6 +191,19 @@ func (m *Metrics) observeZone(z *Zone) {
 	if m != nil {
 		m.Serial.Set(float64(z.Serial()))
 		m.Records.Set(float64(z.Len()))
+		m.CappedNames.Set(float64(z.capped))
 		m.Updates.Inc()
+	}
+}
+
+func (m *Metrics) observeCapped() {
+	if m != nil {
+		m.CappedAnswers.Inc()
+	}
+}
+
+func (m *Metrics) observeReplyError() {
+	if m != nil {
+		m.ReplyErrors.Inc()
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,4 +101,47 @@ func (s *Server) sendNotify(ctx context.Context, sec Secondary, z *Zone) error {
 		return nil
 	}
 	return fmt.Errorf("notifying %s of serial %d, %d attempts: %w", sec.Addr, z.Serial(), s.cfg.NotifyAttempts, lastErr)
+}
+
+// secondarySerial asks every secondary, at once, for the SOA serial it
+// holds for the zone (signed with its key, as NOTIFY is) and returns the
+// highest in RFC 1982 order with who holds it; 0 when none answered
+// within NotifyTimeout. A secondary that does not have the zone yet
+// answers with an error or no SOA, and counts as holding none.
+func (s *Server) secondarySerial(ctx context.Context) (uint32, netip.AddrPort) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.NotifyTimeout)
+	defer cancel()
+	type held struct {
+		serial uint32
+		addr   netip.AddrPort
+	}
+	answers := make(chan held, len(s.cfg.Secondaries))
+	for _, sec := range s.cfg.Secondaries {
+		go func() {
+			c := &dns.Client{Net: "udp", Timeout: s.cfg.NotifyTimeout, TsigProvider: s.keys}
+			m := new(dns.Msg)
+			m.SetQuestion(s.origin, dns.TypeSOA)
+			m.RecursionDesired = false
+			if sec.Key != "" {
+				m.SetTsig(dns.Fqdn(sec.Key), dns.HmacSHA256, 300, s.now().Unix())
+			}
+			var h held
+			resp, _, err := c.ExchangeContext(ctx, m, sec.Addr.String())
+			if err == nil && resp.Rcode == dns.RcodeSuccess {
+				for _, rr := range resp.Answer {
+					if soa, ok := rr.(*dns.SOA); ok && strings.EqualFold(soa.Hdr.Name, s.origin) {
+						h = held{soa.Serial, sec.Addr}
+					}
+				}
+			}
+			answers <- h
+		}()
+	}
+	var best held
+	for range s.cfg.Secondaries {
+		if h := <-answers; h.serial != 0 && (best.serial == 0 || serialLess(best.serial, h.serial)) {
+			best = h
+		}
+	}
+	return best.serial, best.addr
 }

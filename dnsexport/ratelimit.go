@@ -25,6 +25,12 @@ type RateLimit struct {
 	Sources int
 }
 
+// DefaultRateLimit is the rate limit of the controller's flags and of
+// standalone mode when the configuration sets none: 100 responses a
+// second per source network, bursts of 200, every 2nd limited response
+// truncated.
+var DefaultRateLimit = RateLimit{ResponsesPerSecond: 100, Burst: 200, Slip: 2}
+
 type rateAction uint8
 
 const (

@@ -1,6 +1,7 @@
 package dnsexport
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,25 +30,63 @@ type serials struct {
 	now  func() time.Time
 }
 
-// newSerials reads the state file at path, if any.
-func newSerials(path string, now func() time.Time) (*serials, error) {
-	s := &serials{path: path, now: now}
+// newSerials reads the state file at path, if any. A file whose content
+// is not a serial (empty, garbage, cut short by a crash or a full disk) is
+// no reason to stop serving: it is ignored, the serial starts from the
+// clock as without a file, and ignored says why. Only a file that cannot
+// be read is an error, since it could not be written either.
+func newSerials(path string, now func() time.Time) (s *serials, ignored, err error) {
+	s = &serials{path: path, now: now}
 	if path == "" {
-		return s, nil
+		return s, nil, nil
 	}
 	b, err := os.ReadFile(path)
 	switch {
 	case os.IsNotExist(err):
-		return s, nil
+		return s, nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading serial state: %w", err)
+		return nil, nil, fmt.Errorf("reading serial state: %w", err)
 	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+	last, err := parseSerial(b)
 	if err != nil {
-		return nil, fmt.Errorf("parsing serial state file %s: %w", path, err)
+		return s, fmt.Errorf("parsing the serial file: %w", err), nil
 	}
-	s.last = uint32(v)
-	return s, nil
+	s.last = last
+	return s, nil, nil
+}
+
+// parseSerial reads the content of a serial file as next writes it: the
+// serial in decimal and a newline.
+func parseSerial(b []byte) (uint32, error) {
+	text, complete := strings.CutSuffix(string(b), "\n")
+	text = strings.TrimSpace(text)
+	v, err := strconv.ParseUint(text, 10, 32)
+	switch {
+	case len(b) == 0:
+		return 0, errors.New("empty")
+	case err != nil:
+		return 0, fmt.Errorf("%.40q is not a serial number (0 to 4294967295)", text)
+	case !complete:
+		// Every write ends with a newline: without it the number may
+		// have lost digits.
+		return 0, fmt.Errorf("%q is cut short (no final newline)", text)
+	}
+	return uint32(v), nil
+}
+
+// atLeast makes the next serial larger than serial when serial is ahead
+// of the clock and of the last serial: a serial a secondary holds, when
+// the file that knew the last one was lost.
+func (s *serials) atLeast(serial uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := uint32(s.now().Unix())
+	if s.last != 0 && serialLess(n, s.last) {
+		n = s.last
+	}
+	if serialLess(n, serial) {
+		s.last = serial
+	}
 }
 
 // next returns a serial larger than every serial returned before.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,8 +75,21 @@ type Server struct {
 	keys    keyring
 	limiter *limiter
 	serials *serials
-	metrics *Metrics
-	now     func() time.Time
+	// serialIgnored says why the serial file was ignored, if it was;
+	// Run logs it.
+	serialIgnored error
+	// heldSerial, held by heldBy, is the highest serial a secondary
+	// held when the serial file was ignored; 0 if none.
+	heldSerial uint32
+	heldBy     netip.AddrPort
+	metrics    *Metrics
+	now        func() time.Time
+	// maxAnswerAddrs is MaxAnswerAddrs; tests lift it.
+	maxAnswerAddrs int
+	// logger is Run's; replies that fail are logged with it.
+	logger atomic.Pointer[klog.Logger]
+	// lastReplyErrorLog rate-limits those logs (Unix nanoseconds).
+	lastReplyErrorLog atomic.Int64
 	// notify is signalled (never blocking) when the zone changes.
 	notify chan struct{}
 
@@ -92,7 +106,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if _, _, err := Build(cfg.Zone, nil); err != nil {
 		return nil, err
 	}
-	origin, _ := canonicalName(cfg.Zone.Origin)
+	origin, _ := ParseOrigin(cfg.Zone.Origin)
 	if cfg.Listen == "" {
 		cfg.Listen = ":53"
 	}
@@ -128,21 +142,30 @@ func NewServer(cfg Config) (*Server, error) {
 			}
 		}
 	}
-	serials, err := newSerials(cfg.SerialFile, now)
+	serials, serialIgnored, err := newSerials(cfg.SerialFile, now)
 	if err != nil {
 		return nil, err
 	}
-	return &Server{
-		cfg:     cfg,
-		zoneCfg: cfg.Zone,
-		origin:  origin,
-		keys:    keys,
-		limiter: newLimiter(cfg.RateLimit),
-		serials: serials,
-		metrics: cfg.Metrics,
-		now:     now,
-		notify:  make(chan struct{}, 1),
-	}, nil
+	srv := &Server{
+		cfg:            cfg,
+		zoneCfg:        cfg.Zone,
+		origin:         origin,
+		keys:           keys,
+		limiter:        newLimiter(cfg.RateLimit),
+		serials:        serials,
+		serialIgnored:  serialIgnored,
+		metrics:        cfg.Metrics,
+		maxAnswerAddrs: MaxAnswerAddrs,
+		now:            now,
+		notify:         make(chan struct{}, 1),
+	}
+	if serialIgnored != nil && len(cfg.Secondaries) > 0 {
+		// The last serial is lost, but the secondaries know the one
+		// they hold: pass it, or they would ignore the new zone.
+		srv.heldSerial, srv.heldBy = srv.secondarySerial(context.Background())
+		srv.serials.atLeast(srv.heldSerial)
+	}
+	return srv, nil
 }
 
 // Update builds the zone from services and serves it. When the content
@@ -227,6 +250,13 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	logger := klog.FromContext(ctx)
+	s.logger.Store(&logger)
+	if s.serialIgnored != nil {
+		logger.Error(s.serialIgnored, "Ignoring the serial file; the serial starts from the clock", "serialFile", s.cfg.SerialFile)
+		if s.heldSerial != 0 {
+			logger.Info("Asked the secondaries for their serial: the new one starts past the highest", "secondary", s.heldBy, "secondarySerial", s.heldSerial)
+		}
+	}
 	logger.Info("Serving DNS", "zone", s.origin, "address", s.Addr())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -237,6 +267,9 @@ func (s *Server) Run(ctx context.Context) error {
 		TsigProvider: s.keys,
 		ReadTimeout:  2 * time.Second,
 		WriteTimeout: 2 * time.Second,
+		// miekg/dns answers a query it cannot parse, or rejects, with
+		// the query's own header bits, RA included.
+		DecorateWriter: func(w dns.Writer) dns.Writer { return noRecursionWriter{w} },
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 1+len(s.udp))
@@ -379,27 +412,72 @@ func (s *Server) handleUDP(packet []byte, src netip.AddrPort, out, keyBuf []byte
 		tsigStatus = dns.TsigVerifyWithProvider(packet, s.keys, "", false)
 	}
 	m := s.respond(req, true, tsigStatus)
-	if t := req.IsTsig(); t != nil && tsigStatus == nil {
-		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+	if t := req.IsTsig(); t != nil {
+		s.setTsig(m, req, tsigStatus)
+		if unsignedTSIG(m) {
+			b, err := m.PackBuffer(out)
+			if err != nil {
+				return s.serverFailure(req, out, err)
+			}
+			return b
+		}
 		b, _, err := dns.TsigGenerateWithProvider(m, s.keys, t.MAC, false)
 		if err != nil {
-			return nil
+			return s.serverFailure(req, out, err)
 		}
 		if len(b) > udpLimit(req, s.cfg.MaxUDPSize) {
 			m.Answer, m.Ns, m.Extra = nil, nil, nil
 			m.Truncated = true
-			m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+			s.setTsig(m, req, tsigStatus)
 			if b, _, err = dns.TsigGenerateWithProvider(m, s.keys, t.MAC, false); err != nil {
-				return nil
+				return s.serverFailure(req, out, err)
 			}
 		}
 		return append(out, b...)
 	}
 	b, err := m.PackBuffer(out)
 	if err != nil {
-		return formErr(packet, out)
+		return s.serverFailure(req, out, err)
 	}
 	return b
+}
+
+// serverFailure answers req with SERVFAIL, unsigned, after its reply
+// failed to pack or sign with err: the client learns at once that it
+// will get no answer here instead of timing out.
+func (s *Server) serverFailure(req *dns.Msg, out []byte, err error) []byte {
+	s.replyFailed(req, err)
+	m := new(dns.Msg)
+	m.SetRcode(req, dns.RcodeServerFailure)
+	b, err := m.PackBuffer(out)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// replyErrorLogEvery bounds the logs of failed replies: a query that
+// makes one fail can be repeated at will.
+const replyErrorLogEvery = 10 * time.Second
+
+// replyFailed counts a reply that could not be sent as built, and logs
+// it unless another was logged within replyErrorLogEvery.
+func (s *Server) replyFailed(req *dns.Msg, err error) {
+	s.metrics.observeReplyError()
+	now := time.Now().UnixNano()
+	last := s.lastReplyErrorLog.Load()
+	if now-last < int64(replyErrorLogEvery) || !s.lastReplyErrorLog.CompareAndSwap(last, now) {
+		return
+	}
+	logger := klog.Background()
+	if l := s.logger.Load(); l != nil {
+		logger = *l
+	}
+	var name, qtype string
+	if len(req.Question) > 0 {
+		name, qtype = req.Question[0].Name, dns.Type(req.Question[0].Qtype).String()
+	}
+	logger.Error(err, "Answered SERVFAIL: the reply could not be sent as built", "name", name, "type", qtype)
 }
 
 // formErr answers a query that could not be parsed with FORMERR, echoing
@@ -436,15 +514,100 @@ func (s *Server) serveTCP(w dns.ResponseWriter, req *dns.Msg) {
 		}
 	}
 	m := s.respond(req, false, w.TsigStatus())
-	if t := req.IsTsig(); t != nil && w.TsigStatus() == nil {
-		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, s.now().Unix())
+	sign := func(m *dns.Msg) *dns.Msg {
+		s.setTsig(m, req, w.TsigStatus())
+		return m
 	}
-	_ = w.WriteMsg(m)
+	if err := writeMsg(w, sign(m)); err != nil {
+		// The reply did not pack, sign or fit 64 KiB (then nothing was
+		// sent), or the client is gone (then this fails too, unlogged).
+		fail := new(dns.Msg)
+		fail.SetRcode(req, dns.RcodeServerFailure)
+		if writeMsg(w, sign(fail)) == nil {
+			s.replyFailed(req, err)
+		}
+	}
+}
+
+// setTsig adds to m, the reply to req, the TSIG record it needs when req
+// was signed; status is req's verification. A verified request gets a
+// reply signed with its key (miekg/dns computes the MAC when the reply
+// is packed). One that failed gets the record of RFC 8945 section 5.2
+// that says why, so that the client (dig, a secondary's log) can tell:
+// BADKEY for an unknown key or algorithm and BADSIG for a wrong MAC, both
+// unsigned (no MAC), and BADTIME for a time outside the fudge, signed and
+// carrying the server's time so the client can see the skew.
+func (s *Server) setTsig(m, req *dns.Msg, status error) {
+	t := req.IsTsig()
+	if t == nil {
+		return
+	}
+	now := s.now().Unix()
+	if status == nil {
+		m.SetTsig(t.Hdr.Name, dns.HmacSHA256, 300, now)
+		return
+	}
+	m.SetTsig(t.Hdr.Name, t.Algorithm, t.Fudge, now)
+	rr := m.IsTsig()
+	switch {
+	case errors.Is(status, dns.ErrSecret), errors.Is(status, dns.ErrKeyAlg):
+		rr.Error = dns.RcodeBadKey
+	case errors.Is(status, dns.ErrTime):
+		rr.Error = dns.RcodeBadTime
+		rr.TimeSigned = t.TimeSigned
+		rr.OtherLen = 6
+		rr.OtherData = fmt.Sprintf("%012x", uint64(now)&(1<<48-1))
+	default:
+		rr.Error = dns.RcodeBadSig
+	}
+}
+
+// unsignedTSIG reports whether m carries a TSIG error record that is
+// sent without a MAC (BADKEY, BADSIG).
+func unsignedTSIG(m *dns.Msg) bool {
+	t := m.IsTsig()
+	return t != nil && (t.Error == dns.RcodeBadKey || t.Error == dns.RcodeBadSig)
+}
+
+// writeMsg writes m on a TCP connection. An unsigned TSIG error reply is
+// packed as it is: miekg/dns's signing, which WriteMsg applies to every
+// message with a TSIG record, leaves such a record unsigned as it should
+// but zeroes its Time Signed, and dig then reports "clocks are
+// unsynchronized" instead of the error.
+func writeMsg(w dns.ResponseWriter, m *dns.Msg) error {
+	if !unsignedTSIG(m) {
+		return w.WriteMsg(m)
+	}
+	b, err := m.Pack()
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// noRecursionWriter clears RA in every TCP reply: this server never
+// recurses, whatever the query's header said.
+type noRecursionWriter struct{ dns.Writer }
+
+func (w noRecursionWriter) Write(b []byte) (int, error) {
+	if len(b) > 3 && b[3]&0x80 != 0 {
+		// Only the reject path's copy of the query's header has RA;
+		// the caller's buffer is left as it is.
+		c := slices.Clone(b)
+		c[3] &^= 0x80
+		return w.Writer.Write(c)
+	}
+	return w.Writer.Write(b)
 }
 
 // respond builds the answer to req and counts it.
 func (s *Server) respond(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
-	m := s.answer(req, udp, tsigStatus)
+	var capped bool
+	m := s.answerCapped(req, udp, tsigStatus, &capped)
+	if capped {
+		s.metrics.observeCapped()
+	}
 	var qtype uint16
 	if len(req.Question) == 1 {
 		qtype = req.Question[0].Qtype
@@ -455,6 +618,13 @@ func (s *Server) respond(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
 
 // answer builds the answer to req.
 func (s *Server) answer(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
+	var capped bool
+	return s.answerCapped(req, udp, tsigStatus, &capped)
+}
+
+// answerCapped builds the answer to req and sets *capped when it carries
+// only a window of an RRset.
+func (s *Server) answerCapped(req *dns.Msg, udp bool, tsigStatus error, capped *bool) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetReply(req)
 	m.Compress = true
@@ -464,6 +634,11 @@ func (s *Server) answer(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
 		return m
 	}
 	q := req.Question[0]
+	if tsigStatus != nil {
+		// Whatever was asked (query, transfer, NOTIFY): setTsig says why.
+		m.Rcode = dns.RcodeNotAuth
+		return m
+	}
 	switch req.Opcode {
 	case dns.OpcodeQuery:
 	case dns.OpcodeNotify:
@@ -486,10 +661,6 @@ func (s *Server) answer(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
 			m.Rcode = dns.RcodeBadVers
 			return m
 		}
-	}
-	if tsigStatus != nil {
-		m.Rcode = dns.RcodeNotAuth
-		return m
 	}
 	qname := strings.ToLower(q.Name)
 	if q.Qclass != dns.ClassINET || !dns.IsSubDomain(s.origin, qname) {
@@ -517,7 +688,10 @@ func (s *Server) answer(req *dns.Msg, udp bool, tsigStatus error) *dns.Msg {
 		m.Answer = []dns.RR{z.soa}
 		return m
 	}
-	r := z.lookup(qname, q.Qtype)
+	r := z.lookup(qname, q.Qtype, req.Id, s.maxAnswerAddrs)
+	if r.capped {
+		*capped = true
+	}
 	m.Authoritative = true
 	m.Rcode = r.rcode
 	m.Answer = r.answer
@@ -546,9 +720,10 @@ func (s *Server) transfer(w dns.ResponseWriter, req *dns.Msg) {
 	fail := func(rcode int, result string) {
 		m := new(dns.Msg)
 		m.SetRcode(req, rcode)
+		s.setTsig(m, req, w.TsigStatus())
 		s.metrics.observeQuery(q.Qtype, rcode)
 		s.metrics.observeTransfer(typ, result)
-		_ = w.WriteMsg(m)
+		_ = writeMsg(w, m)
 	}
 	z := s.zone.Load()
 	switch t := req.IsTsig(); {

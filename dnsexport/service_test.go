@@ -92,7 +92,7 @@ func TestHostnameReportedUnusedIsNotServed(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				served := z.lookup(dns.Fqdn(h), dns.TypeA).rcode == dns.RcodeSuccess && len(z.lookup(dns.Fqdn(h), dns.TypeA).answer) > 0
+				served := z.lookup(dns.Fqdn(h), dns.TypeA, 0, MaxAnswerAddrs).rcode == dns.RcodeSuccess && len(z.lookup(dns.Fqdn(h), dns.TypeA, 0, MaxAnswerAddrs).answer) > 0
 				if served == unused {
 					t.Errorf("reported unused: %t (%v); served: %t (zone problems %v)", unused, problems, served, zoneProblems)
 				}

@@ -91,9 +91,91 @@ func (e *ServiceError) Error() string {
 // Unwrap returns the cause.
 func (e *ServiceError) Unwrap() error { return e.Err }
 
+// HostnameError is a problem with one of a Service's hostnames, wrapped
+// in its ServiceError: the hostname is not served.
+type HostnameError struct {
+	// Hostname is the name as the Service gave it.
+	Hostname string
+	Err      error
+}
+
+// Error implements error.
+func (e *HostnameError) Error() string { return fmt.Sprintf("hostname %q: %v", e.Hostname, e.Err) }
+
+// Unwrap returns the cause.
+func (e *HostnameError) Unwrap() error { return e.Err }
+
+// owner is how problems name svc: namespace/name, or name alone in
+// standalone mode.
+func (svc Service) owner() string {
+	if svc.Namespace == "" {
+		return svc.Name
+	}
+	return svc.Namespace + "/" + svc.Name
+}
+
+// ParseOrigin returns v, the name of a zone, as Build serves it: a
+// lower-case FQDN; or why it cannot be one. A zone's name follows the
+// hostname rule (contract.Hostname): a name with a space or another
+// character outside letters, digits and hyphens would make every query
+// REFUSED, since no client can ask for a name inside it.
+func ParseOrigin(v string) (string, error) { return parseHost(v, "a zone") }
+
+// parseHost applies the hostname rule to v, the name of what, with no
+// wildcard and no spaces around it.
+func parseHost(v, what string) (string, error) {
+	switch {
+	case strings.TrimSpace(v) != v:
+		return "", errors.New("it has spaces around it")
+	case strings.HasPrefix(v, "*."):
+		return "", fmt.Errorf("%s is not a wildcard", what)
+	}
+	name, err := contract.Hostname(v)
+	if err != nil {
+		return "", err
+	}
+	return name + ".", nil
+}
+
+// ZoneHostname is what Build does with hostname h of a Service in the
+// zone origin (a lower-case FQDN): it returns h as a lower-case FQDN and
+// whether it is inside the zone; a name outside is not served here and is
+// no error (it is for external-dns). err says why h is not served: it is
+// no hostname (contract.Hostname, the one rule), or a wildcard inside the
+// zone. Standalone's configuration check calls it too, so that the check
+// and the zone agree.
+func ZoneHostname(origin, h string) (name string, inZone bool, err error) {
+	hn, err := contract.Hostname(h)
+	if err != nil {
+		return "", false, err
+	}
+	name = dns.Fqdn(hn)
+	if !dns.IsSubDomain(origin, name) {
+		return name, false, nil
+	}
+	if strings.HasPrefix(name, "*.") {
+		return name, true, errors.New("wildcard names are not served")
+	}
+	return name, true, nil
+}
+
 // ErrHostnameConflict is returned, wrapped in a ServiceError, when a
 // hostname is already served for another Service.
 var ErrHostnameConflict = errors.New("hostname already served for another service")
+
+// MaxAnswerAddrs is the most address records of one type (A or AAAA) an
+// answer carries for one name, in the answer section or as SRV glue. With
+// it, any answer of this zone fits one TCP message (64 KiB): the largest,
+// an SRV with MaxAnswerAddrs A and MaxAnswerAddrs AAAA glue records, is
+// about 45 KB. A name with more addresses is answered with a window of
+// MaxAnswerAddrs of them that moves with the query ID (see window), so
+// that every address is served over time.
+const MaxAnswerAddrs = 1000
+
+// ErrAddressesCapped is returned, wrapped in a ServiceError, for a name
+// with more than MaxAnswerAddrs addresses of one type. It is a notice, not
+// a failure: the name is served with a window of its addresses.
+var ErrAddressesCapped = errors.New("more addresses than one answer carries")
 
 // Zone is an immutable, built zone. Build makes one; WithSerial stamps it.
 type Zone struct {
@@ -108,6 +190,9 @@ type Zone struct {
 	// answers caches packed answers of this version of the zone.
 	answers *answerCache
 	digest  [sha256.Size]byte
+	// capped counts the names and types with more than MaxAnswerAddrs
+	// addresses.
+	capped int
 }
 
 // node holds the RRsets of one existing name; a node without sets is an
@@ -184,7 +269,7 @@ func orDefault(v, def uint32) uint32 {
 // returned as *ServiceError and never stop the others.
 // Build fails only when cfg itself is invalid.
 func Build(cfg ZoneConfig, services []Service) (*Zone, []error, error) {
-	origin, err := canonicalName(cfg.Origin)
+	origin, err := ParseOrigin(cfg.Origin)
 	if err != nil {
 		return nil, nil, fmt.Errorf("zone origin %q: %w", cfg.Origin, err)
 	}
@@ -198,7 +283,7 @@ func Build(cfg ZoneConfig, services []Service) (*Zone, []error, error) {
 	apexTTL := orDefault(cfg.ApexTTL, 60)
 	var nsNames []string
 	for _, ns := range cfg.NameServers {
-		name, err := canonicalName(ns.Name)
+		name, err := parseHost(ns.Name, "a name server")
 		if err != nil {
 			return nil, nil, fmt.Errorf("name server %q: %w", ns.Name, err)
 		}
@@ -258,7 +343,7 @@ func Build(cfg ZoneConfig, services []Service) (*Zone, []error, error) {
 			continue
 		}
 		canon[i] = name
-		b.owners[name] = svc.Namespace + "/" + svc.Name
+		b.owners[name] = svc.owner()
 	}
 	for i, svc := range sorted {
 		if canon[i] == "" {
@@ -282,6 +367,21 @@ func (b *builder) addService(svc Service, name string, defaultTTL uint32) []erro
 	var errs []error
 	ttl := orDefault(svc.TTL, defaultTTL)
 	ips := normaliseIPs(svc.IPs)
+	v4 := 0
+	for _, ip := range ips {
+		if ip.Is4() {
+			v4++
+		}
+	}
+	for _, f := range []struct {
+		family string
+		n      int
+	}{{"IPv4", v4}, {"IPv6", len(ips) - v4}} {
+		if f.n > MaxAnswerAddrs {
+			errs = append(errs, fmt.Errorf("%s has %d %s addresses: %w; each answer carries %d of them, a window that moves with the query ID",
+				name, f.n, f.family, ErrAddressesCapped, MaxAnswerAddrs))
+		}
+	}
 	b.ensure(name)
 	for _, ip := range ips {
 		b.add(addrRR(name, ip, ttl))
@@ -309,26 +409,19 @@ func (b *builder) addService(svc Service, name string, defaultTTL uint32) []erro
 			b.add(&dns.SRV{Hdr: hdr(owner, dns.TypeSRV, ttl), Priority: 0, Weight: 100, Port: p.Port, Target: name})
 		}
 	}
-	self := svc.Namespace + "/" + svc.Name
+	self := svc.owner()
 	for _, h := range svc.Hostnames {
-		// The one hostname rule: a name the annotation parser or the
-		// standalone configuration refuses is never served.
-		hn, err := contract.Hostname(h)
+		hn, inZone, err := ZoneHostname(b.z.origin, h)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("hostname %q: %w", h, err))
+			errs = append(errs, &HostnameError{Hostname: h, Err: err})
 			continue
 		}
-		hn = dns.Fqdn(hn)
-		if !dns.IsSubDomain(b.z.origin, hn) {
-			continue
-		}
-		if strings.HasPrefix(hn, "*.") {
-			errs = append(errs, fmt.Errorf("hostname %q: wildcard names are not served", h))
+		if !inZone {
 			continue
 		}
 		if owner, ok := b.owners[hn]; ok {
 			if owner != self {
-				errs = append(errs, fmt.Errorf("hostname %s: %w (%s)", hn, ErrHostnameConflict, owner))
+				errs = append(errs, &HostnameError{Hostname: h, Err: fmt.Errorf("%w (%s)", ErrHostnameConflict, owner)})
 			}
 			continue
 		}
@@ -382,6 +475,9 @@ func (b *builder) finish() {
 		for t, rrs := range n.sets {
 			if t != dns.TypeSOA {
 				z.records = append(z.records, rrs...)
+			}
+			if (t == dns.TypeA || t == dns.TypeAAAA) && len(rrs) > MaxAnswerAddrs {
+				z.capped++
 			}
 		}
 	}
@@ -469,11 +565,30 @@ type result struct {
 	answer []dns.RR
 	ns     []dns.RR
 	extra  []dns.RR
+	// capped: some RRset was cut to its window.
+	capped bool
 }
 
-// lookup answers qname/qtype from z. qname must be lower case and inside
-// the zone.
-func (z *Zone) lookup(qname string, qtype uint16) result {
+// window returns at most limit of rrs: all of them when they fit, else
+// limit consecutive ones (wrapping around) starting at id modulo their
+// number. The answer is a function of the query alone (a retry gets the
+// same one), and since clients pick query IDs at random, the window moves
+// from query to query and serves every record over time, so that no
+// host beyond the first limit is left out of every answer.
+func window(rrs []dns.RR, id uint16, limit int) ([]dns.RR, bool) {
+	if len(rrs) <= limit {
+		return rrs, false
+	}
+	start := int(id) % len(rrs)
+	out := make([]dns.RR, 0, limit)
+	out = append(out, rrs[start:min(len(rrs), start+limit)]...)
+	return append(out, rrs[:limit-len(out)]...), true
+}
+
+// lookup answers qname/qtype from z, with at most limit records of one
+// type for one name, chosen by window with the query's id. qname must be
+// lower case and inside the zone.
+func (z *Zone) lookup(qname string, qtype, id uint16, limit int) result {
 	n, ok := z.nodes[qname]
 	if !ok {
 		return result{rcode: dns.RcodeNameError, ns: z.negative()}
@@ -491,27 +606,33 @@ func (z *Zone) lookup(qname string, qtype uint16) result {
 	if len(rrs) == 0 {
 		return result{ns: z.negative()}
 	}
-	r := result{answer: rrs}
+	var r result
+	r.answer, r.capped = window(rrs, id, limit)
+	glue := func(target string) {
+		tn := z.nodes[target]
+		if tn == nil {
+			return
+		}
+		for _, t := range []uint16{dns.TypeA, dns.TypeAAAA} {
+			g, capped := window(tn.sets[t], id, limit)
+			r.extra = append(r.extra, g...)
+			r.capped = r.capped || capped
+		}
+	}
 	switch qtype {
 	case dns.TypeSRV:
 		seen := map[string]bool{}
-		for _, rr := range rrs {
+		for _, rr := range r.answer {
 			target := rr.(*dns.SRV).Target
 			if seen[target] {
 				continue
 			}
 			seen[target] = true
-			if tn := z.nodes[target]; tn != nil {
-				r.extra = append(r.extra, tn.sets[dns.TypeA]...)
-				r.extra = append(r.extra, tn.sets[dns.TypeAAAA]...)
-			}
+			glue(target)
 		}
 	case dns.TypeNS:
-		for _, rr := range rrs {
-			if tn := z.nodes[rr.(*dns.NS).Ns]; tn != nil {
-				r.extra = append(r.extra, tn.sets[dns.TypeA]...)
-				r.extra = append(r.extra, tn.sets[dns.TypeAAAA]...)
-			}
+		for _, rr := range r.answer {
+			glue(rr.(*dns.NS).Ns)
 		}
 	}
 	return r

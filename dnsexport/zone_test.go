@@ -29,7 +29,7 @@ func addrs(ss ...string) []netip.Addr {
 // rrStrings returns the records at name of type t as sorted text.
 func rrStrings(z *Zone, name string, t uint16) []string {
 	var out []string
-	r := z.lookup(name, t)
+	r := z.lookup(name, t, 0, MaxAnswerAddrs)
 	for _, rr := range r.answer {
 		out = append(out, rr.String())
 	}
@@ -80,14 +80,14 @@ func TestBuild(t *testing.T) {
 				{Namespace: "a", Name: "one", IPs: addrs("192.0.2.1"), Hostnames: []string{"app.lb.example.test"}},
 			},
 			qname: "app.lb.example.test.", qtype: dns.TypeA, want: []string{"app.lb.example.test.\t5\tIN\tA\t192.0.2.1"},
-			problems: []string{"service b/two: hostname app.lb.example.test.: hostname already served for another service (a/one)"}},
+			problems: []string{"service b/two: hostname \"app.lb.example.test\": hostname already served for another service (a/one)"}},
 		{name: "hostname cannot take a canonical name",
 			services: []Service{
 				{Namespace: "a", Name: "one", IPs: addrs("192.0.2.1"), Hostnames: []string{"two.b.lb.example.test"}},
 				{Namespace: "b", Name: "two", IPs: addrs("192.0.2.2")},
 			},
 			qname: "two.b.lb.example.test.", qtype: dns.TypeA, want: []string{"two.b.lb.example.test.\t5\tIN\tA\t192.0.2.2"},
-			problems: []string{"service a/one: hostname two.b.lb.example.test.: hostname already served for another service (b/two)"}},
+			problems: []string{"service a/one: hostname \"two.b.lb.example.test\": hostname already served for another service (b/two)"}},
 		{name: "wildcard hostname refused",
 			services: []Service{{Namespace: "a", Name: "one", IPs: addrs("192.0.2.1"), Hostnames: []string{"*.lb.example.test"}}},
 			qname:    "x.lb.example.test.", qtype: dns.TypeA, rcode: dns.RcodeNameError,
@@ -128,7 +128,7 @@ func TestBuild(t *testing.T) {
 			if !slices.Equal(got, tc.problems) {
 				t.Errorf("problems = %q, want %q", got, tc.problems)
 			}
-			r := z.lookup(tc.qname, tc.qtype)
+			r := z.lookup(tc.qname, tc.qtype, 0, MaxAnswerAddrs)
 			if r.rcode != tc.rcode {
 				t.Errorf("rcode = %s, want %s", dns.RcodeToString[r.rcode], dns.RcodeToString[tc.rcode])
 			}

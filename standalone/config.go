@@ -22,7 +22,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/miekg/dns"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -94,6 +93,8 @@ type DNSConfig struct {
 	NameServers []dnsexport.NameServer
 	Hostmaster  string
 	SerialFile  string
+	// RateLimit limits UDP responses per source network; on by default.
+	RateLimit dnsexport.RateLimit
 }
 
 // HTTPConfig configures the dashboard, report and metrics server.
@@ -275,7 +276,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, ce
 	}
 	d := &decoder{file: file, dir: filepath.Dir(file)}
-	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL},
+	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL, RateLimit: dnsexport.DefaultRateLimit},
 		HTTP: HTTPConfig{Listen: DefaultHTTPListen}, Timing: Timing{Interval: DefaultInterval, Rise: prober.DefaultRise, Fall: prober.DefaultFall},
 		PublishWhen: contract.PublishAllPorts, AllDown: contract.AllDownPublishAll}
 	if len(doc.Content) == 0 {
@@ -295,6 +296,20 @@ var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
 type decoder struct {
 	file, dir string
 	errs      []error
+	// servicePos holds the positions of each service's name and hostnames,
+	// by service name, for the zone builder's problems.
+	servicePos map[string]*servicePos
+}
+
+type servicePos struct {
+	path      string
+	name      *yaml.Node
+	hostnames []hostnamePos
+}
+
+type hostnamePos struct {
+	path, given, fqdn string
+	node              *yaml.Node
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -501,10 +516,12 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	}
 	if n := m["zone"]; n != nil {
 		if s, ok := d.str(n, "zone"); ok {
-			if _, ok := dns.IsDomainName(s); !ok || s == "" || s == "." || strings.Contains(strings.TrimSuffix(s, "."), "..") {
-				d.errorf(n, "zone", "%q is not a domain name", s)
+			// The zone builder's own rule, so that a zone that passes
+			// is a zone that is served.
+			if z, err := dnsexport.ParseOrigin(s); err != nil {
+				d.errorf(n, "zone", "%q is not a zone name: %v", s, err)
 			} else {
-				cfg.Zone = strings.ToLower(dns.Fqdn(s))
+				cfg.Zone = z
 			}
 		}
 	} else {
@@ -571,7 +588,7 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 }
 
 func (d *decoder) dns(n *yaml.Node, cfg *Config) {
-	m, _, ok := d.mapping(n, "dns", "listen", "ttl", "nameservers", "hostmaster", "serial-file")
+	m, _, ok := d.mapping(n, "dns", "listen", "ttl", "nameservers", "hostmaster", "serial-file", "rate-limit")
 	if !ok {
 		return
 	}
@@ -601,6 +618,33 @@ func (d *decoder) dns(n *yaml.Node, cfg *Config) {
 	if v := m["serial-file"]; v != nil {
 		cfg.DNS.SerialFile = d.path(v, "dns.serial-file")
 	}
+	if v := m["rate-limit"]; v != nil {
+		cfg.DNS.RateLimit = d.rateLimit(v, "dns.rate-limit")
+	}
+}
+
+// rateLimit reads dns.rate-limit: the controller's --dns-rate-limit
+// flags as a mapping, with their defaults.
+func (d *decoder) rateLimit(n *yaml.Node, path string) dnsexport.RateLimit {
+	rl := dnsexport.DefaultRateLimit
+	m, _, ok := d.mapping(n, path, "responses-per-second", "burst", "slip")
+	if !ok {
+		return rl
+	}
+	if v := m["responses-per-second"]; v != nil {
+		rate, _ := d.integer(v, path+".responses-per-second", 0, 1000000)
+		rl.ResponsesPerSecond, rl.Burst = float64(rate), 2*rate
+	}
+	if v := m["burst"]; v != nil {
+		rl.Burst, _ = d.integer(v, path+".burst", 1, 1000000)
+	}
+	if v := m["slip"]; v != nil {
+		rl.Slip, _ = d.integer(v, path+".slip", 0, 100)
+	}
+	if rl.ResponsesPerSecond == 0 {
+		return dnsexport.RateLimit{}
+	}
+	return rl
 }
 
 // zone checks that the zone builds with the configured name servers, or
@@ -615,9 +659,57 @@ func (d *decoder) zone(root *yaml.Node, cfg *Config) {
 		}
 		cfg.DNS.NameServers = []dnsexport.NameServer{{Name: "ns." + cfg.Zone, Addrs: []netip.Addr{ip}}}
 	}
-	if _, _, err := dnsexport.Build(cfg.zoneConfig(), nil); err != nil {
+	// Build the zone with every host published: whatever it would not
+	// serve is an error here, with the position of the name at fault.
+	_, problems, err := dnsexport.Build(cfg.zoneConfig(), cfg.zoneServices())
+	if err != nil {
 		d.errorf(root, "dns", "%v", err)
+		return
 	}
+	for _, p := range problems {
+		d.zoneProblem(root, p)
+	}
+}
+
+// zoneProblem turns a problem of the zone builder into an error at the
+// service name or hostname it is about.
+func (d *decoder) zoneProblem(root *yaml.Node, p error) {
+	var se *dnsexport.ServiceError
+	switch {
+	case errors.Is(p, dnsexport.ErrAddressesCapped):
+		// Served, a window of addresses per answer; the server logs it.
+		return
+	case !errors.As(p, &se) || d.servicePos[se.Name] == nil:
+		d.errorf(root, "services", "%v", p)
+		return
+	}
+	pos := d.servicePos[se.Name]
+	var he *dnsexport.HostnameError
+	if errors.As(p, &he) {
+		for _, h := range pos.hostnames {
+			if h.fqdn == he.Hostname {
+				d.errorf(h.node, h.path, "%q is not served: %v", h.given, he.Err)
+				return
+			}
+		}
+	}
+	d.errorf(pos.name, pos.path+".name", "%q is not served: %v", se.Name, se.Err)
+}
+
+// zoneServices is the zone builder's input with every host published.
+func (cfg *Config) zoneServices() []dnsexport.Service {
+	out := make([]dnsexport.Service, 0, len(cfg.Services))
+	for _, svc := range cfg.Services {
+		ds := dnsexport.Service{Name: svc.Name, Hostnames: svc.Hostnames, TTL: svc.TTL}
+		for _, h := range svc.Hosts {
+			ds.IPs = append(ds.IPs, h.Addresses...)
+		}
+		for _, p := range svc.Ports {
+			ds.Ports = append(ds.Ports, dnsexport.Port{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
+		}
+		out = append(out, ds)
+	}
+	return out
 }
 
 func (cfg *Config) zoneConfig() dnsexport.ZoneConfig {
@@ -689,6 +781,7 @@ func (d *decoder) services(n *yaml.Node, cfg *Config) {
 			continue
 		}
 		svc := Service{PublishWhen: cfg.PublishWhen, AllDown: cfg.AllDown, Timing: cfg.Timing}
+		pos := &servicePos{path: p, name: e}
 		if v := m["name"]; v == nil {
 			d.errorf(e, p+".name", "required")
 		} else if s, ok := d.str(v, p+".name"); ok {
@@ -697,23 +790,25 @@ func (d *decoder) services(n *yaml.Node, cfg *Config) {
 			} else if first, dup := seen[s]; dup {
 				d.errorf(v, p+".name", "%q is also services[%d]", s, first)
 			}
-			seen[s], svc.Name = i, s
+			seen[s], svc.Name, pos.name = i, s, v
 		}
 		if v := m["hostnames"]; v != nil {
 			for j, h := range d.list(v, p+".hostnames") {
 				hp := fmt.Sprintf("%s.hostnames[%d]", p, j)
 				if s, ok := d.str(h, hp); ok {
-					name, err := contract.Hostname(s)
-					if err != nil {
+					// The zone builder's own check of a hostname.
+					fq, inZone, err := dnsexport.ZoneHostname(cfg.Zone, s)
+					switch {
+					case err != nil && inZone:
+						d.errorf(h, hp, "%q is not served: %v", s, err)
+					case err != nil:
 						d.errorf(h, hp, "%q is not a hostname: %v", s, err)
-						continue
-					}
-					fq := dns.Fqdn(name)
-					if cfg.Zone != "" && !dns.IsSubDomain(cfg.Zone, fq) {
+					case cfg.Zone != "" && !inZone:
 						d.errorf(h, hp, "%q is not a name inside zone %s", s, cfg.Zone)
-						continue
+					default:
+						svc.Hostnames = append(svc.Hostnames, fq)
+						pos.hostnames = append(pos.hostnames, hostnamePos{path: hp, given: s, fqdn: fq, node: h})
 					}
-					svc.Hostnames = append(svc.Hostnames, fq)
 				}
 			}
 		}
@@ -739,6 +834,10 @@ func (d *decoder) services(n *yaml.Node, cfg *Config) {
 			d.errorf(e, p+".ports", "required: at least one port")
 		}
 		cfg.Services = append(cfg.Services, svc)
+		if d.servicePos == nil {
+			d.servicePos = map[string]*servicePos{}
+		}
+		d.servicePos[svc.Name] = pos
 	}
 }
 

@@ -162,7 +162,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 	r.sched.Set(targets)
 
 	r.dns, err = dnsexport.NewServer(dnsexport.Config{Zone: cfg.zoneConfig(), Listen: cfg.DNS.Listen,
-		SerialFile: cfg.DNS.SerialFile, Metrics: dnsMetrics})
+		SerialFile: cfg.DNS.SerialFile, RateLimit: cfg.DNS.RateLimit, Metrics: dnsMetrics})
 	if err != nil {
 		return nil, fmt.Errorf("creating dns server: %w", err)
 	}
@@ -364,10 +364,12 @@ func withFixed(cur, next *Config, changed func(field string)) *Config {
 	check("dns.nameservers", fmt.Sprint(c.DNS.NameServers) != fmt.Sprint(cur.DNS.NameServers))
 	check("dns.hostmaster", c.DNS.Hostmaster != cur.DNS.Hostmaster)
 	check("dns.serial-file", c.DNS.SerialFile != cur.DNS.SerialFile)
+	check("dns.rate-limit", c.DNS.RateLimit != cur.DNS.RateLimit)
 	check("http.listen", c.HTTP.Listen != cur.HTTP.Listen)
 	check("state-file", c.StateFile != cur.StateFile)
 	c.Instance, c.Zone, c.HTTP, c.StateFile = cur.Instance, cur.Zone, cur.HTTP, cur.StateFile
 	c.DNS.Listen, c.DNS.NameServers, c.DNS.Hostmaster, c.DNS.SerialFile = cur.DNS.Listen, cur.DNS.NameServers, cur.DNS.Hostmaster, cur.DNS.SerialFile
+	c.DNS.RateLimit = cur.DNS.RateLimit
 	return &c
 }
 

@@ -237,9 +237,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	dnsMaxUDP := fs.Uint("dns-max-udp-size", 1232, "largest UDP response")
 	dnsSecondaries := fs.String("dns-secondaries", "", "NOTIFY targets, comma-separated ip:port[/keyname]")
 	fs.Var(&dnsTSIGKeys, "dns-tsig-key", "hmac-sha256 key allowed to transfer the zone, repeatable: name:/path/to/secret-file (the file holds the base64 secret)")
-	dnsRate := fs.Float64("dns-rate-limit", 100, "UDP responses per second per source /24 or /56; 0 turns limiting off")
-	dnsBurst := fs.Int("dns-rate-limit-burst", 200, "rate limit bucket size")
-	dnsSlip := fs.Int("dns-rate-limit-slip", 2, "every n-th rate-limited response is sent truncated; 0 drops all")
+	dnsRate := fs.Float64("dns-rate-limit", dnsexport.DefaultRateLimit.ResponsesPerSecond, "UDP responses per second per source /24 or /56; 0 turns limiting off")
+	dnsBurst := fs.Int("dns-rate-limit-burst", dnsexport.DefaultRateLimit.Burst, "rate limit bucket size")
+	dnsSlip := fs.Int("dns-rate-limit-slip", dnsexport.DefaultRateLimit.Slip, "every n-th rate-limited response is sent truncated; 0 drops all")
 	dnsSerialFile := fs.String("dns-serial-file", "", "file keeping the SOA serial across restarts (on a persistent volume)")
 	fs.BoolVar(&f.dnsEndpoints, "dnsendpoints", false, "on the leader, write an external-dns DNSEndpoint per Service with hostname annotations, recordTTL defaulting to --dns-ttl (needs the DNSEndpoint CRD)")
 	if _, code, ok := parseFlags(fs, controllerUsage, args, stderr); !ok {

@@ -122,3 +122,28 @@ func TestReloadOnSignal(t *testing.T) {
 	hup <- os.Interrupt
 	waitUntil("api served after the good reload", func() bool { return strings.Join(services(), ",") == "api,web" })
 }
+
+// TestStandaloneCheckDNSNames: a zone or hostname the DNS zone would not
+// serve fails --check with exit 2, naming the file, line, field and why.
+func TestStandaloneCheckDNSNames(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct{ name, from, to, want string }{
+		{"zone with a space", "zone: lb.example.test.", "zone: 'lb example.test'",
+			`:2: zone: "lb example.test" is not a zone name`},
+		{"wildcard hostname", "  - name: web\n", "  - name: web\n    hostnames: ['*.lb.example.test']\n",
+			`:8: services[0].hostnames[0]: "*.lb.example.test" is not served: wildcard names are not served`},
+		{"the name server's name", "  - name: web\n", "  - name: web\n    hostnames: [ns.lb.example.test]\n",
+			`:8: services[0].hostnames[0]: "ns.lb.example.test" is not served: hostname already served for another service (name server)`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			text := strings.Replace(strings.Replace(standaloneTestConfig, "PORT", "8080", 1), tc.from, tc.to, 1)
+			file := writeConfig(t, dir, text)
+			var out, errOut bytes.Buffer
+			code := run([]string{"standalone", "--config", file, "--check"}, &out, &errOut)
+			if code != 2 || !strings.Contains(errOut.String(), file+tc.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, errOut.String(), file+tc.want)
+			}
+		})
+	}
+}
