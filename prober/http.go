@@ -114,7 +114,7 @@ func newHTTP(spec Spec, opts Options) (Prober, error) {
 		if sni == "" {
 			sni = spec.Host
 		}
-		p.tlsCfg = clientTLSConfig(sni, spec.Verify, []string{"http/1.1"})
+		p.tlsCfg = clientTLSConfig(sni, spec.Verify, []string{"http/1.1"}, opts.RootCAs)
 	}
 	return p, nil
 }
@@ -378,7 +378,7 @@ func (p *httpProber) hopTLSConfig(hop httpHop) *tls.Config {
 		if name == "" {
 			name = hop.addr.Addr().WithZone("").String()
 		}
-		return clientTLSConfig(name, true, []string{"http/1.1"})
+		return clientTLSConfig(name, true, []string{"http/1.1"}, p.opts.RootCAs)
 	}
 	if p.tlsCfg.ServerName != "" || hop.name == "" {
 		return p.tlsCfg

@@ -60,7 +60,7 @@ var options = map[string]option{
 		return err
 	}},
 	"timeout": {name: "timeout", set: func(s *Spec, v string) error {
-		d, err := parseDuration(v, 10*time.Millisecond, time.Minute)
+		d, err := parseDuration(v, MinTimeout, MaxTimeout)
 		s.Timeout = d
 		return err
 	}},

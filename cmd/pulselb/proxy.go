@@ -108,6 +108,11 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	if cfg.Mode, err = proxy.ParseMode(*mode); err != nil {
 		return bad("mode", *mode, err)
 	}
+	if *healthAddr != "" {
+		if err := checkListenAddress(*healthAddr); err != nil {
+			return bad("health-address", *healthAddr, err)
+		}
+	}
 	if *listen != "" {
 		if cfg.ListenAddress, err = netip.ParseAddr(*listen); err != nil {
 			return bad("listen-address", *listen, errors.New("not an IP address"))
