@@ -332,7 +332,7 @@ func (p *Proxy) startUserspace(ctx context.Context) error {
 				p.tcp = append(p.tcp, &tcpRelay{
 					ln: ln.(*net.TCPListener), port: port, ranges: p.cfg.SourceRanges, backend: p.backend(port),
 					dialTimeout: p.cfg.DialTimeout, idleTimeout: p.cfg.TCPIdleTimeout, metrics: p.metrics,
-					conns: map[*net.TCPConn]*relayedConn{},
+					conns:  map[*net.TCPConn]*relayedConn{},
 					served: make(chan struct{}),
 				})
 			}
