@@ -182,7 +182,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlagSet(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()

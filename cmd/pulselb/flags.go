@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -68,6 +70,38 @@ func describeFlagError(f *flag.Flag, err error) error {
 	return fmt.Errorf("%w (want a %s)", err, typ)
 }
 
+// flagValueError matches the flag package's error for a value its flag
+// rejects: the value (quoted), the flag's name and the cause.
+var flagValueError = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([^:]+): (.*)$`)
+
+// parseFlagSet is fs.Parse, except that a value of the wrong type is
+// reported as a variable's is, naming the flag and the form it wants
+// (describeFlagError) rather than "parse error", before the usage.
+func parseFlagSet(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	usage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, flag.ErrHelp) {
+		msg := err.Error()
+		if m := flagValueError.FindStringSubmatch(msg); m != nil {
+			if f := fs.Lookup(m[2]); f != nil {
+				msg = fmt.Sprintf("pulselb %s: --%s=%s: %v", fs.Name(), f.Name, m[1], describeFlagError(f, errors.New(m[3])))
+			}
+		}
+		fmt.Fprintln(out, msg)
+	}
+	fs.Usage()
+	return err
+}
+
 // checkListenAddress returns an error unless s is a HOST:PORT a server can
 // listen on: an IP address, a host name or nothing, and a port number.
 func checkListenAddress(s string) error {
@@ -108,7 +142,7 @@ func parseCommandLine(fs *flag.FlagSet, usage string, args []string, stderr io.W
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlagSet(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, 0, false
 		}

@@ -69,3 +69,33 @@ func TestProxyBadHealthAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestFlagCommandLineErrors checks that a command-line value of the wrong
+// type names the flag and the form it wants, as a variable's does.
+func TestFlagCommandLineErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"proxy", "--drain-delay=soon"}, `pulselb proxy: --drain-delay="soon": want a duration, such as 30s or 1m30s`},
+		{[]string{"proxy", "--udp-max-sessions", "many"}, `pulselb proxy: --udp-max-sessions="many": want a whole number`},
+		{[]string{"prober", "--class-only=maybe"}, `pulselb prober: --class-only="maybe": want true or false`},
+		{[]string{"check", "--timeout", "soon", "tcp", "127.0.0.1:1"}, `pulselb check: --timeout="soon": want a duration, such as 30s or 1m30s`},
+		{[]string{"check", "tcp", "127.0.0.1:1", "--count=lots"}, `pulselb check: --count="lots": want a whole number`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(tt.args, &stdout, &stderr)
+			if code != 2 {
+				t.Errorf("exit code %d, want 2; stderr: %s", code, &stderr)
+			}
+			if !strings.Contains(stderr.String(), tt.want) {
+				t.Errorf("stderr %q does not contain %q", &stderr, tt.want)
+			}
+			if strings.Contains(stderr.String(), "parse error") {
+				t.Errorf("stderr %q says only \"parse error\"", &stderr)
+			}
+		})
+	}
+}
