@@ -775,10 +775,10 @@ func TestHTTPProbeDeadlineBoundsAnswer(t *testing.T) {
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10485760\r\n\r\n")
 		_, _ = c.Write(bytes.Repeat([]byte("a"), 10<<20))
 	})
-	// costly is within Parse's size limit, and still takes far longer than
-	// the deadline over 64 KiB of "a" (about 0.2 s without the race
-	// detector, several seconds with it).
-	costly := MustParse(`http body="(a|aa){40}b"`).Body
+	// costly is within Parse's size limit (253 instructions), and still
+	// takes far longer than costlyTimeout over 64 KiB of "a": about 0.2 s
+	// without the race detector, several seconds with it.
+	costly := MustParse(`http body="[a-z]{250}b"`).Body
 	tests := []struct {
 		name    string
 		target  netip.AddrPort
@@ -793,7 +793,11 @@ func TestHTTPProbeDeadlineBoundsAnswer(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := probeOnce(t, Spec{Protocol: HTTP, Body: tc.body}, Options{}, tc.target)
+			spec := Spec{Protocol: HTTP, Body: tc.body}
+			if tc.body != nil {
+				spec.Timeout = costlyTimeout
+			}
+			res := probeOnce(t, spec, Options{}, tc.target)
 			t.Logf("%v after %v: %s", res.Outcome, res.Timings.Total, res.Message())
 			checkResult(t, res, L7TOUT, tc.errPart)
 		})
