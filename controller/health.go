@@ -117,6 +117,11 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 
 	for _, ch := range changes {
 		t, was, is := byKey[ch.Target.Key], ch.From, ch.To
+		if ch.Late {
+			logger.Info("Target still down after its proxy started", "target", t.Key, "summary", is.Summary())
+			c.recordService(t.service, corev1.EventTypeWarning, ReasonTargetDown, "%s/%d on node %s is %s", t.port.Protocol, t.port.Port, t.Node, is.Summary())
+			continue
+		}
 		kind := "target"
 		if t.Beacon {
 			kind = "beacon"
@@ -135,6 +140,9 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 		}
 		c.queue.Add(t.service)
 		switch {
+		case ch.Quiet:
+			// A proxy being started, found refusing before it serves: no
+			// alarm, unless it is still Down once started (ch.Late).
 		case is.Verdict == status.VerdictDown:
 			c.recordService(t.service, corev1.EventTypeWarning, ReasonTargetDown, "%s/%d on node %s is %s", t.port.Protocol, t.port.Port, t.Node, is.Summary())
 		case was.Verdict == status.VerdictDown:
@@ -188,7 +196,10 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing proxy pods: %w", err)
 	}
-	seen := map[string]bool{}
+	seen := map[string]int{}
+	// windows memoises startWindow per Service for this call.
+	windows := map[cache.ObjectName]map[contract.PortKey]time.Duration{}
+	now := c.now()
 	for _, p := range proxies {
 		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
 			continue
@@ -205,18 +216,73 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 		for _, sp := range svc.Spec.Ports {
 			pk := contract.PortKeyOf(sp)
 			tk := pk.TargetKey(name.String(), p.Spec.NodeName)
-			if seen[tk] {
+			starting := proxyStarting(p, now, func() time.Duration {
+				if windows[name] == nil {
+					windows[name] = startWindows(svc)
+				}
+				return windows[name][pk]
+			})
+			if i, ok := seen[tk]; ok {
+				// A target is starting only while every pod serving it is.
+				out[i].Starting = out[i].Starting && starting
 				continue
 			}
-			seen[tk] = true
+			seen[tk] = len(out)
 			out = append(out, healthTarget{
-				Target:  status.Target{Key: tk, Node: p.Spec.NodeName, Vantages: prober.Vantages(tk, p.Spec.NodeName, zone[p.Spec.NodeName], cands, k)},
+				Target: status.Target{Key: tk, Node: p.Spec.NodeName, Vantages: prober.Vantages(tk, p.Spec.NodeName, zone[p.Spec.NodeName], cands, k),
+					Starting: starting},
 				service: name,
 				port:    pk,
 			})
 		}
 	}
 	return out, nil
+}
+
+// Starting a proxy: its targets are Starting (status.Target), so a Down
+// verdict raises no TargetDown Warning, while the pod's containers are not
+// ready, and then for long enough that the probers can see it Up (rise
+// probes at the port's interval) and report it (proxyStartMargin); but for
+// proxyStartLimit after the pod's creation at most, so a proxy that never
+// comes up, or crash-loops, is still announced.
+const (
+	proxyStartMargin = 10 * time.Second
+	proxyStartLimit  = 2 * time.Minute
+)
+
+// proxyStarting says whether proxy pod p is still starting at now; window
+// returns, when asked, how long after its containers are ready it still
+// counts as starting.
+func proxyStarting(p *corev1.Pod, now time.Time, window func() time.Duration) bool {
+	if now.Sub(p.CreationTimestamp.Time) >= proxyStartLimit {
+		return false
+	}
+	var ready *corev1.PodCondition
+	for i, cond := range p.Status.Conditions {
+		// Ready implies ContainersReady; the readiness gate holds Ready
+		// back until the pod is probed Up, so ContainersReady is the one
+		// that says the proxy serves.
+		if (cond.Type == corev1.ContainersReady || cond.Type == corev1.PodReady) && cond.Status == corev1.ConditionTrue {
+			if ready == nil || cond.LastTransitionTime.Before(&ready.LastTransitionTime) {
+				ready = &p.Status.Conditions[i]
+			}
+		}
+	}
+	if ready == nil {
+		return true
+	}
+	return now.Sub(ready.LastTransitionTime.Time) < window()
+}
+
+// startWindows returns, for each port of svc, how long after its proxy's
+// containers are ready the port still counts as starting.
+func startWindows(svc *corev1.Service) map[contract.PortKey]time.Duration {
+	settings, _ := contract.Parse(svc) // sync reports the problems
+	out := map[contract.PortKey]time.Duration{}
+	for _, pr := range settings.Probes {
+		out[pr.Port] = time.Duration(pr.Rise)*pr.Interval + proxyStartMargin
+	}
+	return out
 }
 
 // statusTargets returns what the quorum judges of targets.

@@ -481,3 +481,99 @@ func TestFlappingTargetHeldDown(t *testing.T) {
 		}
 	}
 }
+
+// startingPod is svc's proxy on node, created at created, whose containers
+// are ready since readySince (zero: not ready), held back from Ready by the
+// probed readiness gate.
+func startingPod(svc *corev1.Service, node string, created, readySince time.Time) *corev1.Pod {
+	p := deploymentPod(svc, node)
+	p.CreationTimestamp = metav1.NewTime(created)
+	p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: contract.PodConditionProbed}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	if !readySince.IsZero() {
+		p.Status.Conditions = append(p.Status.Conditions,
+			corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(readySince)})
+	} else {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionFalse})
+	}
+	return p
+}
+
+func warnings(events []string) []string {
+	var out []string
+	for _, e := range events {
+		if strings.HasPrefix(e, corev1.EventTypeWarning+" ") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestNewProxyStartsWithoutWarning checks that a new Service's proxy, found
+// refusing by the probers before its containers are ready, raises no
+// TargetDown Warning when it then comes up; and that one still Down after
+// its containers have been ready long enough to be probed Up does.
+func TestNewProxyStartsWithoutWarning(t *testing.T) {
+	tests := []struct {
+		name string
+		// after is the pod's state and what the probers say a round
+		// later: when its containers became ready, relative to that
+		// round, and the port's state.
+		readyAgo    time.Duration
+		after       v1alpha1.State
+		wantWarning bool
+	}{
+		{"comes up once ready", time.Second, v1alpha1.StateUp, false},
+		{"ready, not yet probed Up", time.Second, v1alpha1.StateDown, false},
+		{"still down long after ready", 20 * time.Second, v1alpha1.StateDown, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			svc := newService("web")
+			created := testNow.Add(-2 * time.Second)
+			objs := []runtime.Object{svc, startingPod(svc, "n1", created, time.Time{})}
+			for i, n := range []string{"n1", "n2", "n3", "n4"} {
+				objs = append(objs, newNode(n, "10.0.0."+string(rune('1'+i))), proberPod(n))
+			}
+			f := newFixture(t, objs...)
+			c := f.healthController(ctx, meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateDown})...)
+			target := contract.PortKeyOf(svc.Spec.Ports[0]).TargetKey("shop/web", "n1")
+
+			// Round 1: the pod's containers are not ready; the probers
+			// find the port refusing.
+			if err := c.evaluate(ctx, healthKey); err != nil {
+				t.Fatal(err)
+			}
+			if j := c.verdicts.Verdict(target); j.Verdict != status.VerdictDown {
+				t.Fatalf("verdict %v (%s), want Down while the proxy starts", j.Verdict, j.Summary())
+			}
+			if w := warnings(f.events()); len(w) > 0 {
+				t.Errorf("Warning events while the proxy starts: %v", w)
+			}
+
+			// Round 2: the containers are ready since readyAgo.
+			now := testNow.Add(tt.readyAgo + time.Second)
+			c.now = func() time.Time { return now }
+			pods := f.system.Core().V1().Pods().Informer().GetIndexer()
+			if err := pods.Update(startingPod(svc, "n1", created, now.Add(-tt.readyAgo))); err != nil {
+				t.Fatal(err)
+			}
+			setReports(t, c, now, meshReports(svc, map[string]v1alpha1.State{"n1": tt.after})...)
+			if err := c.evaluate(ctx, healthKey); err != nil {
+				t.Fatal(err)
+			}
+			events := f.events()
+			w := warnings(events)
+			switch {
+			case tt.wantWarning && (len(w) != 1 || !strings.Contains(w[0], ReasonTargetDown)):
+				t.Errorf("events %v, want one TargetDown Warning", events)
+			case !tt.wantWarning && len(w) > 0:
+				t.Errorf("Warning events %v, want none", w)
+			}
+			if !tt.wantWarning && hasEvent(events, ReasonTargetUp) {
+				t.Errorf("events %v: TargetUp ends a TargetDown that was never announced", events)
+			}
+		})
+	}
+}

@@ -17,6 +17,11 @@ import (
 // probeTimeout bounds every probe made with probeOnce.
 const probeTimeout = 300 * time.Millisecond
 
+// costlyTimeout is the deadline of probes whose matching is made to
+// outlast it: short enough that matching 64 KiB takes several times as
+// long even without the race detector, long enough to read the answer.
+const costlyTimeout = 50 * time.Millisecond
+
 // loopbacks are the loopback hosts the tcp, udp, dns and mysql cases run against.
 var loopbacks = []struct{ name, host string }{
 	{"ipv4", "127.0.0.1"},
@@ -126,15 +131,20 @@ func serveTCP(t *testing.T, host string, handle func(net.Conn)) netip.AddrPort {
 	return addr
 }
 
-// probeOnce builds the prober for spec, probes target once with a
-// probeTimeout deadline, and checks the invariants every Result keeps.
+// probeOnce builds the prober for spec, probes target once with a deadline
+// of spec.Timeout, else probeTimeout, and checks the invariants every Result
+// keeps.
 func probeOnce(t *testing.T, spec Spec, opts Options, target netip.AddrPort) Result {
 	t.Helper()
 	p, err := New(spec, opts)
 	if err != nil {
 		t.Fatalf("New(%v): %v", spec.Protocol, err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), probeTimeout)
+	timeout := probeTimeout
+	if spec.Timeout > 0 {
+		timeout = spec.Timeout
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
 	start := time.Now()
 	res := p.Probe(ctx, target)
@@ -150,8 +160,8 @@ func probeOnce(t *testing.T, spec Spec, opts Options, target netip.AddrPort) Res
 	}
 	// The race detector slows everything; the margin only has to catch a
 	// probe that ignores its deadline.
-	if elapsed > probeTimeout+250*time.Millisecond {
-		t.Errorf("Probe took %v with a %v deadline", elapsed, probeTimeout)
+	if elapsed > timeout+250*time.Millisecond {
+		t.Errorf("Probe took %v with a %v deadline", elapsed, timeout)
 	}
 	return res
 }

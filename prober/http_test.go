@@ -1,6 +1,7 @@
 package prober
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -744,5 +745,61 @@ func TestHTTPProbeCancel(t *testing.T) {
 	}
 	if res.Outcome == L7TOUT || res.Err == nil || !strings.Contains(res.Err.Error(), "context canceled") {
 		t.Errorf("cancelled probe: %v (%v), want a cancellation rather than a timeout", res.Outcome, res.Err)
+	}
+}
+
+// TestHTTPProbeDeadlineBoundsAnswer checks that a probe's deadline bounds
+// every part of reading and checking the answer: headers or a body that
+// trickle in past it, and a body regex whose matching would outlast it.
+func TestHTTPProbeDeadlineBoundsAnswer(t *testing.T) {
+	// trickle writes head, then one byte of fill every 5 ms until the
+	// client goes away.
+	trickle := func(head string) netip.AddrPort {
+		return serveTCP(t, "127.0.0.1", func(c net.Conn) {
+			_, _ = c.Read(make([]byte, 4096))
+			if _, err := io.WriteString(c, head); err != nil {
+				return
+			}
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for range tick.C {
+				if _, err := c.Write([]byte("a")); err != nil {
+					return
+				}
+			}
+		})
+	}
+	// large answers 10 MB of "a" at once.
+	large := serveTCP(t, "127.0.0.1", func(c net.Conn) {
+		_, _ = c.Read(make([]byte, 4096))
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10485760\r\n\r\n")
+		_, _ = c.Write(bytes.Repeat([]byte("a"), 10<<20))
+	})
+	// costly is within Parse's size limit (253 instructions), and still
+	// takes far longer than costlyTimeout over 64 KiB of "a": about 0.2 s
+	// without the race detector, several seconds with it.
+	costly := MustParse(`http body="[a-z]{250}b"`).Body
+	tests := []struct {
+		name    string
+		target  netip.AddrPort
+		body    *regexp.Regexp
+		errPart string
+	}{
+		{"header line trickles", trickle("HTTP/1.1 200 OK\r\nX-Slow: "), nil, "waiting for response headers"},
+		{"header names trickle", trickle("HTTP/1.1 200 OK\r\n"), nil, "waiting for response headers"},
+		{"status line trickles", trickle("HTTP/1.1 200 "), nil, "waiting for response headers"},
+		{"body trickles", trickle("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"), nil, "reading body"},
+		{"costly body regex on a large body", large, costly, "matching body"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := Spec{Protocol: HTTP, Body: tc.body}
+			if tc.body != nil {
+				spec.Timeout = costlyTimeout
+			}
+			res := probeOnce(t, spec, Options{}, tc.target)
+			t.Logf("%v after %v: %s", res.Outcome, res.Timings.Total, res.Message())
+			checkResult(t, res, L7TOUT, tc.errPart)
+		})
 	}
 }

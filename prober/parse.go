@@ -60,7 +60,7 @@ var options = map[string]option{
 		return err
 	}},
 	"timeout": {name: "timeout", set: func(s *Spec, v string) error {
-		d, err := parseDuration(v, 10*time.Millisecond, time.Minute)
+		d, err := parseDuration(v, MinTimeout, MaxTimeout)
 		s.Timeout = d
 		return err
 	}},
@@ -535,8 +535,33 @@ func compileRegexp(v string) (*regexp.Regexp, error) {
 		}
 		return nil, fmt.Errorf("bad regular expression: %w", err)
 	}
+	if n := regexpInsts(re); n > maxRegexpInsts {
+		return nil, fmt.Errorf("regular expression too large (%d instructions, at most %d; use smaller repetition counts)", n, maxRegexpInsts)
+	}
 	return re, nil
 }
+
+// regexpInsts returns the number of instructions re compiles to, which
+// bounds the work of matching one byte.
+func regexpInsts(re *regexp.Regexp) int {
+	// re compiled, so its text parses and compiles again.
+	parsed, err := syntax.Parse(re.String(), syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	prog, err := syntax.Compile(parsed.Simplify())
+	if err != nil {
+		return 0
+	}
+	return len(prog.Inst)
+}
+
+// maxRegexpInsts bounds the size of a compiled expect=, body= or header=
+// regular expression. Matching costs up to the program size for every byte
+// of input, so a{1000}b spends half a second of CPU on a 64 KiB body; 256
+// instructions (a{250}b) leave room for any realistic pattern, such as a
+// UUID or a JSON field, and keep the worst case near 0.1 s.
+const maxRegexpInsts = 256
 
 // parseHexPattern parses hex digits, where X matches any nibble; blanks are
 // not allowed, so write "0A0Bxx" rather than "0a 0b".

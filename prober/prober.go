@@ -6,6 +6,7 @@ package prober
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -14,6 +15,13 @@ import (
 
 // DefaultTimeout bounds a probe whose context carries no deadline.
 const DefaultTimeout = 2 * time.Second
+
+// MinTimeout and MaxTimeout bound a probe's timeout= and every other
+// timeout a user gives a single probe (pulselb check --timeout).
+const (
+	MinTimeout = 10 * time.Millisecond
+	MaxTimeout = time.Minute
+)
 
 // Prober checks one target. Probe returns a Result whose Outcome is never
 // zero, and returns by ctx's deadline.
@@ -44,6 +52,9 @@ type Options struct {
 	Secrets SecretSource
 	// LocalAddr, when valid, is the source address of every probe.
 	LocalAddr netip.Addr
+	// RootCAs, when not nil, is the pool tls and https probes verify
+	// certificates against instead of the system roots.
+	RootCAs *x509.CertPool
 }
 
 // constructors is the protocol table: adding a protocol adds one line here.

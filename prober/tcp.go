@@ -22,8 +22,21 @@ const quoteLimit = 64
 // expectation is what the answer of a tcp or udp probe must look like. When
 // both are set both must match.
 type expectation struct {
-	re  *regexp.Regexp
-	hex *HexPattern
+	re *regexp.Regexp
+	// insts is re's program size (regexpInsts), the cost of matching a
+	// byte.
+	insts int
+	hex   *HexPattern
+}
+
+// newExpectation returns the expectation of a spec's expect= and
+// expect-hex=.
+func newExpectation(re *regexp.Regexp, hex *HexPattern) expectation {
+	e := expectation{re: re, hex: hex}
+	if re != nil {
+		e.insts = regexpInsts(re)
+	}
+	return e
 }
 
 // set reports whether the spec asked to check the answer at all.
@@ -32,19 +45,23 @@ func (e expectation) set() bool { return e.re != nil || e.hex != nil }
 // check reports whether b matches, and whether more bytes could still turn
 // a failed match into a match. A hex pattern is decided as soon as enough
 // bytes arrived, so a wrong banner fails at once instead of at the deadline.
-func (e expectation) check(b []byte) (ok, more bool) {
+// It returns ctx's error when ctx ends during an expensive match.
+func (e expectation) check(ctx context.Context, b []byte) (ok, more bool, err error) {
 	if e.hex != nil {
 		if len(b) < len(e.hex.Value) {
-			return false, true
+			return false, true, nil
 		}
 		if !e.hex.Match(b) {
-			return false, false
+			return false, false, nil
 		}
 	}
-	if e.re != nil && !e.re.Match(b) {
-		return false, true
+	if e.re != nil {
+		matched, err := matchBy(ctx, e.re, e.insts, b)
+		if err != nil || !matched {
+			return false, true, err
+		}
 	}
-	return true, false
+	return true, false, nil
 }
 
 // quoteReceived renders received bytes for an error message, truncated so a
@@ -81,7 +98,7 @@ type tcpProber struct {
 func newTCP(spec Spec, opts Options) (Prober, error) {
 	return &tcpProber{
 		send:   spec.Send,
-		expect: expectation{re: spec.Expect, hex: spec.ExpectHex},
+		expect: newExpectation(spec.Expect, spec.ExpectHex),
 		opts:   opts,
 	}, nil
 }
@@ -136,8 +153,12 @@ func (p *tcpProber) probe(ctx context.Context, target netip.AddrPort, start time
 				res.Timings.FirstByte = time.Since(start)
 			}
 			got = append(got, chunk[:n]...)
-			ok, more := p.expect.check(got)
+			ok, more, err := p.expect.check(ctx, got)
 			switch {
+			case err != nil:
+				res.Outcome = readOutcome(err)
+				res.Err = fmt.Errorf("matching answer: %w", err)
+				return res
 			case ok:
 				res.Outcome = L7OK
 				res.Detail = fmt.Sprintf("%d bytes matched", len(got))

@@ -321,3 +321,18 @@ func TestTCPCancel(t *testing.T) {
 		t.Errorf("cancelled probe = %s (%v), want a down outcome with Err", res.Outcome, res.Err)
 	}
 }
+
+// TestTCPExpectBoundedByDeadline checks that matching expect= against a
+// large answer ends at the probe's deadline: the answer is matched again
+// as each chunk arrives, and a costly expression over 64 KiB outlasts it.
+func TestTCPExpectBoundedByDeadline(t *testing.T) {
+	target := serveTCP(t, "127.0.0.1", func(c net.Conn) {
+		_, _ = c.Write(bytes.Repeat([]byte("a"), 64<<10))
+		_, _ = c.Read(make([]byte, 1))
+	})
+	spec := MustParse(`tcp expect="[a-z]{250}b"`)
+	spec.Timeout = costlyTimeout
+	res := probeOnce(t, spec, Options{}, target)
+	t.Logf("%v after %v: %s", res.Outcome, res.Timings.Total, res.Message())
+	checkResult(t, res, L7TOUT, "matching answer")
+}

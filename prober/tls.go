@@ -25,8 +25,10 @@ var systemRoots *x509.CertPool
 // certificates rarely name, and crypto/tls refuses to verify without a
 // name; so the chain alone is verified in VerifyConnection, which still
 // catches untrusted and expired certificates.
-func clientTLSConfig(serverName string, verify bool, alpn []string) *tls.Config {
-	roots := systemRoots
+func clientTLSConfig(serverName string, verify bool, alpn []string, roots *x509.CertPool) *tls.Config {
+	if roots == nil {
+		roots = systemRoots
+	}
 	cfg := &tls.Config{
 		ServerName: serverName,
 		NextProtos: alpn,
@@ -144,7 +146,7 @@ type tlsProber struct {
 // newTLS builds the tls prober.
 func newTLS(spec Spec, opts Options) (Prober, error) {
 	return &tlsProber{
-		cfg:      clientTLSConfig(spec.SNI, spec.Verify, spec.ALPN),
+		cfg:      clientTLSConfig(spec.SNI, spec.Verify, spec.ALPN, opts.RootCAs),
 		verify:   spec.Verify,
 		alpn:     spec.ALPN,
 		minValid: spec.MinValid,

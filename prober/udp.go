@@ -22,7 +22,7 @@ type udpProber struct {
 func newUDP(spec Spec, opts Options) (Prober, error) {
 	p := &udpProber{
 		send:    spec.Send,
-		expect:  expectation{re: spec.Expect, hex: spec.ExpectHex},
+		expect:  newExpectation(spec.Expect, spec.ExpectHex),
 		silence: spec.Silence,
 		opts:    opts,
 	}
@@ -71,7 +71,13 @@ func (p *udpProber) probe(ctx context.Context, target netip.AddrPort, start time
 	case err == nil:
 		res.Timings.FirstByte = time.Since(start)
 		got := buf[:n]
-		if ok, _ := p.expect.check(got); p.expect.set() && !ok {
+		ok, _, err := p.expect.check(ctx, got)
+		if err != nil {
+			res.Outcome = readOutcome(err)
+			res.Err = fmt.Errorf("matching answer: %w", err)
+			return res
+		}
+		if p.expect.set() && !ok {
 			res.Outcome = L7RSP
 			res.Err = fmt.Errorf("answer does not match: received %s", quoteReceived(got))
 			return res

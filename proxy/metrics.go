@@ -37,6 +37,15 @@ type Metrics struct {
 	// --source-ranges), "session-limit" (UDP session cap reached) or
 	// "backend" (the ClusterIP could not be reached).
 	Refused *prometheus.CounterVec
+	// AcceptErrors is pulselb_proxy_accept_errors_total{protocol, reason}:
+	// failed accepts of TCP connections in userspace mode, reason
+	// "fd-limit" (out of file descriptors) or "other". Clients wait in the
+	// listen backlog meanwhile.
+	AcceptErrors *prometheus.CounterVec
+	// IdleClosed is pulselb_proxy_idle_closed_total{protocol}: TCP
+	// connections closed in userspace mode after --tcp-idle-timeout
+	// without data.
+	IdleClosed *prometheus.CounterVec
 	// RuleRepairs is pulselb_proxy_rule_repairs_total{family}: chains or
 	// jumps found changed or missing and restored, after the first install.
 	RuleRepairs *prometheus.CounterVec
@@ -62,14 +71,16 @@ func NewMetrics() *Metrics {
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help}, labels)
 	}
 	m := &Metrics{
-		Mode:        gauge("mode", "1 for the data-plane mode in use (iptables or userspace).", "mode"),
-		Phase:       gauge("phase", "1 for the phase the proxy is in: serving; delay (shutting down, still forwarding new connections); drain (refusing new connections, open ones finishing).", "phase"),
-		Bytes:       counter("bytes_total", "Bytes forwarded, by protocol and direction (in: client to backend); IP packet bytes in iptables mode.", "protocol", "direction"),
-		Connections: counter("connections_total", "TCP connections and UDP sessions forwarded.", "protocol"),
-		Active:      gauge("active", "Open TCP connections and UDP sessions in userspace mode.", "protocol"),
-		Refused:     counter("refused_total", "Clients refused in userspace mode, by protocol and reason.", "protocol", "reason"),
-		RuleRepairs: counter("rule_repairs_total", "iptables chains or jumps found changed or missing and restored.", "family"),
-		RuleErrors:  counter("rule_errors_total", "Failed checks or repairs of the iptables rules.", "family"),
+		Mode:         gauge("mode", "1 for the data-plane mode in use (iptables or userspace).", "mode"),
+		Phase:        gauge("phase", "1 for the phase the proxy is in: serving; delay (shutting down, still forwarding new connections); drain (refusing new connections, open ones finishing).", "phase"),
+		Bytes:        counter("bytes_total", "Bytes forwarded, by protocol and direction (in: client to backend); IP packet bytes in iptables mode.", "protocol", "direction"),
+		Connections:  counter("connections_total", "TCP connections and UDP sessions forwarded.", "protocol"),
+		Active:       gauge("active", "Open TCP connections and UDP sessions in userspace mode.", "protocol"),
+		Refused:      counter("refused_total", "Clients refused in userspace mode, by protocol and reason.", "protocol", "reason"),
+		AcceptErrors: counter("accept_errors_total", "Failed accepts of TCP connections in userspace mode, by reason: fd-limit (out of file descriptors) or other.", "protocol", "reason"),
+		IdleClosed:   counter("idle_closed_total", "TCP connections closed in userspace mode after the idle timeout without data.", "protocol"),
+		RuleRepairs:  counter("rule_repairs_total", "iptables chains or jumps found changed or missing and restored.", "family"),
+		RuleErrors:   counter("rule_errors_total", "Failed checks or repairs of the iptables rules.", "family"),
 	}
 	// Every series a dashboard plots exists from the start, so it shows 0
 	// rather than no data.
@@ -85,6 +96,9 @@ func NewMetrics() *Metrics {
 		m.Connections.WithLabelValues(string(p))
 		m.Active.WithLabelValues(string(p))
 	}
+	m.AcceptErrors.WithLabelValues(string(TCP), "fd-limit")
+	m.AcceptErrors.WithLabelValues(string(TCP), "other")
+	m.IdleClosed.WithLabelValues(string(TCP))
 	for _, f := range []Family{IPv4, IPv6} {
 		m.RuleRepairs.WithLabelValues(f.String())
 		m.RuleErrors.WithLabelValues(f.String())
@@ -96,7 +110,7 @@ func NewMetrics() *Metrics {
 // never from init, so tests choose their own registry.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.Mode, m.Phase, m.Bytes, m.Connections, m.Active, m.Refused, m.RuleRepairs, m.RuleErrors} {
+	for _, c := range []prometheus.Collector{m.Mode, m.Phase, m.Bytes, m.Connections, m.Active, m.Refused, m.AcceptErrors, m.IdleClosed, m.RuleRepairs, m.RuleErrors} {
 		if err := r.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -60,6 +60,9 @@ type Config struct {
 	DrainTimeout time.Duration
 	// DialTimeout bounds a userspace TCP connect to the ClusterIP.
 	DialTimeout time.Duration
+	// TCPIdleTimeout closes a userspace TCP connection that carried no
+	// data either way for this long; negative means never.
+	TCPIdleTimeout time.Duration
 	// UDPIdleTimeout ends a UDP session with no datagram either way.
 	UDPIdleTimeout time.Duration
 	// UDPMaxSessions caps the UDP sessions per port; datagrams of new
@@ -82,6 +85,14 @@ const (
 	DefaultDrainTimeout   = 10 * time.Second
 	DefaultDialTimeout    = 5 * time.Second
 	DefaultUDPIdleTimeout = 60 * time.Second
+	// DefaultTCPIdleTimeout is an hour: longer than the keepalive of any
+	// client that means to stay connected (SSH, database pools and
+	// Kubernetes watches send something within minutes; Linux TCP
+	// keepalive does not count, as it carries no data), and short enough
+	// that clients gone without a FIN give their file descriptors back
+	// the same hour. Cloud load balancers pick from 350 s (AWS NLB) to
+	// 10 minutes or more; an hour breaks fewer idle-but-alive clients.
+	DefaultTCPIdleTimeout = time.Hour
 	DefaultUDPMaxSessions = 10000
 )
 
@@ -147,6 +158,7 @@ func New(cfg Config, metrics *Metrics) (*Proxy, error) {
 	setDefault(&cfg.DrainTimeout, DefaultDrainTimeout)
 	setDefault(&cfg.DialTimeout, DefaultDialTimeout)
 	setDefault(&cfg.UDPIdleTimeout, DefaultUDPIdleTimeout)
+	setDefault(&cfg.TCPIdleTimeout, DefaultTCPIdleTimeout)
 	setDefault(&cfg.UDPMaxSessions, DefaultUDPMaxSessions)
 	if cfg.ProcSys == "" {
 		cfg.ProcSys = DefaultProcSys
@@ -319,7 +331,8 @@ func (p *Proxy) startUserspace(ctx context.Context) error {
 			if ln, err = net.Listen("tcp", addr); err == nil {
 				p.tcp = append(p.tcp, &tcpRelay{
 					ln: ln.(*net.TCPListener), port: port, ranges: p.cfg.SourceRanges, backend: p.backend(port),
-					dialTimeout: p.cfg.DialTimeout, metrics: p.metrics, conns: map[*net.TCPConn]struct{}{},
+					dialTimeout: p.cfg.DialTimeout, idleTimeout: p.cfg.TCPIdleTimeout, metrics: p.metrics,
+					conns:  map[*net.TCPConn]*relayedConn{},
 					served: make(chan struct{}),
 				})
 			}

@@ -7,49 +7,122 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
+
+// tcpListener is what a tcpRelay accepts from: a *net.TCPListener, which
+// tests wrap to make accept fail.
+type tcpListener interface {
+	AcceptTCP() (*net.TCPConn, error)
+	Close() error
+	Addr() net.Addr
+}
 
 // tcpRelay accepts TCP connections on one port and relays each to the
 // ClusterIP.
 type tcpRelay struct {
-	ln          *net.TCPListener
+	ln          tcpListener
 	port        Port
 	ranges      SourceRanges
 	backend     func(client netip.Addr) netip.AddrPort
 	dialTimeout time.Duration
+	// idleTimeout, when positive, closes a connection that carried no data
+	// either way for that long.
+	idleTimeout time.Duration
 	metrics     *Metrics
 
 	served chan struct{}  // closed when serve returns
 	wg     sync.WaitGroup // one per connection being relayed
 	mu     sync.Mutex
-	conns  map[*net.TCPConn]struct{} // both ends of every relayed connection
+	// conns holds both ends of every relayed connection.
+	conns map[*net.TCPConn]*relayedConn
 	// forced is set once shutdown has closed conns; a connection made after
 	// that is closed at once.
 	forced bool
+	// acceptLog limits the logging of accept failures; only serve uses it.
+	acceptLog rateLog
+}
+
+// relayedConn is one end of a relayed connection.
+type relayedConn struct {
+	// client is true for the client's end, which the idle sweep checks.
+	client   bool
+	accepted time.Time
+}
+
+// acceptLogInterval is the least time between two logs of accept failures:
+// at the file descriptor limit every accept fails, and a log line per
+// failure would flood the log and use the disk the node may need.
+const acceptLogInterval = time.Minute
+
+// rateLog decides which of a stream of repeated failures to log: the first,
+// then at most one per acceptLogInterval, which reports how many were not
+// logged in between.
+type rateLog struct {
+	last       time.Time
+	suppressed int
+	// logged counts the failures logged, for tests.
+	logged int
+}
+
+// note records a failure at now. It returns whether to log it, and how many
+// failures went unlogged since the last log.
+func (l *rateLog) note(now time.Time) (bool, int) {
+	if !l.last.IsZero() && now.Sub(l.last) < acceptLogInterval {
+		l.suppressed++
+		return false, 0
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	l.logged++
+	return true, n
+}
+
+// acceptErrorReason classifies an accept failure for
+// pulselb_proxy_accept_errors_total: "fd-limit" when the process (EMFILE)
+// or the system (ENFILE) is out of file descriptors, else "other".
+func acceptErrorReason(err error) string {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		return "fd-limit"
+	}
+	return "other"
 }
 
 // serve accepts connections until the listener is closed.
 func (r *tcpRelay) serve(ctx context.Context) {
 	defer close(r.served)
 	logger := klog.FromContext(ctx)
-	backoff := 5 * time.Millisecond
+	if r.idleTimeout > 0 {
+		stop := make(chan struct{})
+		defer close(stop)
+		go r.sweepIdle(ctx, stop)
+	}
+	const minBackoff = 5 * time.Millisecond
+	backoff := minBackoff
 	for {
 		c, err := r.ln.AcceptTCP()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			reason := acceptErrorReason(err)
+			r.metrics.AcceptErrors.WithLabelValues(string(TCP), reason).Inc()
+			if ok, unlogged := r.acceptLog.note(time.Now()); ok {
+				logger.Error(err, "Accepting TCP connection failed; new connections wait in the backlog", "port", r.port.String(),
+					"reason", reason, "unloggedFailures", unlogged, "openConnections", r.open())
+			}
 			// Out of file descriptors or a similar passing condition: wait
-			// rather than spin, as net/http does.
-			logger.Error(err, "Accepting TCP connection failed", "port", r.port.String())
+			// rather than spin, as net/http does, while clients wait in the
+			// listen backlog.
 			time.Sleep(backoff)
 			backoff = min(2*backoff, time.Second)
 			continue
 		}
-		backoff = 5 * time.Millisecond
+		backoff = minBackoff
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
@@ -60,16 +133,74 @@ func (r *tcpRelay) serve(ctx context.Context) {
 	}
 }
 
-// track adds c to the connections a forced shutdown closes. It returns false,
-// and c must be closed, when that shutdown has already happened.
-func (r *tcpRelay) track(c *net.TCPConn) bool {
+// open returns the number of relayed connections.
+func (r *tcpRelay) open() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conns) / 2
+}
+
+// track adds c to the connections a forced shutdown closes; client says
+// which end it is. It returns false, and c must be closed, when that
+// shutdown has already happened.
+func (r *tcpRelay) track(c *net.TCPConn, client bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.forced {
 		return false
 	}
-	r.conns[c] = struct{}{}
+	r.conns[c] = &relayedConn{client: client, accepted: time.Now()}
 	return true
+}
+
+// sweepIdle closes, every quarter of the idle timeout (at most every
+// minute), the connections idle for at least the timeout, until stop is
+// closed. The kernel splices the bytes without pulselb seeing them, so
+// idleness comes from the client socket's TCP_INFO: the time since it last
+// received and last sent data. A connection is closed between one and one
+// and a quarter timeouts after its last byte.
+func (r *tcpRelay) sweepIdle(ctx context.Context, stop <-chan struct{}) {
+	logger := klog.FromContext(ctx)
+	tick := time.NewTicker(min(r.idleTimeout/4, time.Minute))
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		var idle []*net.TCPConn
+		r.mu.Lock()
+		for c, rc := range r.conns {
+			if rc.client && time.Since(rc.accepted) >= r.idleTimeout && idleFor(c) >= r.idleTimeout {
+				idle = append(idle, c)
+			}
+		}
+		r.mu.Unlock()
+		for _, c := range idle {
+			r.metrics.IdleClosed.WithLabelValues(string(TCP)).Inc()
+			logger.V(4).Info("Closing idle connection", "client", tcpAddrPort(c.RemoteAddr()), "port", r.port.String(), "idleTimeout", r.idleTimeout)
+			// The relay's copies fail and close the backend's end too.
+			c.Close()
+		}
+	}
+}
+
+// idleFor returns how long c has carried no data in either direction, or
+// zero when the kernel does not say.
+func idleFor(c *net.TCPConn) time.Duration {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var info *unix.TCPInfo
+	cerr := raw.Control(func(fd uintptr) {
+		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	})
+	if cerr != nil || err != nil {
+		return 0
+	}
+	return time.Duration(min(info.Last_data_recv, info.Last_data_sent)) * time.Millisecond
 }
 
 func (r *tcpRelay) untrack(c *net.TCPConn) {
@@ -94,7 +225,7 @@ func (r *tcpRelay) relay(ctx context.Context, client *net.TCPConn) {
 		return
 	}
 	defer client.Close()
-	if !r.track(client) {
+	if !r.track(client, true) {
 		return
 	}
 	defer r.untrack(client)
@@ -110,7 +241,7 @@ func (r *tcpRelay) relay(ctx context.Context, client *net.TCPConn) {
 	}
 	backend := bc.(*net.TCPConn)
 	defer backend.Close()
-	if !r.track(backend) {
+	if !r.track(backend, false) {
 		return
 	}
 	defer r.untrack(backend)

@@ -25,12 +25,43 @@ type Engine struct {
 	// so a flapping target does not get its proxy restarted.
 	downSince map[string]time.Time
 	held      int
+	// upSeen holds the targets ever judged Up, for as long as they are
+	// judged; quiet holds the targets whose Down verdict has not been
+	// announced (Change.Quiet). Only Judge uses them.
+	upSeen map[string]bool
+	quiet  map[string]bool
 }
 
-// Change is a target whose verdict changed in a round.
+// Change is a target whose verdict changed in a round, or whose quiet Down
+// verdict is now due to be announced.
 type Change struct {
 	Target   Target
 	From, To Judgement
+	// Quiet marks a change that calls for no alarm: a change to Down of a
+	// target that is Starting and was never Up, or the change that ends
+	// such a Down.
+	Quiet bool
+	// Late marks a Change whose From and To are the same Down verdict: a
+	// quiet Down that outlasted the target's start, to be announced now as
+	// a change to Down would have been. It comes once per Down verdict.
+	Late bool
+}
+
+// quietChange returns whether the change of t from was to is calls for no
+// alarm, and records the quiet Down verdicts. A Down verdict on a target
+// being started is expected, as its probers find it refusing until it
+// serves, and announcing it would raise an alarm at every new Service.
+// e.judging must be held.
+func (e *Engine) quietChange(t Target, was, is Verdict) bool {
+	switch {
+	case is == VerdictDown && t.Starting && !e.upSeen[t.Key]:
+		e.quiet[t.Key] = true
+		return true
+	case was == VerdictDown && e.quiet[t.Key]:
+		delete(e.quiet, t.Key)
+		return true
+	}
+	return false
 }
 
 // Judge judges targets over reports at now and returns those whose verdict
@@ -73,6 +104,19 @@ func (e *Engine) Judge(reports Reports, targets []Target, now time.Time) []Chang
 		}
 	}
 	e.damper.Retain(func(k string) bool { _, ok := next[k]; return ok })
+	if e.upSeen == nil {
+		e.upSeen, e.quiet = map[string]bool{}, map[string]bool{}
+	}
+	for k := range e.upSeen {
+		if _, ok := next[k]; !ok {
+			delete(e.upSeen, k)
+		}
+	}
+	for k := range e.quiet {
+		if _, ok := next[k]; !ok {
+			delete(e.quiet, k)
+		}
+	}
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -96,8 +140,16 @@ func (e *Engine) Judge(reports Reports, targets []Target, now time.Time) []Chang
 
 	var changes []Change
 	for _, t := range targets {
-		if was, is := prev[t.Key], next[t.Key]; was.Verdict != is.Verdict {
-			changes = append(changes, Change{Target: t, From: was, To: is})
+		was, is := prev[t.Key], next[t.Key]
+		switch {
+		case was.Verdict != is.Verdict:
+			changes = append(changes, Change{Target: t, From: was, To: is, Quiet: e.quietChange(t, was.Verdict, is.Verdict)})
+		case is.Verdict == VerdictDown && e.quiet[t.Key] && !t.Starting:
+			delete(e.quiet, t.Key)
+			changes = append(changes, Change{Target: t, From: is, To: is, Late: true})
+		}
+		if is.Verdict == VerdictUp {
+			e.upSeen[t.Key] = true
 		}
 	}
 	return changes

@@ -3,6 +3,7 @@ package status
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +186,53 @@ func TestEngineRestore(t *testing.T) {
 	changes := e.Judge(engineReports(now, webSays(v1alpha1.StateUp)...), []Target{web}, now)
 	if len(changes) != 1 || changes[0].From.Verdict != VerdictDown || changes[0].To.Verdict != VerdictUp {
 		t.Errorf("changes %+v, want web Down>Up", changes)
+	}
+}
+
+// TestEngineQuietStart checks the rule for a Down verdict on a Starting
+// target: quiet while it was never Up, announced (Late, once) if it outlasts
+// the start, and an alarm as usual once the target has been Up.
+func TestEngineQuietStart(t *testing.T) {
+	type round struct {
+		starting bool
+		state    v1alpha1.State
+		// want is the change of the round: "" none, "down", "up",
+		// "quiet down", "quiet up" or "late".
+		want string
+	}
+	tests := []struct {
+		name   string
+		rounds []round
+	}{
+		{"healthy start", []round{{true, v1alpha1.StateDown, "quiet down"}, {true, v1alpha1.StateUp, "quiet up"}, {false, v1alpha1.StateUp, ""}}},
+		{"start outlasted", []round{{true, v1alpha1.StateDown, "quiet down"}, {false, v1alpha1.StateDown, "late"}, {false, v1alpha1.StateDown, ""}, {false, v1alpha1.StateUp, "up"}}},
+		{"down after up while starting", []round{{true, v1alpha1.StateUp, "up"}, {true, v1alpha1.StateDown, "down"}}},
+		{"not starting", []round{{false, v1alpha1.StateDown, "down"}, {false, v1alpha1.StateUp, "up"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var e Engine
+			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			for i, r := range tt.rounds {
+				now = now.Add(time.Minute) // past any flap damping
+				web := engineTargets["web"]
+				web.Starting = r.starting
+				changes := e.Judge(engineReports(now, webSays(r.state)...), []Target{web}, now)
+				got := ""
+				for _, ch := range changes {
+					switch {
+					case ch.Late:
+						got = "late"
+					case ch.Quiet:
+						got = "quiet " + strings.ToLower(ch.To.Verdict.String())
+					default:
+						got = strings.ToLower(ch.To.Verdict.String())
+					}
+				}
+				if got != r.want {
+					t.Errorf("round %d (starting %v, %s): change %q, want %q", i+1, r.starting, r.state, got, r.want)
+				}
+			}
+		})
 	}
 }

@@ -171,6 +171,13 @@ type Target struct {
 	// count as fresh until it goes stale, holding back verdicts such as a
 	// replacement proxy's first Up. Engine.Judge sets it.
 	Ignore map[string]bool
+	// Starting says the server behind the target is still starting, such
+	// as a proxy pod whose containers are not ready yet: probers that find
+	// it refusing are right, but nothing is wrong. Engine.Judge marks the
+	// Changes of a Down verdict on a target that was never Up and is
+	// Starting Quiet, and announces the verdict (Late) only if it is still
+	// Down once the target stops Starting.
+	Starting bool
 	// MinDown is the fewest Down votes that can make the verdict Down; 0
 	// means MinDownVotes. Only a standalone instance without peers, its
 	// own only vantage, sets 1: with a single vantage there is no second

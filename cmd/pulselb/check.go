@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pulselb/pulselb/prober"
@@ -25,7 +26,8 @@ Probes ADDR:PORT with the probe SPEC (for example "http path=/healthz") and
 prints the typed outcome, per-phase timings, the TLS certificate summary and
 the MySQL server version. ADDR may be an IP address or a host name.
 With --serve, ADDR:PORT is omitted: pulselb starts a throwaway loopback
-server for SPEC's protocol and probes that.
+server for SPEC's protocol and probes that; for tls and https the probe
+trusts the server's self-signed certificate, so verification succeeds.
 
 Exit status: 0 when every probe was up, 1 when any was down, 2 for a bad
 spec, address or flag.
@@ -38,7 +40,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	count := fs.Int("count", 1, "number of probes")
 	interval := fs.Duration("interval", time.Second, "time between probes when --count > 1")
-	timeout := fs.Duration("timeout", 0, "probe timeout (default: the spec's timeout=, else 2s)")
+	timeout := fs.Duration("timeout", 0, fmt.Sprintf("probe timeout, %v to %v (default: the spec's timeout=, else %v)", prober.MinTimeout, prober.MaxTimeout, prober.DefaultTimeout))
 	jsonOut := fs.Bool("json", false, "print one JSON object per probe")
 	secretsDir := fs.String("secrets-dir", "", "directory holding Secrets as DIR/NAME/password, for secret=")
 	source := fs.String("source", "", "source IP address of the probes")
@@ -68,6 +70,16 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pulselb check: --count=%d: want 1 to 100000\n", *count)
 		return 2
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["timeout"] && (*timeout < prober.MinTimeout || *timeout > prober.MaxTimeout) {
+		fmt.Fprintf(stderr, "pulselb check: --timeout=%v: want between %v and %v, as the spec's timeout=\n", *timeout, prober.MinTimeout, prober.MaxTimeout)
+		return 2
+	}
+	if *interval < 0 {
+		fmt.Fprintf(stderr, "pulselb check: --interval=%v: want zero or a positive duration\n", *interval)
+		return 2
+	}
 	spec, err := prober.Parse(pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "pulselb check: %v\n", err)
@@ -81,6 +93,10 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		a, err := netip.ParseAddr(*source)
 		if err != nil {
 			fmt.Fprintf(stderr, "pulselb check: --source=%q: not an IP address\n", *source)
+			return 2
+		}
+		if err := checkLocalAddr(a); err != nil {
+			fmt.Fprintf(stderr, "pulselb check: --source=%q: %v\n", *source, err)
 			return 2
 		}
 		opts.LocalAddr = a
@@ -97,8 +113,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		defer srv.Close()
 		target = srv.Addr
+		// The server's certificate is made up for this run: trusting it
+		// lets verify=true pass, and still shows how a probe verifies.
+		opts.RootCAs = srv.Roots
 		if !*jsonOut {
-			fmt.Fprintf(stdout, "serving a loopback %s server on %s\n", spec.Protocol, target)
+			trusted := ""
+			if srv.Roots != nil {
+				trusted = " (its throwaway self-signed certificate is trusted for this check)"
+			}
+			fmt.Fprintf(stdout, "serving a loopback %s server on %s%s\n", spec.Protocol, target, trusted)
 		}
 	} else if target, err = resolveTarget(ctx, pos[1]); err != nil {
 		fmt.Fprintf(stderr, "pulselb check: %v\n", err)
@@ -159,7 +182,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlagSet(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()
@@ -174,9 +197,25 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// checkLocalAddr returns an error unless a is an address of this host, one
+// a probe can use as its source.
+func checkLocalAddr(a netip.Addr) error {
+	pc, err := net.ListenPacket("udp", netip.AddrPortFrom(a, 0).String())
+	if err != nil {
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return errors.New("not an address of this host (want an IP address of one of its interfaces)")
+		}
+		return fmt.Errorf("cannot use it as a source address: %w", err)
+	}
+	return pc.Close()
+}
+
 // resolveTarget parses ADDR:PORT, resolving a host name to its first address.
 func resolveTarget(ctx context.Context, s string) (netip.AddrPort, error) {
 	if ap, err := netip.ParseAddrPort(s); err == nil {
+		if ap.Port() == 0 {
+			return netip.AddrPort{}, fmt.Errorf("target %q: port 0 cannot be probed (want a port from 1 to 65535)", s)
+		}
 		return ap, nil
 	}
 	host, portStr, err := net.SplitHostPort(s)

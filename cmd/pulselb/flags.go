@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -31,11 +35,90 @@ func setFromEnv(fs *flag.FlagSet) (map[string]bool, error) {
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
+			errs = append(errs, fmt.Errorf("%s=%q (sets --%s): %w", envName(f.Name), v, f.Name, describeFlagError(f, err)))
 		}
 		fromEnv[f.Name] = true
 	})
 	return fromEnv, errors.Join(errs...)
+}
+
+// describeFlagError explains why a value does not fit flag f, naming the
+// form f wants. The flag package's own values fail with a bare "parse
+// error" or "value out of range"; values of other types already say what
+// is wrong.
+func describeFlagError(f *flag.Flag, err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "parse error") && !strings.Contains(msg, "value out of range") {
+		return err
+	}
+	typ, _ := flag.UnquoteUsage(f)
+	switch typ {
+	case "duration":
+		return errors.New("want a duration, such as 30s or 1m30s")
+	case "int":
+		return errors.New("want a whole number")
+	case "uint":
+		return errors.New("want a whole number from 0")
+	case "float":
+		return errors.New("want a number")
+	case "":
+		return errors.New("want true or false")
+	}
+	return fmt.Errorf("%w (want a %s)", err, typ)
+}
+
+// flagValueError matches the flag package's error for a value its flag
+// rejects: the value (quoted), the flag's name and the cause.
+var flagValueError = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([^:]+): (.*)$`)
+
+// parseFlagSet is fs.Parse, except that a value of the wrong type is
+// reported as a variable's is, naming the flag and the form it wants
+// (describeFlagError) rather than "parse error", before the usage.
+func parseFlagSet(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	usage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, flag.ErrHelp) {
+		msg := err.Error()
+		if m := flagValueError.FindStringSubmatch(msg); m != nil {
+			if f := fs.Lookup(m[2]); f != nil {
+				msg = fmt.Sprintf("pulselb %s: --%s=%s: %v", fs.Name(), f.Name, m[1], describeFlagError(f, errors.New(m[3])))
+			}
+		}
+		fmt.Fprintln(out, msg)
+	}
+	fs.Usage()
+	return err
+}
+
+// checkListenAddress returns an error unless s is a HOST:PORT a server can
+// listen on: an IP address, a host name or nothing, and a port number.
+func checkListenAddress(s string) error {
+	const want = "want HOST:PORT with an IP address or an empty host, such as 127.0.0.1:9470 or :9470"
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New(want)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%s; port %q is not a number from 0 to 65535", want, port)
+	}
+	if host != "" && host != "localhost" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%s; %q is not an IP address", want, host)
+		}
+	}
+	return nil
 }
 
 // parseFlags parses a subcommand's command line the same way for every
@@ -59,7 +142,7 @@ func parseCommandLine(fs *flag.FlagSet, usage string, args []string, stderr io.W
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlagSet(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, 0, false
 		}

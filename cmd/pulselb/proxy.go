@@ -56,6 +56,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	resync := fs.Duration("resync-interval", proxy.DefaultResyncInterval, "how often iptables rules are checked and restored")
 	delay := fs.Duration("drain-delay", 0, "after SIGTERM, keep forwarding new connections this long before refusing them; 0 refuses them at once")
 	drain := fs.Duration("drain-timeout", proxy.DefaultDrainTimeout, "once new connections are refused, how long open ones may finish (iptables mode: only after a drain delay)")
+	tcpIdle := fs.Duration("tcp-idle-timeout", proxy.DefaultTCPIdleTimeout, "userspace mode: close a TCP connection that carried no data either way this long; 0 never does")
 	idle := fs.Duration("udp-idle-timeout", proxy.DefaultUDPIdleTimeout, "userspace mode: end a UDP session idle this long")
 	maxSessions := fs.Int("udp-max-sessions", proxy.DefaultUDPMaxSessions, "userspace mode: UDP sessions per port")
 	listen := fs.String("listen-address", "", "userspace mode: the address to listen on; empty means all")
@@ -81,7 +82,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 
 	cfg := proxy.Config{
 		ResyncInterval: *resync, DrainDelay: *delay, DrainTimeout: *drain,
-		UDPIdleTimeout: *idle, UDPMaxSessions: *maxSessions,
+		TCPIdleTimeout: *tcpIdle, UDPIdleTimeout: *idle, UDPMaxSessions: *maxSessions,
+	}
+	if *tcpIdle == 0 {
+		cfg.TCPIdleTimeout = -1
 	}
 	bad := func(name, value string, err error) int {
 		from := ""
@@ -108,6 +112,11 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	if cfg.Mode, err = proxy.ParseMode(*mode); err != nil {
 		return bad("mode", *mode, err)
 	}
+	if *healthAddr != "" {
+		if err := checkListenAddress(*healthAddr); err != nil {
+			return bad("health-address", *healthAddr, err)
+		}
+	}
 	if *listen != "" {
 		if cfg.ListenAddress, err = netip.ParseAddr(*listen); err != nil {
 			return bad("listen-address", *listen, errors.New("not an IP address"))
@@ -129,6 +138,9 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		if *d <= 0 {
 			return bad(name, d.String(), errors.New("want a positive duration"))
 		}
+	}
+	if *tcpIdle < 0 {
+		return bad("tcp-idle-timeout", tcpIdle.String(), errors.New("want zero (never) or a positive duration"))
 	}
 	if *delay < 0 {
 		return bad("drain-delay", delay.String(), errors.New("want zero or a positive duration"))

@@ -30,7 +30,10 @@ import (
 // Server is a running loopback server.
 type Server struct {
 	// Addr is where the server listens.
-	Addr  netip.AddrPort
+	Addr netip.AddrPort
+	// Roots holds the self-signed certificate of a tls or https server,
+	// for a client to trust; it is nil for the other protocols.
+	Roots *x509.CertPool
 	close func()
 }
 
@@ -44,12 +47,12 @@ func (s *Server) Close() { s.close() }
 func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 	switch spec.Protocol {
 	case prober.TCP, prober.TLS:
-		ln, err := listenTCP(spec.Protocol == prober.TLS, spec.ALPN)
+		ln, roots, err := listenTCP(spec.Protocol == prober.TLS, spec.ALPN)
 		if err != nil {
 			return nil, err
 		}
 		go EchoTCP(ln)
-		return &Server{Addr: addrOf(ln.Addr()), close: func() { ln.Close() }}, nil
+		return &Server{Addr: addrOf(ln.Addr()), Roots: roots, close: func() { ln.Close() }}, nil
 	case prober.UDP:
 		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 		if err != nil {
@@ -58,7 +61,7 @@ func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 		go EchoUDP(pc)
 		return &Server{Addr: addrOf(pc.LocalAddr()), close: func() { pc.Close() }}, nil
 	case prober.HTTP, prober.HTTPS:
-		ln, err := listenTCP(spec.Protocol == prober.HTTPS, nil)
+		ln, roots, err := listenTCP(spec.Protocol == prober.HTTPS, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -74,7 +77,7 @@ func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 			BaseContext: func(net.Listener) context.Context { return ctx },
 		}
 		go func() { _ = srv.Serve(ln) }()
-		return &Server{Addr: addrOf(ln.Addr()), close: func() { srv.Close() }}, nil
+		return &Server{Addr: addrOf(ln.Addr()), Roots: roots, close: func() { srv.Close() }}, nil
 	case prober.DNS:
 		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 		if err != nil {
@@ -100,19 +103,20 @@ func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 }
 
 // listenTCP listens on a free port of 127.0.0.1, behind TLS with a
-// self-signed certificate offering alpn when secure.
-func listenTCP(secure bool, alpn []string) (net.Listener, error) {
+// self-signed certificate offering alpn when secure; then it also returns a
+// pool holding that certificate.
+func listenTCP(secure bool, alpn []string) (net.Listener, *x509.CertPool, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil || !secure {
-		return ln, err
+		return ln, nil, err
 	}
-	cfg, err := selfSignedTLS()
+	cfg, roots, err := selfSignedTLS()
 	if err != nil {
 		ln.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	cfg.NextProtos = alpn
-	return tls.NewListener(ln, cfg), nil
+	return tls.NewListener(ln, cfg), roots, nil
 }
 
 func addrOf(a net.Addr) netip.AddrPort {
@@ -171,15 +175,15 @@ func answerLoopback(w dns.ResponseWriter, req *dns.Msg) {
 }
 
 // selfSignedTLS returns a server config with a fresh one-day certificate
-// for 127.0.0.1 and localhost.
-func selfSignedTLS() (*tls.Config, error) {
+// for 127.0.0.1 and localhost, and a pool holding that certificate.
+func selfSignedTLS() (*tls.Config, *x509.CertPool, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
@@ -193,10 +197,16 @@ func selfSignedTLS() (*tls.Config, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, errors.Join(errors.New("creating a self-signed certificate"), err)
+		return nil, nil, errors.Join(errors.New("creating a self-signed certificate"), err)
 	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing the self-signed certificate: %w", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
 	return &tls.Config{
 		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
 		MinVersion:   tls.VersionTLS12,
-	}, nil
+	}, roots, nil
 }
