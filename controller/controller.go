@@ -110,6 +110,9 @@ type Controller struct {
 	// statusWritten is when each Service's status was last written, for
 	// statusSettle.
 	statusWritten map[cache.ObjectName]time.Time
+	// progressSince is when each unpublished Service's conditions were
+	// first held back as progress, for settling.
+	progressSince map[cache.ObjectName]time.Time
 }
 
 // New returns a Controller reading Services, Nodes and EndpointSlices from
@@ -173,6 +176,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: queueMetrics{cfg.Metrics}}),
 		managed:       map[cache.ObjectName]bool{},
 		statusWritten: map[cache.ObjectName]time.Time{},
+		progressSince: map[cache.ObjectName]time.Time{},
 	}
 
 	handlers := []struct {
