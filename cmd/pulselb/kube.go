@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 
+	"github.com/pulselb/pulselb/api/trim"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
@@ -81,8 +83,8 @@ type informerFactories struct {
 
 func newInformerFactories(client kubernetes.Interface, namespace string) informerFactories {
 	return informerFactories{
-		cluster: informers.NewSharedInformerFactory(client, 0),
-		system:  informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace)),
+		cluster: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object)),
+		system:  informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace), informers.WithTransform(trim.Object)),
 	}
 }
 
