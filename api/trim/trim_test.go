@@ -35,7 +35,7 @@ func fullNode(name, ip, externalIP string) *corev1.Node {
 			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}},
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeExternalIP, Address: externalIP},
 				{Type: corev1.NodeHostName, Address: name}},
-			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", OSImage: "Debian GNU/Linux 12", ContainerRuntimeVersion: "containerd://2.4.2"},
+			NodeInfo:     corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", OSImage: "Debian GNU/Linux 12", ContainerRuntimeVersion: "containerd://2.4.2"},
 			VolumesInUse: []corev1.UniqueVolumeName{"kubernetes.io/csi/driver^vol-1"},
 		},
 	}
