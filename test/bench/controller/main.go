@@ -91,6 +91,7 @@ var (
 	keepDir    = flag.String("dir", "", "cluster directory (kept, with the controller's log); default a new temporary one")
 	ctlArgs    = flag.String("controller-args", "", "extra flags for pulselb controller, space-separated")
 	cpQPS      = flag.Float64("control-plane-qps", 400, "client rate limit of the harness' kube-scheduler and kube-controller-manager (0: Kubernetes' defaults, 50 and 20, which make the ReplicaSet controller the bottleneck)")
+	proberRSS  = flag.Duration("prober-rss", 20*time.Second, "after the statuses, run one pulselb prober against the same objects for this long and report its peak RSS (0: not)")
 	nodePorts  = flag.Bool("node-ports", false, "allocate NodePorts for the Services (spec.allocateLoadBalancerNodePorts); the apiserver's NodePort allocator serializes creations on one etcd key")
 	idleWindow = flag.Duration("floor-idle", 10*time.Second, "with -floor, first measure the idle harness' CPU use for this long (0: not)")
 	floor      = flag.Bool("floor", false, "do not run pulselb: create each Service's proxy Deployment (placement.Desired) right after the Service and measure until every Deployment is ready: the control plane alone")
@@ -265,7 +266,61 @@ func run() error {
 		fmt.Printf("  controller metrics: %v\n", err)
 	}
 	fmt.Printf("  controller log: %s\n", ctl.LogPath)
+	if *proberRSS > 0 {
+		rss, err := measureProber(ctx, c)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  prober peak RSS            %8d MiB (one pulselb prober, its caches filled with the same Services, Nodes and proxy pods, over %s)\n", rss, *proberRSS)
+	}
 	return nil
+}
+
+// measureProber runs one pulselb prober for a light node for -prober-rss
+// and returns its peak RSS in MiB. Light nodes run no prober pods, so it
+// is assigned no targets: what it holds is its informer caches (every
+// Service, Node and pod of pulselb-system), which at this scale are most
+// of a prober's memory; a real prober's 60 or so targets (2,000 Services ×
+// 2 proxies × 3 vantages / 200 nodes) add little.
+func measureProber(ctx context.Context, c *cluster.Cluster) (int64, error) {
+	nodes, err := readyNodes(ctx, c.Client)
+	if err != nil || len(nodes) == 0 {
+		return 0, fmt.Errorf("listing nodes for the prober: %v", err)
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	beacon, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	_, beaconPort, _ := net.SplitHostPort(beacon)
+	logPath := filepath.Join(c.Dir, "logs", "pulselb-prober.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return 0, fmt.Errorf("creating prober log: %w", err)
+	}
+	defer logf.Close()
+	pp, err := cluster.StartPulselb(ctx, logf, "prober", "--kubeconfig="+c.Kubeconfig, "--namespace="+systemNamespace,
+		"--node-name="+nodes[0].Name, "--beacon-port="+beaconPort, "--metrics-address="+metrics)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = pp.Stop(15 * time.Second) }()
+	s := newSampler(pp.Pid())
+	for end := time.Now().Add(*proberRSS); time.Now().Before(end); {
+		if pp.Exited() {
+			return 0, fmt.Errorf("pulselb prober exited: %w; log %s", pp.Err(), logPath)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(250 * time.Millisecond): // a sampling window
+		}
+		s.sample()
+	}
+	return s.peakMiB(), nil
 }
 
 // runFloor measures the control plane alone (-floor): each Service's proxy
@@ -293,10 +348,20 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 		if len(problems) > 0 || w.Deployment == nil {
 			return fmt.Errorf("service %s: want a proxy Deployment and no problems, got mode %q, problems %v", svc.Name, w.Mode, problems)
 		}
-		if _, err := createClient.AppsV1().Deployments(systemNamespace).Create(ctx, w.Deployment, metav1.CreateOptions{}); err != nil {
+		d, err := createClient.AppsV1().Deployments(systemNamespace).Create(ctx, w.Deployment, metav1.CreateOptions{})
+		if err != nil {
 			return fmt.Errorf("creating deployment %s/%s: %w", systemNamespace, w.Deployment.Name, err)
 		}
 		tr.deploymentCreatedAt(w.Deployment.Name, time.Now())
+		// The controller also creates each Deployment's budget, owned by
+		// the Deployment, as soon as it exists.
+		if w.Budget != nil {
+			b := w.Budget.DeepCopy()
+			b.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, BlockOwnerDeletion: ptr.To(true)}}
+			if _, err := createClient.PolicyV1().PodDisruptionBudgets(systemNamespace).Create(ctx, b, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating budget %s/%s: %w", systemNamespace, b.Name, err)
+			}
+		}
 		return nil
 	}
 
