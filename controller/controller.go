@@ -114,6 +114,9 @@ type Controller struct {
 	// progressSince is when each unpublished Service's conditions were
 	// first held back as progress, for settling.
 	progressSince map[cache.ObjectName]time.Time
+	// firstAddress is when each unpublished Service first had an address
+	// to publish while other proxies of it were starting, for settling.
+	firstAddress map[cache.ObjectName]time.Time
 }
 
 // New returns a Controller reading Services, Nodes and EndpointSlices from
@@ -170,6 +173,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		managed:       map[cache.ObjectName]bool{},
 		statusWritten: map[cache.ObjectName]time.Time{},
 		progressSince: map[cache.ObjectName]time.Time{},
+		firstAddress:  map[cache.ObjectName]time.Time{},
 	}
 
 	handlers := []struct {

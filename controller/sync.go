@@ -137,14 +137,15 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r status.Result) (*corev1.Service, error) {
 	logger := klog.FromContext(ctx)
 	key := cache.MetaObjectToName(svc)
-	writeStatus := status.Differs(svc, r)
-	if writeStatus {
+	writeStatus := false
+	if status.Differs(svc, r) {
 		if wait := c.settling(key, svc, r); wait > 0 {
-			// Events wait too: they follow the conditions written.
+			// The annotations, which follow the addresses, and the
+			// Events, which follow the conditions, wait too.
 			c.queue.AddAfter(key, wait)
-			writeStatus = false
-			r.Events = nil
+			return svc, nil
 		}
+		writeStatus = true
 	}
 	var err error
 	if status.AnnotationsDiffer(svc, r) || (writeStatus && !hasFinalizer(svc)) {
@@ -169,6 +170,7 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 		c.mu.Lock()
 		c.statusWritten[key] = c.now()
 		delete(c.progressSince, key)
+		delete(c.firstAddress, key)
 		c.mu.Unlock()
 		c.metrics.writes.WithLabelValues("services/status", "update").Inc()
 		logger.Info("Updated load balancer status", "nodes", r.Nodes, "ingress", len(r.LoadBalancer.Ingress))
@@ -307,16 +309,31 @@ const statusSettle = 2 * time.Second
 const progressLag = time.Minute
 
 // settling returns how long to wait before writing r's status over svc's:
-// zero when the addresses change, or when the last status write was
-// statusSettle ago and the conditions are not a new Service's progress
-// still within progressLag.
+// zero when the addresses change (but for a new Service's first ones,
+// which wait up to statusSettle for its other proxies starting), or when
+// the last status write was statusSettle ago and the conditions are not a
+// new Service's progress still within progressLag.
 func (c *Controller) settling(key cache.ObjectName, svc *corev1.Service, r status.Result) time.Duration {
-	if !equality.Semantic.DeepEqual(svc.Status.LoadBalancer, r.LoadBalancer) {
-		return 0
-	}
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !equality.Semantic.DeepEqual(svc.Status.LoadBalancer, r.LoadBalancer) {
+		if len(svc.Status.LoadBalancer.Ingress) > 0 || len(r.LoadBalancer.Ingress) == 0 || r.Starting == 0 || status.Written(svc) {
+			return 0
+		}
+		// A new Service's first addresses, with more proxies starting
+		// (not a Service coming back from having nothing published:
+		// that is written at once):
+		// they usually become ready within a second of each other, and
+		// publishing them together saves a write of the Service and one
+		// of its status.
+		since, ok := c.firstAddress[key]
+		if !ok {
+			since = now
+			c.firstAddress[key] = now
+		}
+		return max(0, since.Add(statusSettle).Sub(now))
+	}
 	if len(svc.Status.LoadBalancer.Ingress) == 0 && status.Progressing(r.Conditions) {
 		since, ok := c.progressSince[key]
 		if !ok {
@@ -343,6 +360,7 @@ func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 		delete(c.managed, key)
 		delete(c.statusWritten, key)
 		delete(c.progressSince, key)
+		delete(c.firstAddress, key)
 	}
 	c.metrics.managedServices.Set(float64(len(c.managed)))
 }

@@ -129,32 +129,52 @@ func TestNewServiceWrites(t *testing.T) {
 		now := testNow
 		c.now = func() time.Time { return now }
 		steps := []struct {
-			name string
-			pod  *corev1.Pod
-			want []string
+			name  string
+			after time.Duration
+			pod   *corev1.Pod
+			want  []string
 		}{
-			{"no proxy scheduled yet", nil, nil},
-			{"one proxy scheduled", notReadyPod(svc, "n1"), nil},
-			{"both scheduled", notReadyPod(svc, "n2"), nil},
-			{"first proxy ready", readyPod(svc, "n1"), both},
+			{"no proxy scheduled yet", 0, nil, nil},
+			{"one proxy scheduled", 3 * time.Second, notReadyPod(svc, "n1"), nil},
+			{"both scheduled", 3 * time.Second, notReadyPod(svc, "n2"), nil},
+			{"first proxy ready, the other starting", 3 * time.Second, readyPod(svc, "n1"), nil},
+			{"second proxy ready", statusSettle / 2, readyPod(svc, "n2"), both},
 		}
 		for _, st := range steps {
 			if st.pod != nil {
-				if err := c.podIndex.Add(st.pod); err != nil {
+				if err := c.podIndex.Update(st.pod); err != nil {
 					t.Fatal(err)
 				}
 			}
-			now = now.Add(3 * time.Second)
+			now = now.Add(st.after)
 			if got := serviceWrites(t, ctx, f, c, svc, st.name); !slices.Equal(got, st.want) {
 				t.Errorf("%s: writes %q, want %q", st.name, got, st.want)
 			}
 		}
 		got := f.service(ctx, "shop", "web")
-		if !hasFinalizer(got) || got.Annotations[contract.AnnotationNodes] != "n1" || len(got.Status.LoadBalancer.Ingress) != 1 {
+		if !hasFinalizer(got) || got.Annotations[contract.AnnotationNodes] != "n1,n2" || len(got.Status.LoadBalancer.Ingress) != 2 {
 			t.Errorf("published Service: finalizers %v, annotations %v, ingress %v", got.Finalizers, got.Annotations, got.Status.LoadBalancer.Ingress)
 		}
 		if msg := conditionMessage(t, f, ctx); !strings.Contains(msg, "n1") || !strings.Contains(msg, "n2") {
 			t.Errorf("ProxiesScheduled says %q; the conditions held back must come with the first address", msg)
+		}
+	})
+	t.Run("first address waits at most statusSettle", func(t *testing.T) {
+		svc := newService("web")
+		f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), readyPod(svc, "n1"), notReadyPod(svc, "n2"))
+		c := f.controller(ctx)
+		optimisticServices(t, f)
+		now := testNow
+		c.now = func() time.Time { return now }
+		if got := serviceWrites(t, ctx, f, c, svc, "first address, the other proxy starting"); got != nil {
+			t.Errorf("first address: writes %q, want none yet", got)
+		}
+		now = now.Add(statusSettle)
+		if got := serviceWrites(t, ctx, f, c, svc, "statusSettle passed"); !slices.Equal(got, both) {
+			t.Errorf("statusSettle passed: writes %q, want %q", got, both)
+		}
+		if got := f.service(ctx, "shop", "web"); len(got.Status.LoadBalancer.Ingress) != 1 {
+			t.Errorf("ingress %v, want n1's address", got.Status.LoadBalancer.Ingress)
 		}
 	})
 	t.Run("problem written at once", func(t *testing.T) {

@@ -105,6 +105,10 @@ type Result struct {
 	// Nodes are the published nodes, sorted.
 	Nodes  []string
 	Events []Event
+	// Starting counts the nodes with a proxy scheduled but not ready yet
+	// (not probed Up yet, with the readiness gate): addresses that may
+	// follow soon.
+	Starting int
 }
 
 // Decide computes what svc's status, annotations and conditions should be.
@@ -193,6 +197,7 @@ func Decide(in Input) Result {
 	r := Result{
 		LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress},
 		Nodes:        nodes,
+		Starting:     len(scheduled) - len(ready),
 		Annotations: map[string]string{
 			contract.AnnotationExternalIPs: joinAddrs(slices.Compact(externalIPs)),
 			contract.AnnotationInternalIPs: joinAddrs(slices.Compact(internalIPs)),

@@ -2,6 +2,7 @@ package status
 
 import (
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -56,13 +57,26 @@ func ApplyAnnotations(svc *corev1.Service, r Result) {
 func Cleared(svc *corev1.Service) Result {
 	r := Result{Annotations: map[string]string{contract.AnnotationExternalIPs: "", contract.AnnotationInternalIPs: "", contract.AnnotationNodes: ""}}
 	for _, c := range svc.Status.Conditions {
-		switch c.Type {
-		case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid:
-		default:
+		if !ownCondition(c.Type) {
 			r.Conditions = append(r.Conditions, c)
 		}
 	}
 	return r
+}
+
+// Written reports whether pulselb has written svc's status: whether any of
+// its conditions is there.
+func Written(svc *corev1.Service) bool {
+	return slices.ContainsFunc(svc.Status.Conditions, func(c metav1.Condition) bool { return ownCondition(c.Type) })
+}
+
+// ownCondition reports whether conditions of type t are pulselb's.
+func ownCondition(t string) bool {
+	switch t {
+	case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid:
+		return true
+	}
+	return false
 }
 
 // Progressing reports whether conds, pulselb's conditions as Decide
@@ -78,7 +92,7 @@ func Progressing(conds []metav1.Condition) bool {
 		switch {
 		case c.Type == ConditionProxiesScheduled && c.Reason == ReasonPending:
 		case c.Type == ConditionHealthy && c.Reason == ReasonNoProxyReady:
-		case c.Type != ConditionProxiesScheduled && c.Type != ConditionHealthy && c.Type != ConditionConfigValid:
+		case !ownCondition(c.Type):
 			// Another controller's condition: not ours to judge.
 		default:
 			return false

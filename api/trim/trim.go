@@ -6,9 +6,10 @@
 // At a thousand nodes most of a Node object is its list of container
 // images, and most of the EndpointSlices of a cluster belong to Services
 // pulselb never looks at; pulselb reads neither their images nor their
-// endpoints' addresses. Objects pulselb updates from its cache (Services,
-// proxy workloads) lose only their managedFields, which the API server
-// keeps when an update does not send them.
+// endpoints' addresses, nor most of its own pods' specs. Objects pulselb
+// updates from its cache (Services, proxy workloads) lose only their
+// managedFields, which the API server keeps when an update does not send
+// them.
 package trim
 
 import (
@@ -29,6 +30,8 @@ func Object(obj any) (any, error) {
 		node(o)
 	case *discoveryv1.EndpointSlice:
 		endpointSlice(o)
+	case *corev1.Pod:
+		pod(o)
 	}
 	return obj, nil
 }
@@ -47,6 +50,21 @@ func node(n *corev1.Node) {
 	n.Status.Features = nil
 	n.Status.DeclaredFeatures = nil
 	n.Status.RuntimeHandlers = nil
+}
+
+// pod keeps a pod's node, containers' names and ports (host-port
+// conflicts), readiness gates, phase and conditions: what placement,
+// status, the readiness gate and vantage assignment read. The pods pulselb
+// caches are its own (proxies and probers, in its namespace); their
+// affinity, volumes, environment and the like are most of their size and
+// read by nothing. Pods are changed by patches and deletes only.
+func pod(p *corev1.Pod) {
+	containers := make([]corev1.Container, len(p.Spec.Containers))
+	for i, c := range p.Spec.Containers {
+		containers[i] = corev1.Container{Name: c.Name, Ports: c.Ports}
+	}
+	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, Containers: containers, ReadinessGates: p.Spec.ReadinessGates}
+	p.Status = corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions}
 }
 
 // endpointSlice keeps, of each endpoint, its node and conditions: which

@@ -3,6 +3,7 @@ package trim_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -162,5 +164,94 @@ func TestUpdatedObjectsLoseOnlyManagedFields(t *testing.T) {
 	}
 	if _, err := trim.Object(cache.DeletedFinalStateUnknown{Key: "shop/web"}); err != nil {
 		t.Errorf("a tombstone: %v", err)
+	}
+}
+
+// proxyPod is a pod of svc's proxy Deployment as the API server returns it:
+// the template placement builds (affinity, init container, probes,
+// security context), bound to node, with container statuses.
+func proxyPod(t *testing.T, svc *corev1.Service, nodes []*corev1.Node, name, node string, ready bool) *corev1.Pod {
+	t.Helper()
+	w, problems := placement.Desired(svc, nodes, placement.Config{Namespace: "pulselb-system", Image: "pulselb:test"})
+	if len(problems) > 0 || w.Deployment == nil {
+		t.Fatalf("placement: %v", problems)
+	}
+	tpl := w.Deployment.Spec.Template
+	p := &corev1.Pod{ObjectMeta: *tpl.ObjectMeta.DeepCopy(), Spec: *tpl.Spec.DeepCopy()}
+	p.Namespace, p.Name, p.UID = "pulselb-system", name, "uid-"+types.UID(name)
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"}}
+	p.Spec.NodeName = node
+	cond := corev1.ConditionFalse
+	if ready {
+		cond = corev1.ConditionTrue
+	}
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, HostIP: "198.18.1.1", PodIP: "10.244.0.5",
+		Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: cond}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", Ready: ready, Image: "pulselb:test", ImageID: "sha256:0123"}}}
+	if node == "" {
+		p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
+			Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			Message: "0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports."}}}
+	}
+	return p
+}
+
+// TestPodKeepsWhatPulselbReads: trimmed proxy pods give the same status
+// and the same port conflicts as full ones, and are a fraction of their
+// size.
+func TestPodKeepsWhatPulselbReads(t *testing.T) {
+	nodes := []*corev1.Node{fullNode("n1", "198.18.0.1", "198.18.200.1"), fullNode("n2", "198.18.0.2", "198.18.200.2")}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "u1"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "198.19.0.10",
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports:      []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}
+	other := svc.DeepCopy()
+	other.Name, other.UID = "shop2", "u2"
+	full := []*corev1.Pod{
+		proxyPod(t, svc, nodes, "web-1", "n1", true),
+		proxyPod(t, svc, nodes, "web-2", "n2", false),
+		proxyPod(t, svc, nodes, "web-3", "", false),
+	}
+	others := []*corev1.Pod{proxyPod(t, other, nodes, "shop2-1", "n1", true), proxyPod(t, other, nodes, "shop2-2", "n2", true)}
+	trimAll := func(pods []*corev1.Pod) []*corev1.Pod {
+		out := make([]*corev1.Pod, len(pods))
+		for i, p := range pods {
+			o, err := trim.Object(p.DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = o.(*corev1.Pod)
+		}
+		return out
+	}
+	trimmed, trimmedOthers := trimAll(full), trimAll(others)
+	before, after := jsonSize(t, full[0]), jsonSize(t, trimmed[0])
+	t.Logf("proxy pod: %d bytes as JSON, %d trimmed", before, after)
+	if after*2 > before {
+		t.Errorf("trimmed pod is %d of %d bytes; want under half", after, before)
+	}
+
+	a := placement.PortConflicts(svc, full, append(slices.Clone(full), others...))
+	b := placement.PortConflicts(svc, trimmed, append(slices.Clone(trimmed), trimmedOthers...))
+	if len(a) == 0 || !equality.Semantic.DeepEqual(a, b) {
+		t.Errorf("port conflicts differ on trimmed pods (want some):\n full %v\n trimmed %v", a, b)
+	}
+
+	decide := func(pods []*corev1.Pod) status.Result {
+		in := status.Input{Service: svc, Nodes: map[string]*corev1.Node{}, Pods: pods, AddressType: contract.AddressBoth,
+			AllDown: contract.AllDownPublishAll, Servable: true, EligibleNodes: 2, Now: metav1.Unix(1, 0)}
+		for _, n := range nodes {
+			in.Nodes[n.Name] = n
+		}
+		return status.Decide(in)
+	}
+	if x, y := decide(full), decide(trimmed); !equality.Semantic.DeepEqual(x.LoadBalancer, y.LoadBalancer) ||
+		!equality.Semantic.DeepEqual(x.Conditions, y.Conditions) || len(x.LoadBalancer.Ingress) != 2 {
+		t.Errorf("status differs on trimmed pods:\n full %+v\n trimmed %+v", x, y)
+	}
+	if !equality.Semantic.DeepEqual(trimmed[0].ObjectMeta.Labels, full[0].Labels) || trimmed[0].ManagedFields != nil {
+		t.Errorf("trimmed pod metadata %+v", trimmed[0].ObjectMeta)
 	}
 }
