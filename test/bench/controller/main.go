@@ -71,6 +71,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/test/bench/procstat"
 	"github.com/pulselb/pulselb/test/cluster"
 )
 
@@ -173,7 +174,7 @@ func run() error {
 		return err
 	}
 	cpuBefore := sampler.cpu()
-	machineBefore, err := readMachineCPU()
+	machineBefore, err := procstat.ReadMachine()
 	if err != nil {
 		return err
 	}
@@ -207,7 +208,7 @@ func run() error {
 	}
 	sampler.sample()
 	total := tr.lastPublished().Sub(start)
-	machineAfter, err := readMachineCPU()
+	machineAfter, err := procstat.ReadMachine()
 	if err != nil {
 		return err
 	}
@@ -238,7 +239,7 @@ func run() error {
 	fmt.Printf("  controller CPU             %8.1f s (%.2f cores on average)\n", cpu.Seconds(), cpu.Seconds()/total.Seconds())
 	fmt.Printf("  controller peak RSS        %8d MiB (target %d MiB) %s\n", peak, *targetRSS, verdict(peak <= int64(*targetRSS)))
 	fmt.Printf("  machine CPU busy           %8.0f %% of %d CPUs over the run; load average after: %s\n",
-		machineAfter.busyPercent(machineBefore), runtime.NumCPU(), loadavg)
+		machineAfter.BusyPercent(machineBefore), runtime.NumCPU(), loadavg)
 	if anchorOK {
 		anchor := anchorEnd.Sub(anchorStart)
 		fmt.Printf("  anchor: proxy Deployments all ready %8.1f s after the first was created (kube-controller-manager + scheduler)\n", anchor.Seconds())
@@ -369,7 +370,7 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 	// and the control plane's idle loops.
 	var idle string
 	if *idleWindow > 0 {
-		machineBefore, err := readMachineCPU()
+		machineBefore, err := procstat.ReadMachine()
 		if err != nil {
 			return err
 		}
@@ -379,14 +380,14 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 			return ctx.Err()
 		case <-time.After(*idleWindow): // a measurement window, not synchronisation
 		}
-		machineAfter, err := readMachineCPU()
+		machineAfter, err := procstat.ReadMachine()
 		if err != nil {
 			return err
 		}
-		idle = fmt.Sprintf("machine %.0f %% busy over %s; %s", machineAfter.busyPercent(machineBefore), *idleWindow, cpuByProcess(procsBefore, processCPU()))
+		idle = fmt.Sprintf("machine %.0f %% busy over %s; %s", machineAfter.BusyPercent(machineBefore), *idleWindow, cpuByProcess(procsBefore, processCPU()))
 	}
 
-	machineBefore, err := readMachineCPU()
+	machineBefore, err := procstat.ReadMachine()
 	if err != nil {
 		return err
 	}
@@ -414,7 +415,7 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 			log.Printf("%6.1fs: %d of %d proxy Deployments ready", time.Since(start).Seconds(), ready, *services)
 		}
 	}
-	machineAfter, err := readMachineCPU()
+	machineAfter, err := procstat.ReadMachine()
 	if err != nil {
 		return err
 	}
@@ -432,7 +433,7 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 		total.Seconds(), *targetTime)
 	fmt.Printf("  per Deployment, creation to ready: %s\n", quantiles(tr.deploymentLatencies()))
 	fmt.Printf("  machine CPU busy           %8.0f %% of %d CPUs over the run; load average after: %s\n",
-		machineAfter.busyPercent(machineBefore), runtime.NumCPU(), loadavg)
+		machineAfter.BusyPercent(machineBefore), runtime.NumCPU(), loadavg)
 	fmt.Printf("  CPU by process over the run: %s\n", cpuByProcess(procsBefore, procsAfter))
 	if idle != "" {
 		fmt.Printf("  idle harness before the creations: %s\n", idle)
@@ -948,38 +949,3 @@ func (s *sampler) peakMiB() int64 {
 	return s.peakHWM / 1024
 }
 
-// machineCPU is the first line of /proc/stat: busy and total ticks.
-type machineCPU struct{ busy, total int64 }
-
-func readMachineCPU() (machineCPU, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return machineCPU{}, fmt.Errorf("reading /proc/stat: %w", err)
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return machineCPU{}, fmt.Errorf("unexpected /proc/stat line %q", line)
-	}
-	var m machineCPU
-	// user nice system idle iowait irq softirq steal; guest time is
-	// already counted in user.
-	for i, v := range f[1:min(len(f), 9)] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return machineCPU{}, fmt.Errorf("parsing /proc/stat %q: %w", line, err)
-		}
-		m.total += n
-		if i != 3 && i != 4 { // idle, iowait
-			m.busy += n
-		}
-	}
-	return m, nil
-}
-
-func (m machineCPU) busyPercent(before machineCPU) float64 {
-	if m.total == before.total {
-		return 0
-	}
-	return 100 * float64(m.busy-before.busy) / float64(m.total-before.total)
-}
