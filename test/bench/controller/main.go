@@ -948,4 +948,3 @@ func (s *sampler) peakMiB() int64 {
 	defer s.mu.Unlock()
 	return s.peakHWM / 1024
 }
-
