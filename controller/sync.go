@@ -303,10 +303,12 @@ const statusSettle = 2 * time.Second
 // published yet wait to be written while they only report progress
 // (proxies pending, scheduled, not ready yet): on a healthy start they
 // are written with the first address, in the same write. A Service still
-// unpublished after progressLag gets them written, to say why; a problem
-// (a port conflict, no eligible node, an invalid setting) is written at
-// once.
-const progressLag = time.Minute
+// unpublished after progressLag is stuck rather than slow, and gets them
+// written to say why (a Deployment is declared stuck after 10 minutes; on
+// a loaded control plane a proxy pod may take a minute or more to be
+// scheduled and started). A problem (a port conflict, no eligible node, an
+// invalid setting) is written at once.
+const progressLag = 2 * time.Minute
 
 // settling returns how long to wait before writing r's status over svc's:
 // zero when the addresses change (but for a new Service's first ones,
@@ -318,12 +320,13 @@ func (c *Controller) settling(key cache.ObjectName, svc *corev1.Service, r statu
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !equality.Semantic.DeepEqual(svc.Status.LoadBalancer, r.LoadBalancer) {
-		if len(svc.Status.LoadBalancer.Ingress) > 0 || len(r.LoadBalancer.Ingress) == 0 || r.Starting == 0 || status.Written(svc) {
+		if len(svc.Status.LoadBalancer.Ingress) > 0 || len(r.LoadBalancer.Ingress) == 0 || r.Starting == 0 ||
+			!status.Progressing(svc.Status.Conditions) {
 			return 0
 		}
-		// A new Service's first addresses, with more proxies starting
-		// (not a Service coming back from having nothing published:
-		// that is written at once):
+		// A Service's first addresses, with more proxies starting (not
+		// one whose proxies are all down: its return is written at
+		// once):
 		// they usually become ready within a second of each other, and
 		// publishing them together saves a write of the Service and one
 		// of its status.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/status"
 )
 
 // optimisticServices makes the fake clientset behave like the API server
@@ -175,6 +176,22 @@ func TestNewServiceWrites(t *testing.T) {
 		}
 		if got := f.service(ctx, "shop", "web"); len(got.Status.LoadBalancer.Ingress) != 1 {
 			t.Errorf("ingress %v, want n1's address", got.Status.LoadBalancer.Ingress)
+		}
+	})
+	t.Run("return from all down written at once", func(t *testing.T) {
+		// publish-none, every proxy down: nothing published, Healthy
+		// False (AllDown). A proxy coming back is written at once, not
+		// held for the other one still starting.
+		svc := newService("web", func(s *corev1.Service) {
+			s.Finalizers = []string{Finalizer}
+			s.Annotations = map[string]string{contract.AnnotationAllDown: contract.AllDownPublishNone}
+			s.Status.Conditions = []metav1.Condition{{Type: status.ConditionHealthy, Status: metav1.ConditionFalse, Reason: status.ReasonAllDown}}
+		})
+		f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), readyPod(svc, "n1"), notReadyPod(svc, "n2"))
+		c := f.controller(ctx)
+		optimisticServices(t, f)
+		if got := serviceWrites(t, ctx, f, c, svc, "a proxy back"); !slices.Equal(got, both) {
+			t.Errorf("a proxy back: writes %q, want %q at once", got, both)
 		}
 	})
 	t.Run("problem written at once", func(t *testing.T) {

@@ -2,7 +2,6 @@ package status
 
 import (
 	"maps"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -62,12 +61,6 @@ func Cleared(svc *corev1.Service) Result {
 		}
 	}
 	return r
-}
-
-// Written reports whether pulselb has written svc's status: whether any of
-// its conditions is there.
-func Written(svc *corev1.Service) bool {
-	return slices.ContainsFunc(svc.Status.Conditions, func(c metav1.Condition) bool { return ownCondition(c.Type) })
 }
 
 // ownCondition reports whether conditions of type t are pulselb's.

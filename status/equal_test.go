@@ -3,11 +3,10 @@ package status
 import (
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func TestProgressingAndWritten(t *testing.T) {
+func TestProgressing(t *testing.T) {
 	cond := func(typ string, st metav1.ConditionStatus, reason string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: st, Reason: reason}
 	}
@@ -35,16 +34,4 @@ func TestProgressingAndWritten(t *testing.T) {
 		})
 	}
 
-	svc := &corev1.Service{}
-	if Written(svc) {
-		t.Error("Written on a Service without conditions")
-	}
-	svc.Status.Conditions = []metav1.Condition{cond("example.test/Other", metav1.ConditionTrue, "Fine")}
-	if Written(svc) {
-		t.Error("Written on a Service with another controller's condition only")
-	}
-	svc.Status.Conditions = append(svc.Status.Conditions, valid)
-	if !Written(svc) {
-		t.Error("not Written on a Service with pulselb's ConfigValid")
-	}
 }
