@@ -14,11 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pulselb/pulselb/api/trim"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -110,6 +111,12 @@ type Controller struct {
 	// statusWritten is when each Service's status was last written, for
 	// statusSettle.
 	statusWritten map[cache.ObjectName]time.Time
+	// progressSince is when each unpublished Service's conditions were
+	// first held back as progress, for settling.
+	progressSince map[cache.ObjectName]time.Time
+	// firstAddress is when each unpublished Service first had an address
+	// to publish while other proxies of it were starting, for settling.
+	firstAddress map[cache.ObjectName]time.Time
 }
 
 // New returns a Controller reading Services, Nodes and EndpointSlices from
@@ -129,14 +136,6 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 	ns := cfg.Placement.Namespace
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
-	}
-	for _, inf := range []cache.SharedIndexInformer{svcInformer.Informer(), nodeInformer.Informer(), sliceInformer.Informer(),
-		podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer(), pdbInformer.Informer()} {
-		if err := inf.SetTransform(dropManagedFields); err != nil {
-			// Started already by another user of the factory: it
-			// only costs memory.
-			logger.V(2).Info("Cannot drop managed fields from a cache", "err", err)
-		}
 	}
 	// Each sync reads its Service's proxy pods; an index keeps that
 	// independent of how many other Services' pods there are.
@@ -173,6 +172,8 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: queueMetrics{cfg.Metrics}}),
 		managed:       map[cache.ObjectName]bool{},
 		statusWritten: map[cache.ObjectName]time.Time{},
+		progressSince: map[cache.ObjectName]time.Time{},
+		firstAddress:  map[cache.ObjectName]time.Time{},
 	}
 
 	handlers := []struct {
@@ -329,17 +330,6 @@ func processNext[T comparable](ctx context.Context, m *Metrics, q workqueue.Type
 	return true
 }
 
-// dropManagedFields keeps managedFields out of the informer caches: nothing
-// here reads them, and with thousands of Services and proxy pods they are a
-// large part of the memory. An update sent without managedFields leaves the
-// stored ones unchanged.
-func dropManagedFields(obj any) (any, error) {
-	if a, err := meta.Accessor(obj); err == nil {
-		a.SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
 // serviceIndex indexes proxy pods by their Service's "namespace/name".
 const serviceIndex = "pulselb.io/service"
 
@@ -416,7 +406,7 @@ func (c *Controller) service(key cache.ObjectName) (*corev1.Service, error) {
 // wroteService records a Service as the API server returned it from a
 // write, for the next sync (see Controller.written).
 func (c *Controller) wroteService(svc *corev1.Service) {
-	if _, err := dropManagedFields(svc); err == nil {
+	if _, err := trim.Object(svc); err == nil {
 		c.written.Mutation(svc)
 	}
 }

@@ -205,7 +205,8 @@ func TestSyncCreatesWorkloadAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := placement.Name("shop", "web")
-	want := []string{"update services web", "create deployments " + name, "update services web", "update services/status web"}
+	// The finalizer comes with the annotations, in one update.
+	want := []string{"create deployments " + name, "update services web", "update services/status web"}
 	if got := f.writes(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("writes\n got %q\nwant %q", got, want)
 	}

@@ -114,20 +114,3 @@ func TestSyncLocalTrafficPolicy(t *testing.T) {
 		})
 	}
 }
-
-// TestCachesHoldNoManagedFields: the informer caches drop managedFields,
-// which would otherwise be a large part of the controller's memory.
-func TestCachesHoldNoManagedFields(t *testing.T) {
-	svc := newService("web")
-	svc.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate}}
-	got, err := dropManagedFields(svc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mf := got.(*corev1.Service).ManagedFields; mf != nil {
-		t.Errorf("managedFields kept: %v", mf)
-	}
-	if _, err := dropManagedFields(cache.DeletedFinalStateUnknown{Key: "shop/web"}); err != nil {
-		t.Errorf("a tombstone: %v", err)
-	}
-}

@@ -44,15 +44,10 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	c.setManaged(key, true)
 
-	if !hasFinalizer(svc) {
-		svc = svc.DeepCopy()
-		svc.Finalizers = append(svc.Finalizers, Finalizer)
-		if svc, err = c.client.CoreV1().Services(svc.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("adding finalizer: %w", err)
-		}
-		c.wroteService(svc)
-		c.metrics.writes.WithLabelValues("services", "update").Inc()
-	}
+	// The finalizer is added with the first write to the Service (see
+	// writeStatus), not before the workload: a Service deleted before then
+	// has nothing of pulselb's on it to clean up, and its workload goes
+	// when sync finds it gone (or at start-up, with the orphans).
 
 	nodes, err := c.nodes.List(everything)
 	if err != nil {
@@ -122,31 +117,50 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		return err
 	}
 	c.failedOver(ctx, svc, r, in.Health)
+	if !hasFinalizer(written) {
+		// Nothing written yet, so nothing published: no DNSEndpoint
+		// either, which release could not find without the finalizer.
+		return nil
+	}
 	return c.syncDNSEndpoint(ctx, written)
 }
 
 // writeStatus writes r's annotations and status where they differ from svc,
 // then records r's Events. It returns the Service as written (svc itself
 // when nothing differed); the caller must not change it.
+//
+// A Service pulselb takes on costs two writes when all goes well: one
+// update with the finalizer and the annotations together, and one status
+// write, both when its first proxy is published (settling holds back the
+// conditions of its progress until then). Every update carries the
+// finalizer, so release always finds what pulselb wrote.
 func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r status.Result) (*corev1.Service, error) {
 	logger := klog.FromContext(ctx)
+	key := cache.MetaObjectToName(svc)
+	writeStatus := false
+	if status.Differs(svc, r) {
+		if wait := c.settling(key, svc, r); wait > 0 {
+			// The annotations, which follow the addresses, and the
+			// Events, which follow the conditions, wait too.
+			c.queue.AddAfter(key, wait)
+			return svc, nil
+		}
+		writeStatus = true
+	}
 	var err error
-	if status.AnnotationsDiffer(svc, r) {
+	if status.AnnotationsDiffer(svc, r) || (writeStatus && !hasFinalizer(svc)) {
 		svc = svc.DeepCopy()
 		status.ApplyAnnotations(svc, r)
+		if !hasFinalizer(svc) {
+			svc.Finalizers = append(svc.Finalizers, Finalizer)
+		}
 		if svc, err = c.client.CoreV1().Services(svc.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
-			return nil, fmt.Errorf("updating annotations: %w", err)
+			return nil, fmt.Errorf("updating annotations and finalizer: %w", err)
 		}
 		c.wroteService(svc)
 		c.metrics.writes.WithLabelValues("services", "update").Inc()
 	}
-	if status.Differs(svc, r) {
-		key := cache.MetaObjectToName(svc)
-		if wait := c.settling(key, svc, r); wait > 0 {
-			// Events wait too: they follow the conditions written.
-			c.queue.AddAfter(key, wait)
-			return svc, nil
-		}
+	if writeStatus {
 		svc = svc.DeepCopy()
 		status.ApplyStatus(svc, r)
 		if svc, err = c.client.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
@@ -155,6 +169,8 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 		c.wroteService(svc)
 		c.mu.Lock()
 		c.statusWritten[key] = c.now()
+		delete(c.progressSince, key)
+		delete(c.firstAddress, key)
 		c.mu.Unlock()
 		c.metrics.writes.WithLabelValues("services/status", "update").Inc()
 		logger.Info("Updated load balancer status", "nodes", r.Nodes, "ingress", len(r.LoadBalancer.Ingress))
@@ -276,27 +292,66 @@ func hasFinalizer(svc *corev1.Service) bool {
 }
 
 // statusSettle is the least time between two status writes of one Service
-// when only its conditions changed. A new Service's proxies go through
-// several such steps (pending, one scheduled, all scheduled) within a second
+// when only its conditions changed. A Service's proxies go through several
+// such steps (one scheduled, all scheduled, one restarted) within a second
 // or two; writing each costs the API server a write and every watcher of
 // Services an event. Address changes, which clients and external-dns act
 // on, are written at once.
 const statusSettle = 2 * time.Second
 
+// progressLag is how long the conditions of a Service that has nothing
+// published yet wait to be written while they only report progress
+// (proxies pending, scheduled, not ready yet): on a healthy start they
+// are written with the first address, in the same write. A Service still
+// unpublished after progressLag is stuck rather than slow, and gets them
+// written to say why (a Deployment is declared stuck after 10 minutes; on
+// a loaded control plane a proxy pod may take a minute or more to be
+// scheduled and started). A problem (a port conflict, no eligible node, an
+// invalid setting) is written at once.
+const progressLag = 2 * time.Minute
+
 // settling returns how long to wait before writing r's status over svc's:
-// zero when the addresses change or the last status write was long enough
-// ago.
+// zero when the addresses change (but for a new Service's first ones,
+// which wait up to statusSettle for its other proxies starting), or when
+// the last status write was statusSettle ago and the conditions are not a
+// new Service's progress still within progressLag.
 func (c *Controller) settling(key cache.ObjectName, svc *corev1.Service, r status.Result) time.Duration {
-	if !equality.Semantic.DeepEqual(svc.Status.LoadBalancer, r.LoadBalancer) {
-		return 0
-	}
+	now := c.now()
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !equality.Semantic.DeepEqual(svc.Status.LoadBalancer, r.LoadBalancer) {
+		if len(svc.Status.LoadBalancer.Ingress) > 0 || len(r.LoadBalancer.Ingress) == 0 || r.Starting == 0 ||
+			!status.Progressing(svc.Status.Conditions) {
+			return 0
+		}
+		// A Service's first addresses, with more proxies starting (not
+		// one whose proxies are all down: its return is written at
+		// once):
+		// they usually become ready within a second of each other, and
+		// publishing them together saves a write of the Service and one
+		// of its status.
+		since, ok := c.firstAddress[key]
+		if !ok {
+			since = now
+			c.firstAddress[key] = now
+		}
+		return max(0, since.Add(statusSettle).Sub(now))
+	}
+	if len(svc.Status.LoadBalancer.Ingress) == 0 && status.Progressing(r.Conditions) {
+		since, ok := c.progressSince[key]
+		if !ok {
+			since = now
+			c.progressSince[key] = now
+		}
+		if wait := since.Add(progressLag).Sub(now); wait > 0 {
+			return wait
+		}
+	}
 	last, ok := c.statusWritten[key]
-	c.mu.Unlock()
 	if !ok {
 		return 0
 	}
-	return max(0, last.Add(statusSettle).Sub(c.now()))
+	return max(0, last.Add(statusSettle).Sub(now))
 }
 
 func (c *Controller) setManaged(key cache.ObjectName, on bool) {
@@ -307,6 +362,8 @@ func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 	} else {
 		delete(c.managed, key)
 		delete(c.statusWritten, key)
+		delete(c.progressSince, key)
+		delete(c.firstAddress, key)
 	}
 	c.metrics.managedServices.Set(float64(len(c.managed)))
 }

@@ -15,7 +15,9 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/status"
 )
 
 // optimisticServices makes the fake clientset behave like the API server
@@ -71,8 +73,8 @@ func TestSyncReadsItsOwnWrites(t *testing.T) {
 	if err := c.sync(ctx, key(svc)); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.service(ctx, "shop", "web"); got.ResourceVersion != "4" || len(got.Status.LoadBalancer.Ingress) != 2 {
-		t.Fatalf("after the first sync: resourceVersion %s, ingress %v; want 4 (finalizer, annotations, status) and 2 addresses",
+	if got := f.service(ctx, "shop", "web"); got.ResourceVersion != "3" || len(got.Status.LoadBalancer.Ingress) != 2 {
+		t.Fatalf("after the first sync: resourceVersion %s, ingress %v; want 3 (finalizer with annotations, status) and 2 addresses",
 			got.ResourceVersion, got.Status.LoadBalancer.Ingress)
 	}
 	// The Deployment's informer caught up (its event is what usually
@@ -95,59 +97,188 @@ func TestSyncReadsItsOwnWrites(t *testing.T) {
 	}
 }
 
-// TestStatusSettle: a change of conditions alone is written at most once
-// per statusSettle; a change of addresses is written at once.
+// serviceWrites syncs svc and returns the Service writes it made, as
+// "update services" and "update services/status".
+func serviceWrites(t *testing.T, ctx context.Context, f *fixture, c *Controller, svc *corev1.Service, step string) []string {
+	t.Helper()
+	f.client.ClearActions()
+	if err := c.sync(ctx, key(svc)); err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+	var out []string
+	for _, w := range f.writes() {
+		if strings.HasPrefix(w, "update services") {
+			out = append(out, strings.TrimSuffix(w, " "+svc.Name))
+		}
+	}
+	return out
+}
+
+// TestNewServiceWrites: a Service taken on costs one update (finalizer and
+// annotations) and one status write, both when its first proxy is ready,
+// however many steps its proxies go through before; a problem is written
+// at once; a Service that stays unpublished gets its conditions written
+// after progressLag, to say why.
+func TestNewServiceWrites(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	both := []string{"update services", "update services/status"}
+	t.Run("healthy start", func(t *testing.T) {
+		svc := newService("web")
+		f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"))
+		c := f.controller(ctx)
+		optimisticServices(t, f)
+		now := testNow
+		c.now = func() time.Time { return now }
+		steps := []struct {
+			name  string
+			after time.Duration
+			pod   *corev1.Pod
+			want  []string
+		}{
+			{"no proxy scheduled yet", 0, nil, nil},
+			{"one proxy scheduled", 3 * time.Second, notReadyPod(svc, "n1"), nil},
+			{"both scheduled", 3 * time.Second, notReadyPod(svc, "n2"), nil},
+			{"first proxy ready, the other starting", 3 * time.Second, readyPod(svc, "n1"), nil},
+			{"second proxy ready", statusSettle / 2, readyPod(svc, "n2"), both},
+		}
+		for _, st := range steps {
+			if st.pod != nil {
+				if err := c.podIndex.Update(st.pod); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now = now.Add(st.after)
+			if got := serviceWrites(t, ctx, f, c, svc, st.name); !slices.Equal(got, st.want) {
+				t.Errorf("%s: writes %q, want %q", st.name, got, st.want)
+			}
+		}
+		got := f.service(ctx, "shop", "web")
+		if !hasFinalizer(got) || got.Annotations[contract.AnnotationNodes] != "n1,n2" || len(got.Status.LoadBalancer.Ingress) != 2 {
+			t.Errorf("published Service: finalizers %v, annotations %v, ingress %v", got.Finalizers, got.Annotations, got.Status.LoadBalancer.Ingress)
+		}
+		if msg := conditionMessage(t, f, ctx); !strings.Contains(msg, "n1") || !strings.Contains(msg, "n2") {
+			t.Errorf("ProxiesScheduled says %q; the conditions held back must come with the first address", msg)
+		}
+	})
+	t.Run("first address waits at most statusSettle", func(t *testing.T) {
+		svc := newService("web")
+		f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), readyPod(svc, "n1"), notReadyPod(svc, "n2"))
+		c := f.controller(ctx)
+		optimisticServices(t, f)
+		now := testNow
+		c.now = func() time.Time { return now }
+		if got := serviceWrites(t, ctx, f, c, svc, "first address, the other proxy starting"); got != nil {
+			t.Errorf("first address: writes %q, want none yet", got)
+		}
+		now = now.Add(statusSettle)
+		if got := serviceWrites(t, ctx, f, c, svc, "statusSettle passed"); !slices.Equal(got, both) {
+			t.Errorf("statusSettle passed: writes %q, want %q", got, both)
+		}
+		if got := f.service(ctx, "shop", "web"); len(got.Status.LoadBalancer.Ingress) != 1 {
+			t.Errorf("ingress %v, want n1's address", got.Status.LoadBalancer.Ingress)
+		}
+	})
+	t.Run("return from all down written at once", func(t *testing.T) {
+		// publish-none, every proxy down: nothing published, Healthy
+		// False (AllDown). A proxy coming back is written at once, not
+		// held for the other one still starting.
+		svc := newService("web", func(s *corev1.Service) {
+			s.Finalizers = []string{Finalizer}
+			s.Annotations = map[string]string{contract.AnnotationAllDown: contract.AllDownPublishNone}
+			s.Status.Conditions = []metav1.Condition{{Type: status.ConditionHealthy, Status: metav1.ConditionFalse, Reason: status.ReasonAllDown}}
+		})
+		f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), readyPod(svc, "n1"), notReadyPod(svc, "n2"))
+		c := f.controller(ctx)
+		optimisticServices(t, f)
+		if got := serviceWrites(t, ctx, f, c, svc, "a proxy back"); !slices.Equal(got, both) {
+			t.Errorf("a proxy back: writes %q, want %q at once", got, both)
+		}
+	})
+	t.Run("problem written at once", func(t *testing.T) {
+		svc := newService("web", func(s *corev1.Service) { s.Annotations = map[string]string{contract.AnnotationReplicas: "many"} })
+		f := newFixture(t, svc, newNode("n1", "10.0.0.1"))
+		c := f.controller(ctx)
+		optimisticServices(t, f)
+		if got := serviceWrites(t, ctx, f, c, svc, "invalid annotation"); !slices.Equal(got, both) {
+			t.Errorf("writes %q, want %q: finalizer, then ConfigValid=False", got, both)
+		}
+		if got := f.service(ctx, "shop", "web"); !hasFinalizer(got) {
+			t.Errorf("status written without the finalizer: %v", got.Finalizers)
+		}
+	})
+	t.Run("unpublished after progressLag", func(t *testing.T) {
+		svc := newService("web")
+		f := newFixture(t, svc, newNode("n1", "10.0.0.1"), notReadyPod(svc, "n1"))
+		c := f.controller(ctx)
+		optimisticServices(t, f)
+		now := testNow
+		c.now = func() time.Time { return now }
+		if got := serviceWrites(t, ctx, f, c, svc, "first sync"); got != nil {
+			t.Errorf("first sync: writes %q, want none", got)
+		}
+		now = now.Add(progressLag - time.Second)
+		if got := serviceWrites(t, ctx, f, c, svc, "within progressLag"); got != nil {
+			t.Errorf("within progressLag: writes %q, want none", got)
+		}
+		now = now.Add(time.Second)
+		if got := serviceWrites(t, ctx, f, c, svc, "progressLag passed"); !slices.Equal(got, both) {
+			t.Errorf("progressLag passed: writes %q, want %q", got, both)
+		}
+		if msg := conditionMessage(t, f, ctx); !strings.Contains(msg, "n1") {
+			t.Errorf("ProxiesScheduled says %q, want it to name n1", msg)
+		}
+	})
+}
+
+// TestStatusSettle: on a published Service, a change of conditions alone
+// is written at most once per statusSettle; a change of addresses is
+// written at once.
 func TestStatusSettle(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	svc := newService("web", func(s *corev1.Service) { s.Finalizers = []string{Finalizer} })
-	f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), notReadyPod(svc, "n1"))
+	svc := newService("web")
+	f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), newNode("n3", "10.0.0.3"), readyPod(svc, "n1"))
 	c := f.controller(ctx)
 	optimisticServices(t, f)
 	now := testNow
 	c.now = func() time.Time { return now }
-	statusWrites := func() int {
+	statusWrites := func(step string) int {
 		n := 0
-		for _, w := range f.writes() {
-			if strings.HasPrefix(w, "update services/status ") {
+		for _, w := range serviceWrites(t, ctx, f, c, svc, step) {
+			if w == "update services/status" {
 				n++
 			}
 		}
-		f.client.ClearActions()
 		return n
 	}
-	sync := func(step string, want int) {
-		t.Helper()
-		if err := c.sync(ctx, key(svc)); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-		if got := statusWrites(); got != want {
-			t.Errorf("%s: %d status writes, want %d", step, got, want)
-		}
+	if got := statusWrites("published"); got != 1 {
+		t.Fatalf("published: %d status writes, want 1", got)
 	}
-	pods := c.podIndex
-	sync("first sync, one proxy scheduled", 1)
-
-	if err := pods.Add(notReadyPod(svc, "n2")); err != nil {
+	if err := c.podIndex.Add(notReadyPod(svc, "n2")); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(statusSettle / 2)
-	sync("second proxy scheduled right after", 0)
-	if !strings.Contains(conditionMessage(t, f, ctx), "n1") || strings.Contains(conditionMessage(t, f, ctx), "n2") {
-		t.Errorf("condition written while settling: %q", conditionMessage(t, f, ctx))
+	if got := statusWrites("second proxy scheduled right after"); got != 0 {
+		t.Errorf("second proxy scheduled right after: %d status writes, want 0", got)
+	}
+	if msg := conditionMessage(t, f, ctx); strings.Contains(msg, "n2") {
+		t.Errorf("condition written while settling: %q", msg)
 	}
 	now = now.Add(statusSettle / 2)
-	sync("settle time passed", 1)
-	if !strings.Contains(conditionMessage(t, f, ctx), "n2") {
-		t.Errorf("condition %q does not name n2", conditionMessage(t, f, ctx))
+	if got := statusWrites("settle time passed"); got != 1 {
+		t.Errorf("settle time passed: %d status writes, want 1", got)
 	}
-
-	if err := pods.Update(readyPod(svc, "n1")); err != nil {
+	if msg := conditionMessage(t, f, ctx); !strings.Contains(msg, "n2") {
+		t.Errorf("condition %q does not name n2", msg)
+	}
+	if err := c.podIndex.Update(readyPod(svc, "n2")); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(time.Millisecond)
-	sync("a proxy became ready: new address", 1)
-	if got := f.service(ctx, "shop", "web"); len(got.Status.LoadBalancer.Ingress) != 1 {
-		t.Errorf("ingress %v, want n1's address", got.Status.LoadBalancer.Ingress)
+	if got := statusWrites("a proxy became ready: new address"); got != 1 {
+		t.Errorf("a proxy became ready: %d status writes, want 1 at once", got)
+	}
+	if got := f.service(ctx, "shop", "web"); len(got.Status.LoadBalancer.Ingress) != 2 {
+		t.Errorf("ingress %v, want n1's and n2's addresses", got.Status.LoadBalancer.Ingress)
 	}
 }
 

@@ -110,6 +110,10 @@ type Result struct {
 	// Nodes are the published nodes, sorted.
 	Nodes  []string
 	Events []Event
+	// Starting counts the proxy pods on their way to ready: not yet
+	// bound to a node, or bound and not ready (not probed Up yet, with the
+	// readiness gate). Their addresses may follow soon.
+	Starting int
 }
 
 // Decide computes what svc's status, annotations and conditions should be.
@@ -196,6 +200,7 @@ func Decide(in Input) Result {
 	r := Result{
 		LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress},
 		Nodes:        nodes,
+		Starting:     starting(in.Pods),
 		Annotations: map[string]string{
 			contract.AnnotationExternalIPs: joinAddrs(slices.Compact(externalIPs)),
 			contract.AnnotationInternalIPs: joinAddrs(slices.Compact(internalIPs)),
@@ -287,6 +292,17 @@ func podNodes(pods []*corev1.Pod) (scheduled, ready, draining map[string]bool) {
 		}
 	}
 	return scheduled, ready, draining
+}
+
+// starting counts the pods neither finished, terminating nor ready.
+func starting(pods []*corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && !contract.PodReady(p) {
+			n++
+		}
+	}
+	return n
 }
 
 // familyOrder ranks IP families by spec.ipFamilies, 1 first; 0 means the

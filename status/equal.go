@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pulselb/pulselb/api/contract"
 )
@@ -55,11 +56,40 @@ func ApplyAnnotations(svc *corev1.Service, r Result) {
 func Cleared(svc *corev1.Service) Result {
 	r := Result{Annotations: map[string]string{contract.AnnotationExternalIPs: "", contract.AnnotationInternalIPs: "", contract.AnnotationNodes: ""}}
 	for _, c := range svc.Status.Conditions {
-		switch c.Type {
-		case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid:
-		default:
+		if !ownCondition(c.Type) {
 			r.Conditions = append(r.Conditions, c)
 		}
 	}
 	return r
+}
+
+// ownCondition reports whether conditions of type t are pulselb's.
+func ownCondition(t string) bool {
+	switch t {
+	case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid:
+		return true
+	}
+	return false
+}
+
+// Progressing reports whether conds, pulselb's conditions as Decide
+// computes them, say only that a Service is on its way to being served:
+// every condition True, or False because proxies are still pending or not
+// ready yet. A port conflict, no eligible node, an invalid setting or every
+// proxy down is a problem, not progress.
+func Progressing(conds []metav1.Condition) bool {
+	for _, c := range conds {
+		if c.Status == metav1.ConditionTrue {
+			continue
+		}
+		switch {
+		case c.Type == ConditionProxiesScheduled && c.Reason == ReasonPending:
+		case c.Type == ConditionHealthy && c.Reason == ReasonNoProxyReady:
+		case !ownCondition(c.Type):
+			// Another controller's condition: not ours to judge.
+		default:
+			return false
+		}
+	}
+	return true
 }

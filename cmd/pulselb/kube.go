@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pulselb/pulselb/api/trim"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/dynamic"
@@ -140,8 +142,8 @@ type informerFactories struct {
 
 func newInformerFactories(client kubernetes.Interface, namespace string) informerFactories {
 	return informerFactories{
-		cluster: informers.NewSharedInformerFactory(client, 0),
-		system:  informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace)),
+		cluster: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object)),
+		system:  informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace), informers.WithTransform(trim.Object)),
 	}
 }
 

@@ -26,6 +26,7 @@ var commands = map[string]command{
 }
 
 func main() {
+	setMemoryLimit("/sys/fs/cgroup")
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -71,6 +71,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/test/bench/procstat"
 	"github.com/pulselb/pulselb/test/cluster"
 )
 
@@ -91,6 +92,7 @@ var (
 	keepDir    = flag.String("dir", "", "cluster directory (kept, with the controller's log); default a new temporary one")
 	ctlArgs    = flag.String("controller-args", "", "extra flags for pulselb controller, space-separated")
 	cpQPS      = flag.Float64("control-plane-qps", 400, "client rate limit of the harness' kube-scheduler and kube-controller-manager (0: Kubernetes' defaults, 50 and 20, which make the ReplicaSet controller the bottleneck)")
+	proberRSS  = flag.Duration("prober-rss", 20*time.Second, "after the statuses, run one pulselb prober against the same objects for this long and report its peak RSS (0: not)")
 	nodePorts  = flag.Bool("node-ports", false, "allocate NodePorts for the Services (spec.allocateLoadBalancerNodePorts); the apiserver's NodePort allocator serializes creations on one etcd key")
 	idleWindow = flag.Duration("floor-idle", 10*time.Second, "with -floor, first measure the idle harness' CPU use for this long (0: not)")
 	floor      = flag.Bool("floor", false, "do not run pulselb: create each Service's proxy Deployment (placement.Desired) right after the Service and measure until every Deployment is ready: the control plane alone")
@@ -172,7 +174,7 @@ func run() error {
 		return err
 	}
 	cpuBefore := sampler.cpu()
-	machineBefore, err := readMachineCPU()
+	machineBefore, err := procstat.ReadMachine()
 	if err != nil {
 		return err
 	}
@@ -206,7 +208,7 @@ func run() error {
 	}
 	sampler.sample()
 	total := tr.lastPublished().Sub(start)
-	machineAfter, err := readMachineCPU()
+	machineAfter, err := procstat.ReadMachine()
 	if err != nil {
 		return err
 	}
@@ -237,7 +239,7 @@ func run() error {
 	fmt.Printf("  controller CPU             %8.1f s (%.2f cores on average)\n", cpu.Seconds(), cpu.Seconds()/total.Seconds())
 	fmt.Printf("  controller peak RSS        %8d MiB (target %d MiB) %s\n", peak, *targetRSS, verdict(peak <= int64(*targetRSS)))
 	fmt.Printf("  machine CPU busy           %8.0f %% of %d CPUs over the run; load average after: %s\n",
-		machineAfter.busyPercent(machineBefore), runtime.NumCPU(), loadavg)
+		machineAfter.BusyPercent(machineBefore), runtime.NumCPU(), loadavg)
 	if anchorOK {
 		anchor := anchorEnd.Sub(anchorStart)
 		fmt.Printf("  anchor: proxy Deployments all ready %8.1f s after the first was created (kube-controller-manager + scheduler)\n", anchor.Seconds())
@@ -265,7 +267,61 @@ func run() error {
 		fmt.Printf("  controller metrics: %v\n", err)
 	}
 	fmt.Printf("  controller log: %s\n", ctl.LogPath)
+	if *proberRSS > 0 {
+		rss, err := measureProber(ctx, c)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  prober peak RSS            %8d MiB (one pulselb prober, its caches filled with the same Services, Nodes and proxy pods, over %s)\n", rss, *proberRSS)
+	}
 	return nil
+}
+
+// measureProber runs one pulselb prober for a light node for -prober-rss
+// and returns its peak RSS in MiB. Light nodes run no prober pods, so it
+// is assigned no targets: what it holds is its informer caches (every
+// Service, Node and pod of pulselb-system), which at this scale are most
+// of a prober's memory; a real prober's 60 or so targets (2,000 Services ×
+// 2 proxies × 3 vantages / 200 nodes) add little.
+func measureProber(ctx context.Context, c *cluster.Cluster) (int64, error) {
+	nodes, err := readyNodes(ctx, c.Client)
+	if err != nil || len(nodes) == 0 {
+		return 0, fmt.Errorf("listing nodes for the prober: %v", err)
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	beacon, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	_, beaconPort, _ := net.SplitHostPort(beacon)
+	logPath := filepath.Join(c.Dir, "logs", "pulselb-prober.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return 0, fmt.Errorf("creating prober log: %w", err)
+	}
+	defer logf.Close()
+	pp, err := cluster.StartPulselb(ctx, logf, "prober", "--kubeconfig="+c.Kubeconfig, "--namespace="+systemNamespace,
+		"--node-name="+nodes[0].Name, "--beacon-port="+beaconPort, "--metrics-address="+metrics)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = pp.Stop(15 * time.Second) }()
+	s := newSampler(pp.Pid())
+	for end := time.Now().Add(*proberRSS); time.Now().Before(end); {
+		if pp.Exited() {
+			return 0, fmt.Errorf("pulselb prober exited: %w; log %s", pp.Err(), logPath)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(250 * time.Millisecond): // a sampling window
+		}
+		s.sample()
+	}
+	return s.peakMiB(), nil
 }
 
 // runFloor measures the control plane alone (-floor): each Service's proxy
@@ -293,10 +349,20 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 		if len(problems) > 0 || w.Deployment == nil {
 			return fmt.Errorf("service %s: want a proxy Deployment and no problems, got mode %q, problems %v", svc.Name, w.Mode, problems)
 		}
-		if _, err := createClient.AppsV1().Deployments(systemNamespace).Create(ctx, w.Deployment, metav1.CreateOptions{}); err != nil {
+		d, err := createClient.AppsV1().Deployments(systemNamespace).Create(ctx, w.Deployment, metav1.CreateOptions{})
+		if err != nil {
 			return fmt.Errorf("creating deployment %s/%s: %w", systemNamespace, w.Deployment.Name, err)
 		}
 		tr.deploymentCreatedAt(w.Deployment.Name, time.Now())
+		// The controller also creates each Deployment's budget, owned by
+		// the Deployment, as soon as it exists.
+		if w.Budget != nil {
+			b := w.Budget.DeepCopy()
+			b.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, BlockOwnerDeletion: ptr.To(true)}}
+			if _, err := createClient.PolicyV1().PodDisruptionBudgets(systemNamespace).Create(ctx, b, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating budget %s/%s: %w", systemNamespace, b.Name, err)
+			}
+		}
 		return nil
 	}
 
@@ -304,7 +370,7 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 	// and the control plane's idle loops.
 	var idle string
 	if *idleWindow > 0 {
-		machineBefore, err := readMachineCPU()
+		machineBefore, err := procstat.ReadMachine()
 		if err != nil {
 			return err
 		}
@@ -314,14 +380,14 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 			return ctx.Err()
 		case <-time.After(*idleWindow): // a measurement window, not synchronisation
 		}
-		machineAfter, err := readMachineCPU()
+		machineAfter, err := procstat.ReadMachine()
 		if err != nil {
 			return err
 		}
-		idle = fmt.Sprintf("machine %.0f %% busy over %s; %s", machineAfter.busyPercent(machineBefore), *idleWindow, cpuByProcess(procsBefore, processCPU()))
+		idle = fmt.Sprintf("machine %.0f %% busy over %s; %s", machineAfter.BusyPercent(machineBefore), *idleWindow, cpuByProcess(procsBefore, processCPU()))
 	}
 
-	machineBefore, err := readMachineCPU()
+	machineBefore, err := procstat.ReadMachine()
 	if err != nil {
 		return err
 	}
@@ -349,7 +415,7 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 			log.Printf("%6.1fs: %d of %d proxy Deployments ready", time.Since(start).Seconds(), ready, *services)
 		}
 	}
-	machineAfter, err := readMachineCPU()
+	machineAfter, err := procstat.ReadMachine()
 	if err != nil {
 		return err
 	}
@@ -367,7 +433,7 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 		total.Seconds(), *targetTime)
 	fmt.Printf("  per Deployment, creation to ready: %s\n", quantiles(tr.deploymentLatencies()))
 	fmt.Printf("  machine CPU busy           %8.0f %% of %d CPUs over the run; load average after: %s\n",
-		machineAfter.busyPercent(machineBefore), runtime.NumCPU(), loadavg)
+		machineAfter.BusyPercent(machineBefore), runtime.NumCPU(), loadavg)
 	fmt.Printf("  CPU by process over the run: %s\n", cpuByProcess(procsBefore, procsAfter))
 	if idle != "" {
 		fmt.Printf("  idle harness before the creations: %s\n", idle)
@@ -881,40 +947,4 @@ func (s *sampler) peakMiB() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peakHWM / 1024
-}
-
-// machineCPU is the first line of /proc/stat: busy and total ticks.
-type machineCPU struct{ busy, total int64 }
-
-func readMachineCPU() (machineCPU, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return machineCPU{}, fmt.Errorf("reading /proc/stat: %w", err)
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return machineCPU{}, fmt.Errorf("unexpected /proc/stat line %q", line)
-	}
-	var m machineCPU
-	// user nice system idle iowait irq softirq steal; guest time is
-	// already counted in user.
-	for i, v := range f[1:min(len(f), 9)] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return machineCPU{}, fmt.Errorf("parsing /proc/stat %q: %w", line, err)
-		}
-		m.total += n
-		if i != 3 && i != 4 { // idle, iowait
-			m.busy += n
-		}
-	}
-	return m, nil
-}
-
-func (m machineCPU) busyPercent(before machineCPU) float64 {
-	if m.total == before.total {
-		return 0
-	}
-	return 100 * float64(m.busy-before.busy) / float64(m.total-before.total)
 }

@@ -6,7 +6,9 @@
 //     scheduler at the same rate; the CPU of each prober process is read
 //     from /proc, and the ratio printed;
 //   - 10,000 tcp targets at a 1 s interval: CPU (cores) and peak RSS of a
-//     pulselb prober process.
+//     pulselb prober process, whether it kept the 10,000 probes/s its
+//     schedule asks for, and if not whether the machine was saturated; the
+//     loopback servers' CPU (this process) is reported on its own line.
 //
 // The servers being probed run in this process, the probers in their own,
 // so each prober's CPU is its own.
@@ -34,6 +36,7 @@ import (
 
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/test/bench/cpuprofile"
+	"github.com/pulselb/pulselb/test/bench/procstat"
 )
 
 func main() {
@@ -84,6 +87,26 @@ func main() {
 	}
 	fmt.Printf("scale  %d tcp targets at 1s: %.0f probes/s, %.3f cores, peak RSS %.1f MiB\n",
 		*scaleTargets, scale.rate, scale.cores, scale.rssMiB)
+	fmt.Printf("scale  schedule: %s\n", scheduleVerdict(scale, float64(*scaleTargets)))
+	fmt.Printf("scale  loopback servers (this process, not charged to the prober): %.3f cores; machine %.0f %% busy of %d CPUs\n",
+		scale.serverCores, scale.machineBusy, runtime.NumCPU())
+}
+
+// scheduleVerdict says whether the scale run kept the rate its schedule
+// asks for (within 1 %), and when it did not, whether the machine had CPU
+// to spare (the prober fell behind) or not (the prober was starved by
+// what shares the machine, the loopback servers first).
+func scheduleVerdict(r scaleResult, want float64) string {
+	kept := r.rate >= 0.99*want
+	switch {
+	case kept:
+		return fmt.Sprintf("kept: %.0f of %.0f probes/s", r.rate, want)
+	case r.machineBusy >= 95:
+		return fmt.Sprintf("NOT kept: %.0f of %.0f probes/s, with the machine %.0f %% busy: starved of CPU by other work (loopback servers %.2f cores), not the prober's own limit",
+			r.rate, want, r.machineBusy, r.serverCores)
+	default:
+		return fmt.Sprintf("NOT kept: %.0f of %.0f probes/s, with the machine only %.0f %% busy: the prober fell behind", r.rate, want, r.machineBusy)
+	}
 }
 
 type servers struct {
@@ -200,14 +223,14 @@ func runBlackbox(bin, proto string, s *servers, d time.Duration) (rate, perCPU f
 	drive(time.Second) // warm up
 	ok.Store(0)
 	failed.Store(0)
-	cpu0, err := cpuSeconds(cmd.Process.Pid)
+	cpu0, err := procstat.CPUSeconds(cmd.Process.Pid)
 	if err != nil {
 		return 0, 0, err
 	}
 	start := time.Now()
 	drive(d)
 	elapsed := time.Since(start).Seconds()
-	cpu1, err := cpuSeconds(cmd.Process.Pid)
+	cpu1, err := procstat.CPUSeconds(cmd.Process.Pid)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -219,7 +242,11 @@ func runBlackbox(bin, proto string, s *servers, d time.Duration) (rate, perCPU f
 	return n / elapsed, n / (cpu1 - cpu0), nil
 }
 
-type scaleResult struct{ rate, cores, rssMiB float64 }
+// scaleResult is a pulselb run's figures over its measuring window: probe
+// rate, the prober's cores and peak RSS, the cores of this process (the
+// loopback servers being probed, charged separately), and how busy the
+// machine was.
+type scaleResult struct{ rate, cores, rssMiB, serverCores, machineBusy float64 }
 
 // runPulselb runs a pulselb scheduler child with n targets at interval for
 // d and returns its probe rate and probes per CPU-second.
@@ -258,7 +285,15 @@ func runPulselb(proto string, s *servers, n int, interval, d time.Duration) (rat
 			return 0, 0, res, err
 		}
 	}
-	cpu0, err := cpuSeconds(cmd.Process.Pid)
+	cpu0, err := procstat.CPUSeconds(cmd.Process.Pid)
+	if err != nil {
+		return 0, 0, res, err
+	}
+	servers0, err := procstat.CPUSeconds(os.Getpid())
+	if err != nil {
+		return 0, 0, res, err
+	}
+	machine0, err := procstat.ReadMachine()
 	if err != nil {
 		return 0, 0, res, err
 	}
@@ -270,11 +305,19 @@ func runPulselb(proto string, s *servers, n int, interval, d time.Duration) (rat
 		}
 	}
 	elapsed := time.Since(start).Seconds()
-	cpu1, err := cpuSeconds(cmd.Process.Pid)
+	cpu1, err := procstat.CPUSeconds(cmd.Process.Pid)
 	if err != nil {
 		return 0, 0, res, err
 	}
-	rss, err := peakRSS(cmd.Process.Pid)
+	servers1, err := procstat.CPUSeconds(os.Getpid())
+	if err != nil {
+		return 0, 0, res, err
+	}
+	machine1, err := procstat.ReadMachine()
+	if err != nil {
+		return 0, 0, res, err
+	}
+	rss, err := procstat.PeakRSSMiB(cmd.Process.Pid)
 	if err != nil {
 		return 0, 0, res, err
 	}
@@ -284,7 +327,8 @@ func runPulselb(proto string, s *servers, n int, interval, d time.Duration) (rat
 	}
 	cpu := cpu1 - cpu0
 	fmt.Printf("%-6s %-18s %10.0f %10.2f %14.0f\n", proto, fmt.Sprintf("pulselb (%d tgts)", n), probes/elapsed, cpu, probes/cpu)
-	return probes / elapsed, probes / cpu, scaleResult{rate: probes / elapsed, cores: cpu / elapsed, rssMiB: rss}, nil
+	return probes / elapsed, probes / cpu, scaleResult{rate: probes / elapsed, cores: cpu / elapsed, rssMiB: rss,
+		serverCores: (servers1 - servers0) / elapsed, machineBusy: machine1.BusyPercent(machine0)}, nil
 }
 
 // runChild is the pulselb prober process: a scheduler over n targets that
@@ -344,35 +388,4 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// cpuSeconds returns the user+system CPU time of a process and its threads.
-func cpuSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / clockTicks, nil
-}
-
-// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
-const clockTicks = 100
-
-// peakRSS returns VmHWM of a process in MiB.
-func peakRSS(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
