@@ -19,6 +19,10 @@ func TestDNSProblemReporter(t *testing.T) {
 	conflict := &dnsexport.ServiceError{Namespace: "shop", Name: "web",
 		Err: fmt.Errorf("www.lb.example.com.: %w (default/other)", dnsexport.ErrHostnameConflict)}
 	annotation := errors.New(`annotation pulselb.io/hostname="-bad": not a hostname`)
+	wildcard := &dnsexport.ServiceError{Namespace: "shop", Name: "web",
+		Err: &dnsexport.HostnameError{Hostname: "*.apps.lb.example.com", Err: errors.New("wildcard names are not served")}}
+	capped := &dnsexport.ServiceError{Namespace: "shop", Name: "web",
+		Err: fmt.Errorf("web.shop.lb.example.com.: 4200 A addresses: %w", dnsexport.ErrAddressesCapped)}
 	tests := []struct {
 		name     string
 		leading  bool
@@ -30,6 +34,8 @@ func TestDNSProblemReporter(t *testing.T) {
 		{"leader leaves annotation problems to the reconcile", true, []error{annotation, conflict},
 			[]string{"Warning HostnameConflict " + conflict.Error()}},
 		{"leader, annotation problems only", true, []error{annotation}, nil},
+		{"leader events a wildcard that is not served", true, []error{wildcard, capped},
+			[]string{"Warning HostnameNotServed " + wildcard.Error()}},
 		{"follower events nothing", false, []error{annotation, conflict}, nil},
 	}
 	for _, tt := range tests {
