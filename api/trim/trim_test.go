@@ -251,7 +251,7 @@ func TestPodKeepsWhatPulselbReads(t *testing.T) {
 		!equality.Semantic.DeepEqual(x.Conditions, y.Conditions) || len(x.LoadBalancer.Ingress) != 2 {
 		t.Errorf("status differs on trimmed pods:\n full %+v\n trimmed %+v", x, y)
 	}
-	if !equality.Semantic.DeepEqual(trimmed[0].ObjectMeta.Labels, full[0].Labels) || trimmed[0].ManagedFields != nil {
+	if !equality.Semantic.DeepEqual(trimmed[0].Labels, full[0].Labels) || trimmed[0].ManagedFields != nil {
 		t.Errorf("trimmed pod metadata %+v", trimmed[0].ObjectMeta)
 	}
 }
