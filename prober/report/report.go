@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -122,4 +123,28 @@ func truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "..."
+}
+
+// Changed reports whether a report of status b says something that one of
+// status a does not: anything but when each was written and the probes'
+// latencies, which move with every probe and would otherwise make every
+// comparison a write. A prober with a Lease writes its report only when
+// this holds.
+func Changed(a, b v1alpha1.ProbeReportStatus) bool {
+	return !equality.Semantic.DeepEqual(withoutChurn(a), withoutChurn(b))
+}
+
+// withoutChurn returns st without its write time and latencies, sharing
+// nothing Changed's caller could see modified.
+func withoutChurn(st v1alpha1.ProbeReportStatus) v1alpha1.ProbeReportStatus {
+	st.HeartbeatTime = metav1.Time{}
+	st.Results = slices.Clone(st.Results)
+	for i := range st.Results {
+		st.Results[i].Latency = nil
+	}
+	st.Beacons = slices.Clone(st.Beacons)
+	for i := range st.Beacons {
+		st.Beacons[i].Latency = nil
+	}
+	return st
 }
