@@ -169,6 +169,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	defer shutdown()
 	if health.Reports != nil {
 		go health.Reports.RunWithContext(ctx)
+		go health.Leases.RunWithContext(ctx)
 	}
 	return lead(ctx, stop, f.election, client, recorder, func(ctx context.Context) {
 		leading.Store(true)
@@ -295,6 +296,7 @@ func (f *controllerFlags) health(client kubernetes.Interface, dyn dynamic.Interf
 	}
 	return controller.HealthConfig{
 		Reports:  v1alpha1.NewInformer(v1alpha1.NewClient(dyn), f.placement.Namespace),
+		Leases:   controller.NewProberLeaseInformer(client, f.placement.Namespace),
 		Vantages: f.vantages,
 	}, nil
 }
