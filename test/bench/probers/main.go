@@ -68,6 +68,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -253,15 +254,23 @@ func setup(ctx context.Context, cs kubernetes.Interface) ([]*node, error) {
 	}
 	err := parallel(ctx, *agents, func(i int) error {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i)}}
-		n, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-		if err != nil {
+		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating node %d: %w", i, err)
 		}
-		now := metav1.Now()
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(i)}}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Benchmark",
-			LastHeartbeatTime: now, LastTransitionTime: now}}
-		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		// The node lifecycle controller updates a new node too.
+		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			n, err := cs.CoreV1().Nodes().Get(ctx, nodeName(i), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			now := metav1.Now()
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(i)}}
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Benchmark",
+				LastHeartbeatTime: now, LastTransitionTime: now}}
+			_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("making node %d Ready: %w", i, err)
 		}
 		return createReadyPod(ctx, cs, "pulselb-prober-"+nodeName(i), nodeName(i),
@@ -298,13 +307,20 @@ func createReadyPod(ctx context.Context, cs kubernetes.Interface, name, node str
 		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: name, Labels: labels},
 		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "pulselb"}}},
 	}
-	p, err := cs.CoreV1().Pods(systemNS).Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
+	if _, err := cs.CoreV1().Pods(systemNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating pod %s: %w", name, err)
 	}
-	p.Status.Phase = corev1.PodRunning
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if _, err := cs.CoreV1().Pods(systemNS).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		p, err := cs.CoreV1().Pods(systemNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		_, err = cs.CoreV1().Pods(systemNS).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("making pod %s Ready: %w", name, err)
 	}
 	return nil
