@@ -242,6 +242,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		lastWrite = a.clock.Now()
 		if err := a.write(ctx, st); err != nil {
 			logger.Error(err, "Writing probe report failed")
+			// Retried at the next comparison, changed or not.
+			a.written = nil
 			return
 		}
 		a.written = &st
