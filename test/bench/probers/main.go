@@ -380,14 +380,19 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	r.rssBase = rss()
 
 	actx, stop := context.WithCancel(ctx)
-	defer stop()
 	cluster := informers.NewSharedInformerFactory(cs, 0)
 	system := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(systemNS))
 	reports := v1alpha1.NewClient(dyn)
 	probeMetrics := prober.NewMetrics()
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer stop()
+	// Stop the agents, then the informers, whose Shutdown waits for the
+	// stop channel.
+	defer func() {
+		stop()
+		wg.Wait()
+		cluster.Shutdown()
+		system.Shutdown()
+	}()
 	var as []*agent.Agent
 	for i := range nodes {
 		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: prober.DefaultVantages, BeaconPort: beaconPort,
@@ -403,8 +408,6 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	}
 	cluster.Start(actx.Done())
 	system.Start(actx.Done())
-	defer cluster.Shutdown()
-	defer system.Shutdown()
 	for _, a := range as {
 		wg.Go(func() {
 			if err := a.Run(actx); err != nil {
