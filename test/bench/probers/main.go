@@ -236,6 +236,10 @@ func run() error {
 			return fmt.Errorf("mode %s: %w", mode, err)
 		}
 		results = append(results, r)
+		// Each mode's numbers as soon as they are measured, in case a
+		// later one fails; the tables at the end hold them all.
+		log.Printf("%s: steady %+v; failover %+v; %s to 2 Down votes; controller %.3f cores; heap per agent %d B",
+			mode, r.steady.pick(), r.failover.pick(), r.failoverTime, r.controllerCPU, r.heapPerAgent)
 	}
 	printResults(base, results)
 	return nil
@@ -606,6 +610,11 @@ func (s snapshot) sub(before snapshot, d time.Duration) rates {
 			(a.watchEvents - b.watchEvents) / sec, (a.watchBytes - b.watchBytes) / sec}
 	}
 	return out
+}
+
+// pick returns the rates of the resources the heartbeats write.
+func (r rates) pick() map[string]counters {
+	return map[string]counters{"leases": r["leases"], "probereports": r["probereports"]}
 }
 
 // minus returns r less the baseline rates, never below 0.
