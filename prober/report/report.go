@@ -126,25 +126,37 @@ func truncate(s string, n int) string {
 }
 
 // Changed reports whether a report of status b says something that one of
-// status a does not: anything but when each was written and the probes'
-// latencies, which move with every probe and would otherwise make every
-// comparison a write. A prober with a Lease writes its report only when
-// this holds.
+// status a does not: which targets it concludes about, their states and
+// since when, certificate expiries, and for a Down target why (outcome,
+// message, first failure), which verdicts and Events quote. Not what moves
+// with every probe: write times, latencies, and the last probe of an Up
+// target, which a single failed probe (not enough to conclude Down)
+// changes and the next success changes back. A prober with a Lease writes
+// its report only when this holds; what it leaves out goes with the next
+// write.
 func Changed(a, b v1alpha1.ProbeReportStatus) bool {
 	return !equality.Semantic.DeepEqual(withoutChurn(a), withoutChurn(b))
 }
 
-// withoutChurn returns st without its write time and latencies, sharing
-// nothing Changed's caller could see modified.
+// withoutChurn returns st without what Changed ignores, sharing nothing
+// Changed's caller could see modified.
 func withoutChurn(st v1alpha1.ProbeReportStatus) v1alpha1.ProbeReportStatus {
 	st.HeartbeatTime = metav1.Time{}
 	st.Results = slices.Clone(st.Results)
 	for i := range st.Results {
-		st.Results[i].Latency = nil
+		st.Results[i].Observation = observationWithoutChurn(st.Results[i].Observation)
 	}
 	st.Beacons = slices.Clone(st.Beacons)
 	for i := range st.Beacons {
-		st.Beacons[i].Latency = nil
+		st.Beacons[i].Observation = observationWithoutChurn(st.Beacons[i].Observation)
 	}
 	return st
+}
+
+func observationWithoutChurn(o v1alpha1.Observation) v1alpha1.Observation {
+	o.Latency = nil
+	if o.State == v1alpha1.StateUp {
+		o.Outcome, o.Message, o.FailingSince = "", "", nil
+	}
+	return o
 }

@@ -238,7 +238,13 @@ func TestChanged(t *testing.T) {
 			s[1] = status(contract.BeaconKey("a"), "10.0.0.1:9472", prober.StateDown, resDown)
 			return s
 		}, true},
-		{"a first failure while still up", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
+		{"a single failed probe while still up", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
+			s[0].FailingSince = failing
+			s[0].Last = resDown
+			return s
+		}, false},
+		{"why a down target is down", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
+			s[0] = status(key, "10.0.0.1:443", prober.StateDown, resDown)
 			s[0].FailingSince = failing
 			return s
 		}, true},
@@ -261,5 +267,20 @@ func TestChanged(t *testing.T) {
 	}
 	if was.Results[0].Latency == nil {
 		t.Error("Changed dropped a latency of the status it was given")
+	}
+
+	// A Down target's reason is news: verdicts and Events quote it.
+	down := func(last prober.Result) v1alpha1.ProbeReportStatus {
+		s := base()
+		s[0] = status(key, "10.0.0.1:443", prober.StateDown, last)
+		s[0].FailingSince = failing
+		return Status(now, 10*time.Second, s, targets)
+	}
+	refused, timeout := down(resDown), down(prober.Result{Outcome: prober.L4TOUT, Err: errors.New("connecting: i/o timeout")})
+	if !Changed(refused, timeout) {
+		t.Error("a Down target's new outcome and message are not a change")
+	}
+	if Changed(refused, down(resDown)) {
+		t.Error("the same Down result is a change")
 	}
 }
