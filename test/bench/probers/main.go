@@ -94,7 +94,8 @@ var (
 	warmup         = flag.Duration("warmup", time.Minute, "time after every agent has written its report before measuring")
 	baseline       = flag.Duration("baseline", 30*time.Second, "window before the agents start, to measure the control plane's own writes")
 	failoverWindow = flag.Duration("failover-window", 30*time.Second, "measurement window after a node is blackholed")
-	probeInterval  = flag.Duration("probe-interval", 10*time.Second, "probe interval of every target and beacon (pulselb.io/probe-interval)")
+	probeInterval  = flag.Duration("probe-interval", 10*time.Second, "probe interval of every Service target (pulselb.io/probe-interval)")
+	beaconInterval = flag.Duration("beacon-interval", prober.DefaultInterval, "probe interval of the node beacons (the prober's default), which the failover is timed on")
 	modes          = flag.String("modes", "lease,report", "modes to measure in order: lease (Lease heartbeats, reports on change), report (report heartbeats, as before Leases)")
 	workers        = flag.Int("create-workers", 32, "parallel object creations during setup")
 )
@@ -110,8 +111,8 @@ func main() {
 		log.Fatalf("bench/probers: -agents=%d: want 4..60000", *agents)
 	case *services < 1 || *services > 50000:
 		log.Fatalf("bench/probers: -services=%d: want 1..50000", *services)
-	case *window <= 0 || *warmup < 0 || *baseline <= 0 || *failoverWindow <= 0 || *probeInterval <= 0:
-		log.Fatal("bench/probers: -window, -baseline, -failover-window and -probe-interval must be positive, -warmup not negative")
+	case *window <= 0 || *warmup < 0 || *baseline <= 0 || *failoverWindow <= 0 || *probeInterval <= 0 || *beaconInterval <= 0:
+		log.Fatal("bench/probers: -window, -baseline, -failover-window, -probe-interval and -beacon-interval must be positive, -warmup not negative")
 	case *workers < 1:
 		log.Fatalf("bench/probers: -create-workers=%d: want at least 1", *workers)
 	}
@@ -400,7 +401,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	var as []*agent.Agent
 	for i := range nodes {
 		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: prober.DefaultVantages, BeaconPort: beaconPort,
-			Scheduler: prober.Config{Interval: *probeInterval, Metrics: probeMetrics}}
+			Scheduler: prober.Config{Interval: *beaconInterval, Metrics: probeMetrics}}
 		if mode == "lease" {
 			cfg.Leases = cs.CoordinationV1().Leases(systemNS)
 		}
@@ -628,8 +629,8 @@ func (r rates) minus(base rates) rates {
 }
 
 func printResults(base rates, results []result) {
-	fmt.Printf("\nbench/probers: %d agents, %d Services (%d proxy targets, probe interval %s), window %s, on %d CPUs\n",
-		*agents, *services, 2**services, *probeInterval, *window, runtime.NumCPU())
+	fmt.Printf("\nbench/probers: %d agents, %d Services (%d proxy targets, probe interval %s, beacons %s), window %s, on %d CPUs\n",
+		*agents, *services, 2**services, *probeInterval, *beaconInterval, *window, runtime.NumCPU())
 	fmt.Printf("baseline (control plane alone, subtracted below): leases %.2f writes/s\n\n", base["leases"].writes)
 	fmt.Println("| mode | window | resource | writes/s | writes per node per 10 s | bytes sent per write | bytes written/s | watch events/s | watch bytes/s |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
