@@ -228,7 +228,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	base := after.sub(before, *baseline)
+	base := after.sub(before)
 
 	var results []result
 	for _, mode := range strings.Split(*modes, ",") {
@@ -458,7 +458,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 		return r, err
 	}
 	r.controllerCPU = (cpuSeconds(ctlPid) - cpu0) / window.Seconds()
-	r.steady = after.sub(before, *window).minus(base)
+	r.steady = after.sub(before).minus(base)
 
 	// Failover: node 0 stops answering; its 3 beacon vantages see it.
 	victim := nodes[0]
@@ -483,7 +483,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	if err != nil {
 		return r, err
 	}
-	r.failover = after.sub(before, time.Since(t0)).minus(base)
+	r.failover = after.sub(before).minus(base)
 	log.Printf("%s: 2 of 3 vantages reported %s Down after %s", mode, nodeName(0), r.failoverTime.Round(time.Millisecond))
 	if err := victim.listen(ctx); err != nil {
 		return r, err
@@ -540,8 +540,12 @@ type counters struct {
 	writes, bodyBytes, watchEvents, watchBytes float64
 }
 
-// snapshot is the API server's counters by resource.
-type snapshot map[string]counters
+// snapshot is the API server's counters by resource, and when they were
+// asked for.
+type snapshot struct {
+	at  time.Time
+	res map[string]counters
+}
 
 // rates are counters per second by resource.
 type rates map[string]counters
@@ -552,11 +556,12 @@ var (
 
 // scrape reads the API server's /metrics.
 func scrape(ctx context.Context, cs kubernetes.Interface) (snapshot, error) {
+	at := time.Now()
 	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+		return snapshot{}, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
-	out := snapshot{}
+	out := snapshot{at: at, res: map[string]counters{}}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
@@ -581,7 +586,7 @@ func scrape(ctx context.Context, cs kubernetes.Interface) (snapshot, error) {
 		if res == "" {
 			continue
 		}
-		c := out[res]
+		c := out.res[res]
 		switch name {
 		case "apiserver_request_total":
 			if (l["verb"] == "POST" || l["verb"] == "PUT" || l["verb"] == "PATCH") && l["subresource"] == "" {
@@ -596,17 +601,18 @@ func scrape(ctx context.Context, cs kubernetes.Interface) (snapshot, error) {
 		default:
 			continue
 		}
-		out[res] = c
+		out.res[res] = c
 	}
 	return out, sc.Err()
 }
 
-// sub returns the rates from before to s over d.
-func (s snapshot) sub(before snapshot, d time.Duration) rates {
+// sub returns the rates from before to s, over the time between the two
+// requests (a scrape of a busy API server takes seconds).
+func (s snapshot) sub(before snapshot) rates {
 	out := rates{}
-	for res, a := range s {
-		b := before[res]
-		sec := d.Seconds()
+	sec := s.at.Sub(before.at).Seconds()
+	for res, a := range s.res {
+		b := before.res[res]
 		out[res] = counters{(a.writes - b.writes) / sec, (a.bodyBytes - b.bodyBytes) / sec,
 			(a.watchEvents - b.watchEvents) / sec, (a.watchBytes - b.watchBytes) / sec}
 	}
