@@ -95,7 +95,7 @@ var (
 	baseline       = flag.Duration("baseline", 30*time.Second, "window before the agents start, to measure the control plane's own writes")
 	failoverWindow = flag.Duration("failover-window", 30*time.Second, "measurement window after a node is blackholed")
 	probeInterval  = flag.Duration("probe-interval", 10*time.Second, "probe interval of every Service target (pulselb.io/probe-interval)")
-	beaconInterval = flag.Duration("beacon-interval", prober.DefaultInterval, "probe interval of the node beacons (the prober's default), which the failover is timed on")
+	beaconInterval = flag.Duration("beacon-interval", 10*time.Second, "probe interval of the node beacons (the prober's default is 1s: with every agent in one process that many probes overload a small machine), which the failover is timed on")
 	modes          = flag.String("modes", "lease,report", "modes to measure in order: lease (Lease heartbeats, reports on change), report (report heartbeats, as before Leases)")
 	workers        = flag.Int("create-workers", 32, "parallel object creations during setup")
 )
