@@ -9,7 +9,7 @@ CONTROLLER_GEN := sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 FUZZTIME      ?= 20s
 DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy bind9 dnsperf nsd curl util-linux chromium
 
-.PHONY: all build generate manifests verify-manifests image-binary test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned clean
+.PHONY: all build generate manifests verify-manifests image-binary test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers clean
 
 all: build
 
@@ -72,7 +72,7 @@ deps:
 	fi
 
 ## bench: pulselb against its anchors, side by side (root); results go to docs/benchmarks.md.
-bench: bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned
+bench: bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers
 
 ## bench-prober: probes per CPU-second against blackbox_exporter; 10,000 targets.
 bench-prober: deps
@@ -97,6 +97,10 @@ bench-failover: deps
 ## bench-planned: requests lost per planned change (upgrade, maintenance, drains, scale-down, leader loss), pulselb against no drain delay (root, ~4 minutes once built).
 bench-planned: deps
 	cd test && $(GO) run ./bench/planned
+
+## bench-probers: API writes and bytes of 1,000 probers' heartbeats, Leases against report heartbeats, in steady state and in a failover; controller CPU, agent memory (root, ~20 minutes).
+bench-probers: deps
+	cd test && $(GO) run ./bench/probers
 
 ## bench-controller: 2,000 LoadBalancer Services on 200 light nodes: time to every status, controller CPU and RSS, then the control plane alone for the same objects (root, ~15 minutes).
 bench-controller: deps

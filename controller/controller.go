@@ -99,8 +99,10 @@ type Controller struct {
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	nodeQueue workqueue.TypedRateLimitingInterface[string]
 
-	// reports is nil when the health pipeline is off.
+	// reports is nil when the health pipeline is off; leases is nil
+	// without prober Leases.
 	reports     cache.Store
+	leases      cache.Store
 	healthQueue workqueue.TypedRateLimitingInterface[string]
 	// verdicts are judged by evaluate and read by the sync workers.
 	verdicts status.Engine
@@ -242,6 +244,14 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 				informer cache.SharedIndexInformer
 				handler  cache.ResourceEventHandler
 			}{inf, evaluate})
+		}
+		if cfg.Health.Leases != nil {
+			c.leases = cfg.Health.Leases.GetStore()
+			c.synced = append(c.synced, cfg.Health.Leases.HasSynced)
+			handlers = append(handlers, struct {
+				informer cache.SharedIndexInformer
+				handler  cache.ResourceEventHandler
+			}{cfg.Health.Leases, c.leaseRenewed(func() { c.healthQueue.Add(healthKey) })})
 		}
 	}
 	for _, h := range handlers {

@@ -99,6 +99,13 @@ func NewDashboardFeed(c *Controller, cluster, system informers.SharedInformerFac
 			return nil, fmt.Errorf("adding dashboard event handler: %w", err)
 		}
 	}
+	// Prober Leases renew every few seconds: only one that appears, goes
+	// or comes back from lapsing changes what the page shows.
+	if c.cfg.Health.Leases != nil {
+		if _, err := c.cfg.Health.Leases.AddEventHandler(c.leaseRenewed(f.poke)); err != nil {
+			return nil, fmt.Errorf("adding dashboard event handler: %w", err)
+		}
+	}
 	return f, nil
 }
 

@@ -8,17 +8,21 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
+	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/trim"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
@@ -30,6 +34,10 @@ type HealthConfig struct {
 	// (v1alpha1.NewInformer); nil turns the health pipeline off, and a node
 	// is then down only while labelled pulselb.io/unhealthy.
 	Reports cache.SharedIndexInformer
+	// Leases is an informer on the probers' Leases (NewProberLeaseInformer);
+	// a prober is fresh while its Lease is current or its report
+	// heartbeat recent (status.Fresh). Nil: report heartbeats only.
+	Leases cache.SharedIndexInformer
 	// Vantages is how many probers probe each target; it must equal the
 	// probers' --vantages (default prober.DefaultVantages).
 	Vantages int
@@ -153,7 +161,8 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 }
 
 // reportIndex indexes the cached ProbeReports of the pulselb namespace
-// (none without the health pipeline) as of now.
+// (none without the health pipeline), fresh or stale at now by their
+// probers' Leases and heartbeats (status.Fresh).
 func (c *Controller) reportIndex(now time.Time) status.Reports {
 	var reports []*v1alpha1.ProbeReport
 	if c.reports != nil {
@@ -163,7 +172,55 @@ func (c *Controller) reportIndex(now time.Time) status.Reports {
 			}
 		}
 	}
-	return status.IndexReports(reports, now)
+	var leases map[string]*coordinationv1.Lease
+	if c.leases != nil {
+		objs := c.leases.List()
+		leases = make(map[string]*coordinationv1.Lease, len(objs))
+		for _, o := range objs {
+			l, ok := o.(*coordinationv1.Lease)
+			if !ok || l.Namespace != c.cfg.Placement.Namespace {
+				continue
+			}
+			if node, ok := contract.ProberLeaseNode(l.Name); ok {
+				leases[node] = l
+			}
+		}
+	}
+	return status.IndexVantages(reports, leases, now)
+}
+
+// NewProberLeaseInformer returns an informer on the probers' Leases in
+// namespace, selected by their labels so that the leader election's Leases
+// there stay out of the cache. The caller runs it.
+func NewProberLeaseInformer(client kubernetes.Interface, namespace string) cache.SharedIndexInformer {
+	sel := labels.SelectorFromSet(contract.ProberLeaseLabels()).String()
+	inf := coordinationinformers.NewFilteredLeaseInformer(client, namespace, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = sel })
+	_ = inf.SetTransform(trim.Object) // not started yet: cannot fail
+	return inf
+}
+
+// leaseRenewed returns the handler of Lease changes: a verdict can only
+// change when a prober's Lease appears, goes, or is renewed after it had
+// lapsed; a renewal of a current Lease, the steady state, changes nothing
+// and waits for the periodic evaluation. The stale-to-fresh case is
+// queued at once so that a prober back from an outage counts again
+// without waiting for it.
+func (c *Controller) leaseRenewed(enqueue func()) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { enqueue() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*coordinationv1.Lease)
+			n, ok2 := newObj.(*coordinationv1.Lease)
+			if !ok1 || !ok2 {
+				return
+			}
+			if now := c.now(); !status.LeaseCurrent(o, now) && status.LeaseCurrent(n, now) {
+				enqueue()
+			}
+		},
+		DeleteFunc: func(any) { enqueue() },
+	}
 }
 
 // healthTargets lists every target the quorum judges: each served

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +18,7 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -28,7 +30,7 @@ import (
 func (f *fixture) healthController(ctx context.Context, reports ...*v1alpha1.ProbeReport) *Controller {
 	f.t.Helper()
 	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1alpha1.ProbeReport{}, 0, cache.Indexers{})
-	f.cfg.Health = HealthConfig{Reports: inf}
+	f.cfg.Health.Reports = inf
 	c := f.controller(ctx)
 	for _, r := range reports {
 		if err := inf.GetStore().Add(r); err != nil {
@@ -575,5 +577,84 @@ func TestNewProxyStartsWithoutWarning(t *testing.T) {
 				t.Errorf("events %v: TargetUp ends a TargetDown that was never announced", events)
 			}
 		})
+	}
+}
+
+// proberLease returns node's prober Lease renewed age before testNow,
+// lasting 30 s.
+func proberLease(node string, age time.Duration) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: contract.ProberLeasePrefix + node, Labels: contract.ProberLeaseLabels()},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](30),
+			RenewTime: ptr.To(metav1.NewMicroTime(testNow.Add(-age)))},
+	}
+}
+
+// TestFailoverWithProberLeases judges n1's beacon from reports written
+// long ago, as probers with Leases write them only on change, next to
+// reports of probers from before Leases (a rolling upgrade): a vantage
+// counts while its Lease is current or its report heartbeat recent.
+func TestFailoverWithProberLeases(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	const down, up = v1alpha1.StateDown, v1alpha1.StateUp
+	tests := []struct {
+		name    string
+		reports []*v1alpha1.ProbeReport
+		leases  []*coordinationv1.Lease
+		want    status.Verdict
+	}{
+		{"current Leases, reports unchanged for an hour", []*v1alpha1.ProbeReport{
+			withBeacon(report("n2", time.Hour), "n1", down), withBeacon(report("n3", time.Hour), "n1", down), withBeacon(report("n4", time.Hour), "n1", up)},
+			[]*coordinationv1.Lease{proberLease("n2", 5*time.Second), proberLease("n3", 5*time.Second), proberLease("n4", 5*time.Second)},
+			status.VerdictDown},
+		{"the Down votes' Leases expired", []*v1alpha1.ProbeReport{
+			withBeacon(report("n2", time.Hour), "n1", down), withBeacon(report("n3", time.Hour), "n1", down), withBeacon(report("n4", time.Hour), "n1", up)},
+			[]*coordinationv1.Lease{proberLease("n2", time.Minute), proberLease("n3", time.Minute), proberLease("n4", 5*time.Second)},
+			status.VerdictUp},
+		{"upgrade: an old prober's heartbeat and a new prober's Lease", []*v1alpha1.ProbeReport{
+			withBeacon(report("n2", time.Second), "n1", down), withBeacon(report("n3", time.Hour), "n1", down), withBeacon(report("n4", time.Hour), "n1", up)},
+			// n2 (old) and n3 (new) are fresh and say Down; n4 is stale.
+			[]*coordinationv1.Lease{proberLease("n3", 5*time.Second)},
+			status.VerdictDown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := published(newService("web"), "n1,n2")
+			f := newFixture(t, cluster(svc)...)
+			leases := cache.NewSharedIndexInformer(&cache.ListWatch{}, &coordinationv1.Lease{}, 0, cache.Indexers{})
+			f.cfg.Health.Leases = leases
+			c := f.healthController(ctx, tt.reports...)
+			for _, l := range tt.leases {
+				if err := leases.GetStore().Add(l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.evaluate(ctx, healthKey); err != nil {
+				t.Fatal(err)
+			}
+			if j := c.verdicts.Verdict(contract.BeaconKey("n1")); j.Verdict != tt.want {
+				t.Errorf("beacon n1: %v (%s), want %v", j.Verdict, j.Summary(), tt.want)
+			}
+		})
+	}
+}
+
+// TestLeaseRenewalQueuesOnlyWhenFreshnessChanges: the steady state of
+// Lease renewals does not make the controller re-evaluate; a Lease renewed
+// after it lapsed does.
+func TestLeaseRenewalQueuesOnlyWhenFreshnessChanges(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t, cluster(newService("web"))...)
+	f.cfg.Health.Leases = cache.NewSharedIndexInformer(&cache.ListWatch{}, &coordinationv1.Lease{}, 0, cache.Indexers{})
+	c := f.healthController(ctx)
+	queued := 0
+	h := c.leaseRenewed(func() { queued++ })
+	h.OnUpdate(proberLease("n2", 10*time.Second), proberLease("n2", 0))
+	if queued != 0 {
+		t.Errorf("renewing a current Lease queued an evaluation")
+	}
+	h.OnUpdate(proberLease("n2", time.Minute), proberLease("n2", 0))
+	if queued != 1 {
+		t.Errorf("renewing a lapsed Lease queued %d evaluations, want 1", queued)
 	}
 }

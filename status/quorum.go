@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 )
@@ -44,7 +46,8 @@ const (
 
 // Quorum rules.
 const (
-	// StaleHeartbeats is how many heartbeats a report may miss before it
+	// StaleHeartbeats is how many heartbeats (Lease renewals, or report
+	// writes of a prober without a Lease) a vantage may miss before it
 	// stops counting.
 	StaleHeartbeats = 3
 	// DefaultHeartbeat is the heartbeat interval of a report that does not
@@ -130,18 +133,21 @@ func (r Reports) Observation(vantage string, t Target) *v1alpha1.Observation {
 	return ir.results[t.Key]
 }
 
-// IndexReports indexes reports (named after their prober node) and marks
-// those whose heartbeat is older than StaleHeartbeats intervals at now as
-// stale.
+// IndexReports indexes reports (named after their prober node), each fresh
+// while its heartbeat is (see Fresh): IndexVantages without Leases, for
+// reports whose writers keep no Lease, such as standalone peers.
 func IndexReports(reports []*v1alpha1.ProbeReport, now time.Time) Reports {
+	return IndexVantages(reports, nil, now)
+}
+
+// IndexVantages indexes reports (named after their prober node) and marks
+// each fresh or stale at now by Fresh, from the report and its node's
+// Lease in leases (keyed by node; see contract.ProberLeaseNode).
+func IndexVantages(reports []*v1alpha1.ProbeReport, leases map[string]*coordinationv1.Lease, now time.Time) Reports {
 	idx := Reports{byNode: make(map[string]indexedReport, len(reports))}
 	for _, r := range reports {
-		hb := DefaultHeartbeat
-		if r.Status.HeartbeatSeconds > 0 {
-			hb = time.Duration(r.Status.HeartbeatSeconds) * time.Second
-		}
 		ir := indexedReport{
-			fresh:   !r.Status.HeartbeatTime.IsZero() && now.Sub(r.Status.HeartbeatTime.Time) <= StaleHeartbeats*hb,
+			fresh:   Fresh(leases[r.Name], r, now),
 			results: make(map[string]*v1alpha1.Observation, len(r.Status.Results)),
 			beacons: make(map[string]*v1alpha1.Observation, len(r.Status.Beacons)),
 		}
@@ -156,6 +162,43 @@ func IndexReports(reports []*v1alpha1.ProbeReport, now time.Time) Reports {
 		idx.byNode[r.Name] = ir
 	}
 	return idx
+}
+
+// Fresh is the one rule for whether a vantage counts at now: it has a
+// report, and its last sign of life is recent. A sign of life is a renewal
+// of its Lease, current until renewTime plus leaseDurationSeconds (a
+// prober asks for StaleHeartbeats renew intervals, so it goes stale after
+// as many missed renewals as a report did after missed heartbeats), or a
+// write of its report, current for StaleHeartbeats heartbeat intervals
+// after heartbeatTime. Probers that write their report only on change
+// keep it fresh with the Lease; probers from before Leases (during a
+// rolling upgrade, or after a rollback that left an expired Lease behind)
+// and standalone peers keep it fresh with report heartbeats. Either
+// suffices, so that neither kind is ever judged stale while it writes.
+func Fresh(lease *coordinationv1.Lease, r *v1alpha1.ProbeReport, now time.Time) bool {
+	if r == nil {
+		return false
+	}
+	return LeaseCurrent(lease, now) || heartbeatRecent(r.Status, now)
+}
+
+// LeaseCurrent reports whether lease was renewed within its duration at
+// now; a Lease without a renewTime or a duration is not.
+func LeaseCurrent(lease *coordinationv1.Lease, now time.Time) bool {
+	if lease == nil || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil || *lease.Spec.LeaseDurationSeconds <= 0 {
+		return false
+	}
+	return !now.After(lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second))
+}
+
+// heartbeatRecent reports whether a report written at its heartbeatTime is
+// within StaleHeartbeats of its heartbeat intervals at now.
+func heartbeatRecent(st v1alpha1.ProbeReportStatus, now time.Time) bool {
+	hb := DefaultHeartbeat
+	if st.HeartbeatSeconds > 0 {
+		hb = time.Duration(st.HeartbeatSeconds) * time.Second
+	}
+	return !st.HeartbeatTime.IsZero() && now.Sub(st.HeartbeatTime.Time) <= StaleHeartbeats*hb
 }
 
 // Target is what Judge decides about: a Service port on a node (Key from

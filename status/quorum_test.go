@@ -4,8 +4,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -171,6 +173,105 @@ func TestJudgeIgnoresVantagesOnDownNodes(t *testing.T) {
 			j := Judge(idx, Target{Key: key, Node: "n1", Vantages: vantages, Ignore: tt.ignore}, tt.prev)
 			if j.Verdict != tt.want {
 				t.Fatalf("Judge = %v (%s: %s), want %v", j.Verdict, j.Reason, j.Summary(), tt.want)
+			}
+		})
+	}
+}
+
+// lease returns node's prober Lease renewed age ago for seconds.
+func lease(node string, age time.Duration, seconds int32) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "pulselb-system", Name: contract.ProberLeasePrefix + node},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To(seconds),
+			RenewTime: ptr.To(metav1.NewMicroTime(quorumNow.Add(-age)))},
+	}
+}
+
+// TestFresh: a vantage counts while its Lease is current or its report
+// was written within three heartbeats, whichever it keeps: old probers
+// write report heartbeats and no Lease, new ones a Lease and reports only
+// on change.
+func TestFresh(t *testing.T) {
+	report := func(age time.Duration, heartbeatSeconds int32) *v1alpha1.ProbeReport {
+		r := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Namespace: "pulselb-system", Name: "a"}}
+		r.Status.HeartbeatTime = metav1.NewTime(quorumNow.Add(-age))
+		r.Status.HeartbeatSeconds = heartbeatSeconds
+		return r
+	}
+	noRenew := lease("a", 0, 30)
+	noRenew.Spec.RenewTime = nil
+	noDuration := lease("a", 0, 30)
+	noDuration.Spec.LeaseDurationSeconds = nil
+	tests := []struct {
+		name   string
+		lease  *coordinationv1.Lease
+		report *v1alpha1.ProbeReport
+		want   bool
+	}{
+		{"old prober: recent report heartbeat, no Lease", nil, report(29*time.Second, 10), true},
+		{"old prober: heartbeat just within three intervals", nil, report(30*time.Second, 10), true},
+		{"old prober: three heartbeats missed", nil, report(31*time.Second, 10), false},
+		{"old prober: heartbeat interval from the report", nil, report(50*time.Second, 20), true},
+		{"old prober: default interval when the report has none", nil, report(31*time.Second, 0), false},
+		{"report never written with a heartbeat", nil, &v1alpha1.ProbeReport{}, false},
+		{"new prober: current Lease, report unchanged for an hour", lease("a", 5*time.Second, 30), report(time.Hour, 10), true},
+		{"new prober: Lease renewed just within its duration", lease("a", 30*time.Second, 30), report(time.Hour, 10), true},
+		{"new prober: Lease expired, report old", lease("a", 31*time.Second, 30), report(time.Hour, 10), false},
+		{"new prober: Lease expired, report written since", lease("a", 35*time.Second, 30), report(10*time.Second, 10), true},
+		{"rollback: expired Lease left behind, old prober's heartbeat recent", lease("a", time.Hour, 30), report(3*time.Second, 10), true},
+		{"Lease without renewTime", noRenew, report(time.Hour, 10), false},
+		{"Lease without duration", noDuration, report(time.Hour, 10), false},
+		{"current Lease but no report", lease("a", 0, 30), nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Fresh(tt.lease, tt.report, quorumNow); got != tt.want {
+				t.Errorf("Fresh = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestJudgeDuringLeaseUpgrade judges a target during a rolling upgrade:
+// some vantages are old probers (report heartbeats, no Lease), others new
+// (a Lease, reports written only on change, long ago). The verdict is the
+// one the fresh vantages reach, whatever kind they are, and a vantage of
+// either kind that stopped is ignored.
+func TestJudgeDuringLeaseUpgrade(t *testing.T) {
+	const up, down = v1alpha1.StateUp, v1alpha1.StateDown
+	hour := time.Hour
+	stale := StaleHeartbeats*DefaultHeartbeat + time.Second
+	tests := []struct {
+		name   string
+		votes  []vote
+		leases []*coordinationv1.Lease
+		prev   Verdict
+		want   Verdict
+		reason string
+		fresh  int
+	}{
+		{"new and old vantages agree down", []vote{{"a", down, 0}, {"b", down, hour}, {"c", up, hour}},
+			[]*coordinationv1.Lease{lease("b", time.Second, 30), lease("c", time.Second, 30)}, VerdictUp, VerdictDown, ReasonMajorityDown, 3},
+		{"all new, reports unchanged for an hour", []vote{{"a", up, hour}, {"b", up, hour}, {"c", down, hour}},
+			[]*coordinationv1.Lease{lease("a", 9*time.Second, 30), lease("b", 9*time.Second, 30), lease("c", 9*time.Second, 30)}, VerdictUnknown, VerdictUp, ReasonMajorityUp, 3},
+		{"new vantages with expired Leases do not count", []vote{{"a", down, hour}, {"b", down, hour}, {"c", up, 0}},
+			[]*coordinationv1.Lease{lease("a", stale, 30), lease("b", stale, 30)}, VerdictDown, VerdictUp, ReasonMajorityUp, 1},
+		{"old vantage stopped, new one alone cannot fail it", []vote{{"a", down, stale}, {"b", down, hour}, {"c", up, stale}},
+			[]*coordinationv1.Lease{lease("b", 0, 30)}, VerdictUp, VerdictUp, ReasonSingleProber, 1},
+		{"a Lease of another node makes no report fresh", []vote{{"a", down, hour}, {"b", down, hour}, {"c", up, 0}},
+			[]*coordinationv1.Lease{lease("x", 0, 30)}, VerdictUp, VerdictUp, ReasonMajorityUp, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			leases := map[string]*coordinationv1.Lease{}
+			for _, l := range tt.leases {
+				node, _ := contract.ProberLeaseNode(l.Name)
+				leases[node] = l
+			}
+			idx := IndexVantages(reportsOf(tt.votes...), leases, quorumNow)
+			j := Judge(idx, Target{Key: contract.TargetKey("shop/web", "TCP", 80, "n1"), Node: "n1", Vantages: []string{"a", "b", "c"}}, tt.prev)
+			if j.Verdict != tt.want || j.Reason != tt.reason || j.Fresh != tt.fresh {
+				t.Errorf("Judge = %s (%s, %d fresh), want %s (%s, %d fresh)", j.Verdict, j.Reason, j.Fresh, tt.want, tt.reason, tt.fresh)
 			}
 		})
 	}

@@ -1,6 +1,9 @@
 package contract
 
 import (
+	"fmt"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -137,4 +140,39 @@ func Candidates(pods []*corev1.Pod, ready map[string]bool, zone map[string]strin
 		out = append(out, prober.Vantage{Node: n, Zone: zone[n]})
 	}
 	return out
+}
+
+// ProberLeasePrefix starts the name of every prober's Lease in the pulselb
+// namespace; the rest is the prober's node. The prefix keeps a node from
+// sharing a name with another Lease there, such as the controller's leader
+// Lease, which the admission policy would otherwise let that node's prober
+// write.
+const ProberLeasePrefix = "pulselb-prober-"
+
+// MaxNameLength is the longest name of a Lease (a DNS subdomain).
+const MaxNameLength = 253
+
+// ProberLeaseLabels are on every prober's Lease, so that the controller
+// watches those and not the leader election's Leases of the same
+// namespace.
+func ProberLeaseLabels() map[string]string {
+	return map[string]string{LabelAppName: ProberAppName, LabelManagedBy: ManagedBy}
+}
+
+// ProberLeaseName returns the name of node's prober Lease, or an error when
+// node's name is too long to make one.
+func ProberLeaseName(node string) (string, error) {
+	name := ProberLeasePrefix + node
+	if len(name) > MaxNameLength {
+		return "", fmt.Errorf("node name %q is longer than %d characters: its Lease name %s<node> would be longer than %d",
+			node, MaxNameLength-len(ProberLeasePrefix), ProberLeasePrefix, MaxNameLength)
+	}
+	return name, nil
+}
+
+// ProberLeaseNode returns the node whose prober Lease is named name, and
+// false when name is no prober Lease's.
+func ProberLeaseNode(name string) (string, bool) {
+	node, ok := strings.CutPrefix(name, ProberLeasePrefix)
+	return node, ok && node != ""
 }

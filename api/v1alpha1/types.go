@@ -37,12 +37,16 @@ type ProbeReport struct {
 
 // ProbeReportStatus is one prober's findings.
 type ProbeReportStatus struct {
-	// HeartbeatTime is when the prober last wrote the report. A report
-	// whose heartbeat is older than three heartbeat intervals is stale and
-	// does not count toward any verdict.
+	// HeartbeatTime is when the prober last wrote the report. A prober
+	// with a Lease (pulselb-prober-<node>) writes its report only when it
+	// changes and is fresh while its Lease is current; a prober without
+	// one rewrites the report every heartbeat interval. Either way a report
+	// counts toward verdicts only while its Lease is current or its
+	// HeartbeatTime is at most three heartbeat intervals old.
 	// +optional
 	HeartbeatTime metav1.Time `json:"heartbeatTime,omitempty"`
-	// HeartbeatSeconds is the prober's heartbeat interval.
+	// HeartbeatSeconds is the prober's heartbeat interval: how often it
+	// renews its Lease, or without one rewrites its report.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	HeartbeatSeconds int32 `json:"heartbeatSeconds,omitempty"`

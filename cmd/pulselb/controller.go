@@ -192,6 +192,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	defer shutdown()
 	if health.Reports != nil {
 		go health.Reports.RunWithContext(ctx)
+		go health.Leases.RunWithContext(ctx)
 	}
 	return lead(ctx, stop, f.election, client, recorder, func(ctx context.Context) {
 		leading.Store(true)
@@ -322,6 +323,7 @@ func (f *controllerFlags) health(ctx context.Context, client kubernetes.Interfac
 	}
 	return controller.HealthConfig{
 		Reports:  v1alpha1.NewInformer(v1alpha1.NewClient(dyn), f.placement.Namespace),
+		Leases:   controller.NewProberLeaseInformer(client, f.placement.Namespace),
 		Vantages: f.vantages,
 	}, nil
 }

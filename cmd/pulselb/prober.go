@@ -19,8 +19,9 @@ const proberUsage = `Usage: pulselb prober --node-name=NODE [flags]
 
 Runs on every node (DaemonSet): probes the Service ports and node beacons
 the vantage assignment gives this node, listens on this node's beacon port,
-and writes the ProbeReport named after the node in --namespace. Uses
-in-cluster credentials unless --kubeconfig is given.
+renews the Lease pulselb-prober-NODE in --namespace every --heartbeat as its
+heartbeat, and writes the ProbeReport named after the node there when a
+result changes. Uses in-cluster credentials unless --kubeconfig is given.
 
 Every flag can also be set with the environment variable named after it
 (--node-name is PULSELB_NODE_NAME); a flag given on the command line wins.
@@ -37,7 +38,8 @@ func runProber(args []string, _, stderr io.Writer) int {
 	vantages := fs.Int("vantages", prober.DefaultVantages, "probers per target; must equal the controller's")
 	beaconPort := fs.Uint("beacon-port", agent.DefaultBeaconPort, "port of the node beacon (the prober pod's hostPort)")
 	beaconLinger := fs.Duration("beacon-linger", agent.DefaultBeaconLinger, "how long the beacon keeps answering after SIGTERM, so that a prober rollout fails no node")
-	heartbeat := fs.Duration("heartbeat", agent.DefaultHeartbeat, "report heartbeat interval")
+	heartbeat := fs.Duration("heartbeat", agent.DefaultHeartbeat, "how often the prober's Lease is renewed (it lasts 3 of them) and the report compared for changes no state transition announces")
+	leaseHeartbeat := fs.Bool("lease-heartbeat", true, "keep the Lease pulselb-prober-NODE as the heartbeat and write the report only on change; false: rewrite the report every --heartbeat instead, as probers before Leases did (for a cluster that cannot grant the prober Lease rights)")
 	minWrite := fs.Duration("min-write-interval", agent.DefaultMinWriteInterval, "least time between report writes caused by state changes")
 	concurrency := fs.Int("concurrency", prober.DefaultConcurrency, "probes in flight at most")
 	classOnly := fs.Bool("class-only", false, "probe only Services with loadBalancerClass "+contract.Class+", as the controller's --class-only")
@@ -98,6 +100,10 @@ func runProber(args []string, _, stderr io.Writer) int {
 	defer func() { stop(); <-beaconDone }()
 
 	inf := newInformerFactories(client, *namespace)
+	var leases agent.Leases
+	if *leaseHeartbeat {
+		leases = client.CoordinationV1().Leases(*namespace)
+	}
 	a, err := agent.New(ctx, inf.cluster, inf.system, v1alpha1.NewClient(dyn), agent.Config{
 		Node:             *nodeName,
 		Namespace:        *namespace,
@@ -105,6 +111,7 @@ func runProber(args []string, _, stderr io.Writer) int {
 		Vantages:         *vantages,
 		BeaconPort:       uint16(*beaconPort),
 		Heartbeat:        *heartbeat,
+		Leases:           leases,
 		MinWriteInterval: *minWrite,
 		Metrics:          agentMetrics,
 		Scheduler:        prober.Config{Concurrency: *concurrency, Metrics: metrics},

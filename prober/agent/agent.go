@@ -1,8 +1,9 @@
 // Package agent is the prober role (`pulselb prober`, a DaemonSet): it
 // learns its targets from Services, proxy pods, prober pods and nodes,
 // keeps those the vantage assignment gives its node, probes them with the
-// prober engine, answers its own node's beacon, and writes its node's
-// ProbeReport on every state change (coalesced) and as a heartbeat. It is
+// prober engine, answers its own node's beacon, renews its node's Lease as
+// a heartbeat, and writes its node's ProbeReport when what it says
+// changes (coalesced), never on a timer alone. It is
 // a subpackage of prober because it reads Services through the contract
 // package, which itself imports prober.
 package agent
@@ -11,12 +12,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,11 +29,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/report"
+	"github.com/pulselb/pulselb/status"
 )
 
 // Defaults of Config.
@@ -54,8 +59,17 @@ type Config struct {
 	Vantages int
 	// BeaconPort is the hostPort every prober pod's beacon listens on.
 	BeaconPort uint16
-	// Heartbeat is how often the report is written without a change.
+	// Heartbeat is how often the Lease is renewed (it lasts
+	// status.StaleHeartbeats times as long) and how often the report is
+	// compared with the one last written, for changes no state transition
+	// announces, such as a certificate's expiry. Without Leases it is how
+	// often the report is rewritten, changed or not.
 	Heartbeat time.Duration
+	// Leases is where the agent keeps its Lease, the Leases of Namespace.
+	// Nil turns Leases off: the report is then rewritten every Heartbeat
+	// as its heartbeat, as probers did before Leases (kept so that
+	// benchmarks and upgrade tests can run such probers).
+	Leases Leases
 	// MinWriteInterval spaces report writes caused by state changes.
 	MinWriteInterval time.Duration
 	// Metrics receives the agent's own metrics; nil means unregistered
@@ -71,6 +85,14 @@ type Reports interface {
 	Get(ctx context.Context, namespace, name string) (*v1alpha1.ProbeReport, error)
 	Create(ctx context.Context, r *v1alpha1.ProbeReport) (*v1alpha1.ProbeReport, error)
 	Update(ctx context.Context, r *v1alpha1.ProbeReport) (*v1alpha1.ProbeReport, error)
+}
+
+// Leases is where the agent keeps its Lease;
+// kubernetes.Interface.CoordinationV1().Leases(namespace) is one.
+type Leases interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error)
+	Create(ctx context.Context, l *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error)
+	Update(ctx context.Context, l *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error)
 }
 
 // Agent is one node's prober.
@@ -97,7 +119,16 @@ type Agent struct {
 	// probers caches built probers by key and spec text.
 	probers map[string]builtProber
 
-	last *v1alpha1.ProbeReport
+	// last is the report as last read or written; written is the status
+	// last written, as built (the API server keeps times in whole
+	// seconds), nil until a write succeeded. Both are owned by Run.
+	last    *v1alpha1.ProbeReport
+	written *v1alpha1.ProbeReportStatus
+
+	// leaseName is the name of the node's Lease; lease is the Lease as
+	// last read or written, owned by renewLease.
+	leaseName string
+	lease     *coordinationv1.Lease
 }
 
 type builtProber struct {
@@ -127,6 +158,10 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
+	leaseName, err := contract.ProberLeaseName(cfg.Node)
+	if err != nil && cfg.Leases != nil {
+		return nil, fmt.Errorf("naming the prober Lease: %w", err)
+	}
 	if cfg.Scheduler.Clock == nil {
 		cfg.Scheduler.Clock = clock.RealClock{}
 	}
@@ -142,12 +177,14 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		dirty:    make(chan struct{}, 1),
 		meta:     map[string]report.Target{},
 		probers:  map[string]builtProber{},
+
+		leaseName: leaseName,
 	}
 	sc := cfg.Scheduler
 	// A new certificate expiry does not cause a write of its own: it goes
-	// out with the next one, at the latest the heartbeat, so a target
-	// whose backends serve different certificates does not turn every
-	// probe into a report write.
+	// out with the next one, at the latest the next comparison (every
+	// Heartbeat), so a target whose backends serve different certificates
+	// does not turn every probe into a report write.
 	sc.OnChange = func(prober.Transition) { poke(a.dirty) }
 	a.sched = prober.NewScheduler(sc)
 
@@ -186,19 +223,36 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	wg.Go(func() { _ = a.sched.Run(ctx) })
 
+	if a.cfg.Leases != nil {
+		wg.Go(func() { a.renewLease(ctx) })
+	}
+
 	heartbeat := a.clock.NewTicker(a.cfg.Heartbeat)
 	defer heartbeat.Stop()
 	var lastWrite time.Time
 	var pending <-chan time.Time // fires when a coalesced write is due
-	write := func() {
+	// write writes the report when it changed since the last write, or
+	// when force is set.
+	write := func(force bool) {
 		pending = nil
-		lastWrite = a.clock.Now()
-		if err := a.write(ctx); err != nil {
-			logger.Error(err, "Writing probe report failed")
+		st := a.Report()
+		if !force && a.written != nil && !report.Changed(*a.written, st) {
+			return
 		}
+		lastWrite = a.clock.Now()
+		if err := a.write(ctx, st); err != nil {
+			logger.Error(err, "Writing probe report failed")
+			// Retried at the next comparison, changed or not.
+			a.written = nil
+			return
+		}
+		a.written = &st
 	}
+	// The first write goes out whatever the report held before: a
+	// restarted prober's report says it probes again, and without a Lease
+	// it is the first heartbeat.
 	a.refresh(ctx)
-	write()
+	write(true)
 	for {
 		select {
 		case <-ctx.Done():
@@ -213,11 +267,12 @@ func (a *Agent) Run(ctx context.Context) error {
 				pending = a.clock.After(wait)
 				continue
 			}
-			write()
+			write(false)
 		case <-pending:
-			write()
+			write(false)
 		case <-heartbeat.C():
-			write()
+			// With a Lease for liveness, only a change is written.
+			write(a.cfg.Leases == nil)
 		}
 	}
 }
@@ -382,9 +437,8 @@ func (a *Agent) Report() v1alpha1.ProbeReportStatus {
 	return report.Status(now, a.cfg.Heartbeat, snap, a.meta)
 }
 
-// write writes the agent's report, creating it when missing.
-func (a *Agent) write(ctx context.Context) error {
-	st := a.Report()
+// write writes st as the agent's report, creating it when missing.
+func (a *Agent) write(ctx context.Context, st v1alpha1.ProbeReportStatus) error {
 	if a.last == nil {
 		cur, err := a.reports.Get(ctx, a.cfg.Namespace, a.cfg.Node)
 		switch {
@@ -428,4 +482,89 @@ func nodeAddr(n *corev1.Node) netip.Addr {
 		}
 	}
 	return netip.Addr{}
+}
+
+// renewLease keeps the node's Lease renewed, every Heartbeat, until ctx is
+// done. A failure is retried at the next renewal; it is logged when it
+// starts and when renewals work again.
+func (a *Agent) renewLease(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	t := a.clock.NewTicker(a.cfg.Heartbeat)
+	defer t.Stop()
+	failing := false
+	for {
+		err := a.renew(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil && !failing:
+			logger.Error(err, "Renewing prober Lease failed; retrying every heartbeat", "heartbeat", a.cfg.Heartbeat)
+			failing = true
+		case err == nil && failing:
+			logger.Info("Renewing prober Lease works again", "lease", klog.KRef(a.cfg.Namespace, a.leaseName))
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// renew renews the node's Lease, creating it when missing. The Lease lasts
+// status.StaleHeartbeats heartbeats, so a prober goes stale after as many
+// missed renewals as it did after missed report heartbeats.
+func (a *Agent) renew(ctx context.Context) error {
+	ref := klog.KRef(a.cfg.Namespace, a.leaseName)
+	spec := coordinationv1.LeaseSpec{
+		HolderIdentity:       ptr.To(a.cfg.Node),
+		LeaseDurationSeconds: ptr.To(int32(status.StaleHeartbeats) * report.HeartbeatSeconds(a.cfg.Heartbeat)),
+		RenewTime:            ptr.To(metav1.NewMicroTime(a.clock.Now())),
+	}
+	if a.lease == nil {
+		cur, err := a.cfg.Leases.Get(ctx, a.leaseName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: a.cfg.Namespace, Name: a.leaseName,
+				Labels: contract.ProberLeaseLabels()}, Spec: spec}
+			l.Spec.AcquireTime = l.Spec.RenewTime
+			created, err := a.cfg.Leases.Create(ctx, l, metav1.CreateOptions{})
+			if err != nil {
+				a.cfg.Metrics.leaseWrites.WithLabelValues("create", "error").Inc()
+				return fmt.Errorf("creating prober Lease %s: %w", ref, err)
+			}
+			a.cfg.Metrics.leaseWrites.WithLabelValues("create", "ok").Inc()
+			a.lease = created
+			return nil
+		case err != nil:
+			return fmt.Errorf("getting prober Lease %s: %w", ref, err)
+		}
+		a.lease = cur
+	}
+	l := a.lease.DeepCopy()
+	// Without managedFields the update is a few hundred bytes; the API
+	// server keeps the stored ones.
+	l.ManagedFields = nil
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	maps.Copy(l.Labels, contract.ProberLeaseLabels())
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != a.cfg.Node || l.Spec.AcquireTime == nil {
+		spec.AcquireTime = spec.RenewTime
+	} else {
+		spec.AcquireTime = l.Spec.AcquireTime
+	}
+	spec.LeaseTransitions = l.Spec.LeaseTransitions
+	l.Spec = spec
+	updated, err := a.cfg.Leases.Update(ctx, l, metav1.UpdateOptions{})
+	if err != nil {
+		a.cfg.Metrics.leaseWrites.WithLabelValues("update", "error").Inc()
+		// Re-read at the next renewal: someone replaced or deleted it.
+		a.lease = nil
+		return fmt.Errorf("renewing prober Lease %s: %w", ref, err)
+	}
+	a.cfg.Metrics.leaseWrites.WithLabelValues("update", "ok").Inc()
+	a.lease = updated
+	return nil
 }

@@ -91,15 +91,36 @@ func resultsByTarget(r *v1alpha1.ProbeReport) map[string]*v1alpha1.ProbeResult {
 }
 
 // newAgent returns an agent on node self whose informers run on a fake
-// clientset holding objs, and its reports' dynamic client.
+// clientset holding objs, and its reports' dynamic client. Its Lease is
+// kept in the fake clientset unless cfg.Leases is set.
 func newAgent(t *testing.T, ctx context.Context, self string, cfg Config, objs ...runtime.Object) (*Agent, *v1alpha1.Client) {
+	t.Helper()
+	f := newFixture(t, ctx, self, cfg, true, objs...)
+	return f.agent, f.reports
+}
+
+// fixture is an agent with its fake API clients.
+type fixture struct {
+	agent   *Agent
+	reports *v1alpha1.Client
+	dyn     *dynamicfake.FakeDynamicClient
+	client  *fake.Clientset
+}
+
+// newFixture is newAgent with its clients, and with leases false an agent
+// without Leases (report heartbeats, as before Leases).
+func newFixture(t *testing.T, ctx context.Context, self string, cfg Config, leases bool, objs ...runtime.Object) fixture {
 	t.Helper()
 	client := fake.NewClientset(objs...)
 	cluster := informers.NewSharedInformerFactory(client, 0)
 	system := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(systemNS))
-	reports := v1alpha1.NewClient(dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{v1alpha1.Resource: "ProbeReportList"}))
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.Resource: "ProbeReportList"})
+	reports := v1alpha1.NewClient(dyn)
 	cfg.Node, cfg.Namespace, cfg.Services = self, systemNS, contract.Selection{}
+	if leases && cfg.Leases == nil {
+		cfg.Leases = client.CoordinationV1().Leases(systemNS)
+	}
 	a, err := New(ctx, cluster, system, reports, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +135,7 @@ func newAgent(t *testing.T, ctx context.Context, self string, cfg Config, objs .
 	})
 	cluster.WaitForCacheSync(ictx.Done())
 	system.WaitForCacheSync(ictx.Done())
-	return a, reports
+	return fixture{agent: a, reports: reports, dyn: dyn, client: client}
 }
 
 func TestTargetsFollowVantageAssignment(t *testing.T) {
@@ -299,5 +320,161 @@ func TestServeBeaconLingers(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
 		c.Close()
 		t.Error("beacon still answers after its linger")
+	}
+}
+
+// writes counts the update and create requests f's agent sent for its
+// report and its Lease.
+func (f fixture) writes() (reports, leases int) {
+	for _, a := range f.dyn.Actions() {
+		if a.GetVerb() == "update" || a.GetVerb() == "create" {
+			reports++
+		}
+	}
+	for _, a := range f.client.Actions() {
+		if a.GetResource().Resource == "leases" && (a.GetVerb() == "update" || a.GetVerb() == "create") {
+			leases++
+		}
+	}
+	return reports, leases
+}
+
+// waitFor polls cond every 10ms for at most 10s.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// TestLeaseHeartbeatReportOnChange: with a Lease, the agent renews the
+// Lease every heartbeat and writes its report only when a result changes,
+// not as a heartbeat.
+func TestLeaseHeartbeatReportOnChange(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	proxyLn := acceptAndClose(t)
+	beaconLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ServeBeacon(ctx, beaconLn, 0) }()
+	port := int32(netip.MustParseAddrPort(proxyLn.Addr().String()).Port())
+	web := service("web", map[string]string{contract.AnnotationProbeInterval: "50ms", contract.AnnotationRise: "1", contract.AnnotationFall: "1"},
+		corev1.ServicePort{Name: "http", Port: port, Protocol: corev1.ProtocolTCP})
+	const heartbeat = 50 * time.Millisecond
+	f := newFixture(t, ctx, "n2", Config{
+		BeaconPort:       netip.MustParseAddrPort(beaconLn.Addr().String()).Port(),
+		Heartbeat:        heartbeat,
+		MinWriteInterval: 10 * time.Millisecond,
+		Scheduler:        prober.Config{Interval: 50 * time.Millisecond, Rise: 1, Fall: 1},
+	}, true, web, node("n1", "127.0.0.1", ""), node("n2", "127.0.0.2", ""), proberPod("n1"), proberPod("n2"), proxyPod(web, "n1"))
+	done := make(chan error, 1)
+	go func() { done <- f.agent.Run(ctx) }()
+
+	key := contract.TargetKey("shop/web", "TCP", port, "n1")
+	waitReport(t, ctx, f.reports, "n2", "target and beacon Up", func(r *v1alpha1.ProbeReport) bool {
+		res := resultsByTarget(r)[key]
+		return res != nil && res.State == v1alpha1.StateUp && len(r.Status.Beacons) == 1 && r.Status.Beacons[0].State == v1alpha1.StateUp
+	})
+
+	// Steady state: twenty heartbeats renew the Lease twenty times and
+	// write no report, though every probe measures a new latency.
+	reports, leases := f.writes()
+	waitFor(t, ctx, "20 more Lease renewals", func() bool {
+		_, l := f.writes()
+		return l >= leases+20
+	})
+	if r, _ := f.writes(); r != reports {
+		t.Errorf("%d report writes in 20 heartbeats without a change, want none", r-reports)
+	}
+	l, err := f.client.CoordinationV1().Leases(systemNS).Get(ctx, contract.ProberLeasePrefix+"n2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "n2" || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds != 3 ||
+		l.Spec.RenewTime == nil || time.Since(l.Spec.RenewTime.Time) > 10*time.Second || l.Labels[contract.LabelAppName] != contract.ProberAppName {
+		t.Errorf("Lease %+v %+v, want held by n2 for 3 heartbeats of 1s (the least), renewed, labelled", l.Labels, l.Spec)
+	}
+
+	// A change is written at once.
+	proxyLn.Close()
+	waitReport(t, ctx, f.reports, "n2", "target Down", func(r *v1alpha1.ProbeReport) bool {
+		res := resultsByTarget(r)[key]
+		return res != nil && res.State == v1alpha1.StateDown
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestartWritesReportOnce: a prober that restarts with nothing changed
+// still writes its report once, so that it is fresh for a controller that
+// reads report heartbeats, then no more.
+func TestRestartWritesReportOnce(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f := newFixture(t, ctx, "n1", Config{Heartbeat: 20 * time.Millisecond}, true)
+	old := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: "n1"},
+		Status: v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second)), HeartbeatSeconds: 1}}
+	if _, err := f.reports.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := f.writes()
+	done := make(chan error, 1)
+	go func() { done <- f.agent.Run(ctx) }()
+	waitReport(t, ctx, f.reports, "n1", "the report written at start", func(r *v1alpha1.ProbeReport) bool {
+		return time.Since(r.Status.HeartbeatTime.Time) < time.Minute
+	})
+	_, leases := f.writes()
+	waitFor(t, ctx, "10 more Lease renewals", func() bool {
+		_, l := f.writes()
+		return l >= leases+10
+	})
+	if r, _ := f.writes(); r != before+1 {
+		t.Errorf("%d report writes, want 1 at start", r-before)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoLeaseHeartbeatsReport: without Leases (as before them), the report
+// is rewritten every heartbeat, changed or not, and no Lease is written.
+func TestNoLeaseHeartbeatsReport(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f := newFixture(t, ctx, "n1", Config{Heartbeat: 20 * time.Millisecond}, false)
+	done := make(chan error, 1)
+	go func() { done <- f.agent.Run(ctx) }()
+	waitFor(t, ctx, "10 report heartbeats", func() bool {
+		r, _ := f.writes()
+		return r >= 10
+	})
+	if _, l := f.writes(); l != 0 {
+		t.Errorf("%d Lease writes without Leases", l)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeaseNameTooLong: a node whose name makes no Lease name is refused
+// with an error naming it.
+func TestLeaseNameTooLong(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	long := strings.Repeat("n", 250)
+	_, err := New(ctx, informers.NewSharedInformerFactory(client, 0), informers.NewSharedInformerFactory(client, 0), nil,
+		Config{Node: long, Namespace: systemNS, Leases: client.CoordinationV1().Leases(systemNS)})
+	if err == nil || !strings.Contains(err.Error(), long) || !strings.Contains(err.Error(), "Lease") {
+		t.Fatalf("New = %v, want an error naming the node and its Lease", err)
 	}
 }

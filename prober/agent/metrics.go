@@ -11,6 +11,7 @@ import (
 // prober package's.
 type Metrics struct {
 	reportWrites *prometheus.CounterVec
+	leaseWrites  *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered agent metrics.
@@ -21,6 +22,11 @@ func NewMetrics() *Metrics {
 			Name: "report_writes_total",
 			Help: "Writes of this prober's ProbeReport, by verb (create, update) and result (ok, error).",
 		}, []string{"verb", "result"}),
+		leaseWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pulselb", Subsystem: "prober",
+			Name: "lease_writes_total",
+			Help: "Writes of this prober's Lease (its heartbeat), by verb (create, update) and result (ok, error).",
+		}, []string{"verb", "result"}),
 	}
 }
 
@@ -28,7 +34,7 @@ func NewMetrics() *Metrics {
 // main, never from init.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.reportWrites} {
+	for _, c := range []prometheus.Collector{m.reportWrites, m.leaseWrites} {
 		if err := r.Register(c); err != nil {
 			errs = append(errs, err)
 		}

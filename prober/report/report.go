@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -122,4 +123,40 @@ func truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "..."
+}
+
+// Changed reports whether a report of status b says something that one of
+// status a does not: which targets it concludes about, their states and
+// since when, certificate expiries, and for a Down target why (outcome,
+// message, first failure), which verdicts and Events quote. Not what moves
+// with every probe: write times, latencies, and the last probe of an Up
+// target, which a single failed probe (not enough to conclude Down)
+// changes and the next success changes back. A prober with a Lease writes
+// its report only when this holds; what it leaves out goes with the next
+// write.
+func Changed(a, b v1alpha1.ProbeReportStatus) bool {
+	return !equality.Semantic.DeepEqual(withoutChurn(a), withoutChurn(b))
+}
+
+// withoutChurn returns st without what Changed ignores, sharing nothing
+// Changed's caller could see modified.
+func withoutChurn(st v1alpha1.ProbeReportStatus) v1alpha1.ProbeReportStatus {
+	st.HeartbeatTime = metav1.Time{}
+	st.Results = slices.Clone(st.Results)
+	for i := range st.Results {
+		st.Results[i].Observation = observationWithoutChurn(st.Results[i].Observation)
+	}
+	st.Beacons = slices.Clone(st.Beacons)
+	for i := range st.Beacons {
+		st.Beacons[i].Observation = observationWithoutChurn(st.Beacons[i].Observation)
+	}
+	return st
+}
+
+func observationWithoutChurn(o v1alpha1.Observation) v1alpha1.Observation {
+	o.Latency = nil
+	if o.State == v1alpha1.StateUp {
+		o.Outcome, o.Message, o.FailingSince = "", "", nil
+	}
+	return o
 }

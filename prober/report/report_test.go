@@ -202,3 +202,85 @@ func TestHeartbeatSeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestChanged: a report is rewritten for what its readers judge by, not
+// for its write time or a probe's latency, which move every probe.
+func TestChanged(t *testing.T) {
+	key := contract.TargetKey("shop/web", "TCP", 443, "a")
+	targets := map[string]Target{
+		key:                     {Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: prober.TCP, Node: "a"},
+		contract.BeaconKey("a"): {Beacon: true, Node: "a", Protocol: prober.TCP},
+	}
+	base := func() []prober.TargetStatus {
+		s := status(key, "10.0.0.1:443", prober.StateUp, resUp)
+		s.RTT = time.Millisecond
+		b := status(contract.BeaconKey("a"), "10.0.0.1:9472", prober.StateUp, resUp)
+		b.RTT = time.Millisecond
+		return []prober.TargetStatus{s, b}
+	}
+	was := Status(now, 10*time.Second, base(), targets)
+	tests := []struct {
+		name   string
+		later  time.Duration
+		change func(s []prober.TargetStatus) []prober.TargetStatus
+		want   bool
+	}{
+		{"nothing but the write time", time.Minute, func(s []prober.TargetStatus) []prober.TargetStatus { return s }, false},
+		{"latencies", time.Second, func(s []prober.TargetStatus) []prober.TargetStatus {
+			s[0].RTT, s[1].RTT = 7*time.Millisecond, 9*time.Millisecond
+			return s
+		}, false},
+		{"a target goes down", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
+			s[0] = status(key, "10.0.0.1:443", prober.StateDown, resDown)
+			return s
+		}, true},
+		{"the beacon goes down", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
+			s[1] = status(contract.BeaconKey("a"), "10.0.0.1:9472", prober.StateDown, resDown)
+			return s
+		}, true},
+		{"a single failed probe while still up", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
+			s[0].FailingSince = failing
+			s[0].Last = resDown
+			return s
+		}, false},
+		{"why a down target is down", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
+			s[0] = status(key, "10.0.0.1:443", prober.StateDown, resDown)
+			s[0].FailingSince = failing
+			return s
+		}, true},
+		{"a certificate's expiry", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
+			s[0].CertNotAfter = notAfter
+			return s
+		}, true},
+		{"a target no longer assigned", 0, func(s []prober.TargetStatus) []prober.TargetStatus { return s[1:] }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			is := Status(now.Add(tt.later), 10*time.Second, tt.change(base()), targets)
+			if got := Changed(was, is); got != tt.want {
+				t.Errorf("Changed = %v, want %v", got, tt.want)
+			}
+			if got := Changed(is, was); got != tt.want {
+				t.Errorf("Changed (reversed) = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if was.Results[0].Latency == nil {
+		t.Error("Changed dropped a latency of the status it was given")
+	}
+
+	// A Down target's reason is news: verdicts and Events quote it.
+	down := func(last prober.Result) v1alpha1.ProbeReportStatus {
+		s := base()
+		s[0] = status(key, "10.0.0.1:443", prober.StateDown, last)
+		s[0].FailingSince = failing
+		return Status(now, 10*time.Second, s, targets)
+	}
+	refused, timeout := down(resDown), down(prober.Result{Outcome: prober.L4TOUT, Err: errors.New("connecting: i/o timeout")})
+	if !Changed(refused, timeout) {
+		t.Error("a Down target's new outcome and message are not a change")
+	}
+	if Changed(refused, down(resDown)) {
+		t.Error("the same Down result is a change")
+	}
+}

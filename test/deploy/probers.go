@@ -94,6 +94,7 @@ func InstallProbers(ctx context.Context, cs kubernetes.Interface, namespace stri
 				Rules: []rbacv1.PolicyRule{
 					{APIGroups: []string{""}, Resources: []string{"pods", "secrets"}, Verbs: read},
 					{APIGroups: []string{"pulselb.io"}, Resources: []string{"probereports"}, Verbs: []string{"get", "create", "update"}},
+					{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 				}}, metav1.CreateOptions{})
 			return err
 		},

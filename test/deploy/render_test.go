@@ -295,19 +295,29 @@ func TestManifestsDefaults(t *testing.T) {
 	})
 
 	t.Run("AdmissionPolicy", func(t *testing.T) {
-		policy := decode[admissionv1.ValidatingAdmissionPolicy](t, docs, "ValidatingAdmissionPolicy", "pulselb-probereport-own-node")
-		binding := decode[admissionv1.ValidatingAdmissionPolicyBinding](t, docs, "ValidatingAdmissionPolicyBinding", "pulselb-probereport-own-node")
-		if binding.Spec.PolicyName != policy.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
-			t.Errorf("binding %+v does not deny with the policy", binding.Spec)
-		}
-		if policy.Spec.FailurePolicy == nil || *policy.Spec.FailurePolicy != admissionv1.Fail {
-			t.Errorf("failurePolicy %v, want Fail", policy.Spec.FailurePolicy)
-		}
-		if got := policy.Spec.MatchConditions[0].Expression; !strings.Contains(got, `"system:serviceaccount:pulselb-system:pulselb-prober"`) {
-			t.Errorf("match condition %q does not name the prober's service account", got)
-		}
-		if got := policy.Spec.Validations[0].Expression; !strings.Contains(got, `request.userInfo.extra["authentication.kubernetes.io/node-name"][0] == request.name`) {
-			t.Errorf("validation %q does not compare the token's node with the report's name", got)
+		for _, tc := range []struct {
+			name, resource, compare string
+		}{
+			{"pulselb-probereport-own-node", "probereports", `request.userInfo.extra["authentication.kubernetes.io/node-name"][0] == request.name`},
+			{"pulselb-prober-lease-own-node", "leases", `"pulselb-prober-" + request.userInfo.extra["authentication.kubernetes.io/node-name"][0] == request.name`},
+		} {
+			policy := decode[admissionv1.ValidatingAdmissionPolicy](t, docs, "ValidatingAdmissionPolicy", tc.name)
+			binding := decode[admissionv1.ValidatingAdmissionPolicyBinding](t, docs, "ValidatingAdmissionPolicyBinding", tc.name)
+			if binding.Spec.PolicyName != policy.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+				t.Errorf("%s: binding %+v does not deny with the policy", tc.name, binding.Spec)
+			}
+			if policy.Spec.FailurePolicy == nil || *policy.Spec.FailurePolicy != admissionv1.Fail {
+				t.Errorf("%s: failurePolicy %v, want Fail", tc.name, policy.Spec.FailurePolicy)
+			}
+			if rules := policy.Spec.MatchConstraints.ResourceRules; len(rules) != 1 || !slices.Contains(rules[0].Resources, tc.resource) {
+				t.Errorf("%s: resource rules %+v, want %s", tc.name, rules, tc.resource)
+			}
+			if got := policy.Spec.MatchConditions[0].Expression; !strings.Contains(got, `"system:serviceaccount:pulselb-system:pulselb-prober"`) {
+				t.Errorf("%s: match condition %q does not name the prober's service account", tc.name, got)
+			}
+			if got := policy.Spec.Validations[0].Expression; !strings.Contains(got, tc.compare) {
+				t.Errorf("%s: validation %q does not compare the token's node with the object's name", tc.name, got)
+			}
 		}
 	})
 }
@@ -394,7 +404,7 @@ func TestManifestsValueSets(t *testing.T) {
 				}
 			case "no-probe-reports":
 				for _, kind := range []string{"DaemonSet", "ServiceAccount", "ValidatingAdmissionPolicy"} {
-					if Find(docs, kind, "pulselb-prober") != nil || kind == "ValidatingAdmissionPolicy" && Find(docs, kind, "pulselb-probereport-own-node") != nil {
+					if Find(docs, kind, "pulselb-prober") != nil || kind == "ValidatingAdmissionPolicy" && (Find(docs, kind, "pulselb-probereport-own-node") != nil || Find(docs, kind, "pulselb-prober-lease-own-node") != nil) {
 						t.Errorf("probeReports=false still renders the prober's %s", kind)
 					}
 				}

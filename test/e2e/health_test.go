@@ -425,8 +425,8 @@ func TestHealth(t *testing.T) {
 			}
 		}
 		// The TLS ports report when the echo backend's certificate
-		// expires; the expiry rides along with the next report write,
-		// at the latest the heartbeat.
+		// expires; the expiry is written at the latest at the next
+		// comparison (every heartbeat, 10 s).
 		poll(ctx, t, 30*time.Second, "the https and tls ports reported with their certificate's expiry", func() bool {
 			got := map[int32]bool{}
 			for _, r := range listReports(ctx, t, dyn) {
@@ -447,9 +447,10 @@ func TestHealth(t *testing.T) {
 		})
 		// The echo backend is no MySQL server: the credential-less
 		// handshake gets no greeting, which must read as Down with a
-		// timeout past the TCP connect. A report is rewritten on state
-		// changes and heartbeats (10 s), not on every outcome, so the
-		// first Down (refused while the proxy started) may still show.
+		// timeout past the TCP connect. A report is rewritten when a
+		// Down target's reason changes, at the latest at the next
+		// comparison (10 s), so the first Down (refused while the proxy
+		// started) may still show.
 		var mysql probeResult
 		poll(ctx, t, 30*time.Second, "the mysql port reported Down after connecting (no greeting)", func() bool {
 			mysql = probeResult{}

@@ -8,6 +8,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,7 +48,7 @@ func (a access) String() string {
 // action its component takes must be allowed, and the listed others
 // denied. Then it makes real requests with the prober's pod-bound token to
 // check what RBAC cannot express: a prober may write only its own node's
-// ProbeReport (the ValidatingAdmissionPolicy).
+// ProbeReport and Lease (the ValidatingAdmissionPolicies).
 func TestRBAC(t *testing.T) {
 	// The install tests wait longer for a machine other tests share.
 	c := cluster.ForTest(t, cluster.Options{Nodes: 2, WaitForMachine: 20 * time.Minute})
@@ -73,6 +74,7 @@ func TestRBAC(t *testing.T) {
 			{"create", "coordination.k8s.io", "leases", "", sys, ""},
 			{"update", "coordination.k8s.io", "leases", "", sys, "pulselb-controller"},
 			{"watch", "pulselb.io", "probereports", "", sys, ""},
+			{"list", "coordination.k8s.io", "leases", "", sys, ""}, {"watch", "coordination.k8s.io", "leases", "", sys, ""},
 			{"patch", "", "nodes", "status", "", "node-1"}, {"create", "", "pods", "eviction", sys, "x"},
 			{"patch", "", "pods", "status", sys, "x"}, {"create", "policy", "poddisruptionbudgets", "", sys, ""}, {"delete", "policy", "poddisruptionbudgets", "", sys, "x"},
 		},
@@ -86,6 +88,7 @@ func TestRBAC(t *testing.T) {
 			{"delete", "", "pods", "", "shop", "x"}, {"create", "", "pods", "", sys, ""}, {"create", "", "pods", "exec", sys, "x"},
 			{"create", "apps", "deployments", "", "shop", ""}, {"update", "apps", "deployments", "", "kube-system", "x"},
 			{"update", "coordination.k8s.io", "leases", "", sys, "other"}, {"update", "coordination.k8s.io", "leases", "", "kube-system", "x"},
+			{"update", "coordination.k8s.io", "leases", "", sys, "pulselb-prober-node-1"}, {"list", "coordination.k8s.io", "leases", "", "", ""},
 			{"update", "pulselb.io", "probereports", "", sys, "node-1"}, {"create", "pulselb.io", "probereports", "", sys, ""},
 			{"create", "rbac.authorization.k8s.io", "rolebindings", "", sys, ""},
 			{"create", "", "serviceaccounts", "token", sys, "pulselb-prober"},
@@ -98,6 +101,8 @@ func TestRBAC(t *testing.T) {
 			{"list", "", "pods", "", sys, ""}, {"watch", "", "secrets", "", sys, ""},
 			{"get", "pulselb.io", "probereports", "", sys, "node-1"}, {"create", "pulselb.io", "probereports", "", sys, ""},
 			{"update", "pulselb.io", "probereports", "", sys, "node-1"},
+			{"get", "coordination.k8s.io", "leases", "", sys, "pulselb-prober-node-1"}, {"create", "coordination.k8s.io", "leases", "", sys, ""},
+			{"update", "coordination.k8s.io", "leases", "", sys, "pulselb-prober-node-1"},
 		},
 		denied: []access{
 			{"update", "", "services", "", "shop", "web"}, {"update", "", "services", "status", "shop", "web"},
@@ -105,7 +110,10 @@ func TestRBAC(t *testing.T) {
 			{"patch", "", "nodes", "", "", "node-1"}, {"list", "", "pods", "", "shop", ""}, {"delete", "", "pods", "", sys, "x"},
 			{"create", "apps", "deployments", "", sys, ""}, {"delete", "pulselb.io", "probereports", "", sys, "node-2"},
 			{"list", "pulselb.io", "probereports", "", sys, ""}, {"update", "pulselb.io", "probereports", "", "default", "node-1"},
-			{"create", "", "events", "", "shop", ""}, {"update", "coordination.k8s.io", "leases", "", sys, "pulselb-controller"},
+			{"create", "", "events", "", "shop", ""},
+			{"list", "coordination.k8s.io", "leases", "", sys, ""}, {"watch", "coordination.k8s.io", "leases", "", sys, ""},
+			{"delete", "coordination.k8s.io", "leases", "", sys, "pulselb-prober-node-1"},
+			{"update", "coordination.k8s.io", "leases", "", "kube-node-lease", "node-1"}, {"create", "coordination.k8s.io", "leases", "", "kube-system", ""},
 		},
 	}, {
 		// Proxy pods run as the namespace's default ServiceAccount without
@@ -113,7 +121,7 @@ func TestRBAC(t *testing.T) {
 		sa: "default",
 		denied: []access{
 			{"list", "", "services", "", "", ""}, {"list", "", "pods", "", sys, ""}, {"get", "", "secrets", "", sys, "x"},
-			{"update", "pulselb.io", "probereports", "", sys, "node-1"},
+			{"update", "pulselb.io", "probereports", "", sys, "node-1"}, {"update", "coordination.k8s.io", "leases", "", sys, "pulselb-prober-node-1"},
 		},
 	}} {
 		t.Run(tc.sa, func(t *testing.T) {
@@ -179,6 +187,69 @@ func TestRBAC(t *testing.T) {
 		_, err := unbound.Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "no node-name claim") {
 			t.Errorf("an unbound prober token updating node-1's report: %v, want Forbidden for the missing claim", err)
+		}
+	})
+
+	// RBAC lets the prober update any Lease of the namespace (its Lease's
+	// name is its node's, unknown to the chart); the admission policy
+	// limits it to its own, pulselb-prober-<node>, and so keeps it off
+	// other probers' heartbeats and the controller's leader Lease.
+	t.Run("ProberWritesOnlyItsOwnLease", func(t *testing.T) {
+		var pod *corev1.Pod
+		for _, p := range readyPods(ctx, t, cs, sys, "app.kubernetes.io/name=pulselb-prober") {
+			if p.Spec.NodeName == "node-1" {
+				pod = &p
+			}
+		}
+		if pod == nil {
+			t.Fatal("no prober pod on node-1")
+		}
+		bound, err := kubernetes.NewForConfig(tokenConfig(ctx, t, c, "pulselb-prober", &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases := bound.CoordinationV1().Leases(sys)
+
+		// The prober on node-1 keeps node-1's Lease: it may update it.
+		var own *coordinationv1.Lease
+		poll(ctx, t, 30*time.Second, "the Lease pulselb-prober-node-1", func() bool {
+			own, err = leases.Get(ctx, "pulselb-prober-node-1", metav1.GetOptions{})
+			return err == nil
+		})
+		if own.Spec.HolderIdentity == nil || *own.Spec.HolderIdentity != "node-1" || own.Labels["app.kubernetes.io/name"] != "pulselb-prober" {
+			t.Errorf("node-1's Lease: holder %v, labels %v; want node-1 and the prober's labels", own.Spec.HolderIdentity, own.Labels)
+		}
+		if _, err := leases.Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("the node-1 prober's token updating node-1's Lease: %v", err)
+		}
+
+		// Another node's Lease, existing or not, a forged name, and the
+		// leader Lease are refused.
+		poll(ctx, t, 30*time.Second, "the Lease pulselb-prober-node-2", func() bool {
+			_, err := cs.CoordinationV1().Leases(sys).Get(ctx, "pulselb-prober-node-2", metav1.GetOptions{})
+			return err == nil
+		})
+		for _, name := range []string{"pulselb-prober-node-2", "pulselb-prober-node-2-forged", "node-1", "pulselb-controller"} {
+			var err error
+			if cur, getErr := cs.CoordinationV1().Leases(sys).Get(ctx, name, metav1.GetOptions{}); getErr == nil {
+				_, err = leases.Update(ctx, cur, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			} else {
+				_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: sys}},
+					metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			}
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only the Lease of its own node") {
+				t.Errorf("the node-1 prober's token writing Lease %s: %v, want Forbidden by the admission policy", name, err)
+			}
+		}
+
+		// A token not bound to a pod carries no node: refused even for node-1.
+		unbound, err := kubernetes.NewForConfig(tokenConfig(ctx, t, c, "pulselb-prober", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = unbound.CoordinationV1().Leases(sys).Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "no node-name claim") {
+			t.Errorf("an unbound prober token updating node-1's Lease: %v, want Forbidden for the missing claim", err)
 		}
 	})
 
