@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -59,12 +58,6 @@ func (f *kubeFlags) config(userAgent string) (*rest.Config, error) {
 	}
 	cfg.QPS, cfg.Burst = float32(f.qps), f.burst
 	cfg.UserAgent = userAgent
-	// Built-in types travel as protobuf, which the API server encodes and
-	// pulselb decodes at a fraction of JSON's cost: every pod, Service and
-	// Node event of the informers, on both ends. The dynamic client of the
-	// ProbeReports sets JSON for itself.
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	f.host = cfg.Host
 	return cfg, nil
 }

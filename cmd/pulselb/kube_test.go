@@ -139,21 +139,3 @@ func TestWaitForAPIServer(t *testing.T) {
 		})
 	}
 }
-
-// TestClientConfigProtobuf: the clients ask for built-in types as protobuf
-// (JSON still accepted), which costs the API server and pulselb less to
-// encode and decode than JSON.
-func TestClientConfigProtobuf(t *testing.T) {
-	f := &kubeFlags{kubeconfig: unreachableKubeconfig(t), qps: 5, burst: 10}
-	cfg, err := f.config("pulselb-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.ContentType != "application/vnd.kubernetes.protobuf" ||
-		cfg.AcceptContentTypes != "application/vnd.kubernetes.protobuf,application/json" {
-		t.Errorf("content type %q, accept %q; want protobuf, then JSON", cfg.ContentType, cfg.AcceptContentTypes)
-	}
-	if cfg.UserAgent != "pulselb-test" || cfg.QPS != 5 || cfg.Burst != 10 {
-		t.Errorf("user agent %q, qps %v, burst %d", cfg.UserAgent, cfg.QPS, cfg.Burst)
-	}
-}
