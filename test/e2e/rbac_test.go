@@ -141,16 +141,24 @@ func TestRBAC(t *testing.T) {
 		})
 	}
 
-	t.Run("ProberWritesOnlyItsOwnReport", func(t *testing.T) {
+	// proberPod returns a ready prober pod, the one on node unless node is
+	// empty, whose bound tokens carry that node's name.
+	proberPod := func(t *testing.T, node string) *corev1.Pod {
+		t.Helper()
 		var pod *corev1.Pod
 		for _, p := range readyPods(ctx, t, cs, sys, "app.kubernetes.io/name=pulselb-prober") {
-			if p.Spec.NodeName == "node-1" {
+			if node == "" || p.Spec.NodeName == node {
 				pod = &p
 			}
 		}
 		if pod == nil {
-			t.Fatal("no prober pod on node-1")
+			t.Fatalf("no ready prober pod (node %q)", node)
 		}
+		return pod
+	}
+
+	t.Run("ProberWritesOnlyItsOwnReport", func(t *testing.T) {
+		pod := proberPod(t, "node-1")
 		bound := proberClient(ctx, t, c, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
 		res := bound.Resource(probeReportResource).Namespace(sys)
 
@@ -195,15 +203,7 @@ func TestRBAC(t *testing.T) {
 	// limits it to its own, pulselb-prober-<node>, and so keeps it off
 	// other probers' heartbeats and the controller's leader Lease.
 	t.Run("ProberWritesOnlyItsOwnLease", func(t *testing.T) {
-		var pod *corev1.Pod
-		for _, p := range readyPods(ctx, t, cs, sys, "app.kubernetes.io/name=pulselb-prober") {
-			if p.Spec.NodeName == "node-1" {
-				pod = &p
-			}
-		}
-		if pod == nil {
-			t.Fatal("no prober pod on node-1")
-		}
+		pod := proberPod(t, "node-1")
 		bound, err := kubernetes.NewForConfig(tokenConfig(ctx, t, c, "pulselb-prober", &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}))
 		if err != nil {
 			t.Fatal(err)
@@ -254,13 +254,7 @@ func TestRBAC(t *testing.T) {
 	})
 
 	t.Run("ProberRealRequestsDenied", func(t *testing.T) {
-		var pod *corev1.Pod
-		for _, p := range readyPods(ctx, t, cs, sys, "app.kubernetes.io/name=pulselb-prober") {
-			pod = &p
-		}
-		if pod == nil {
-			t.Fatal("no prober pod")
-		}
+		pod := proberPod(t, "")
 		cfg := tokenConfig(ctx, t, c, "pulselb-prober", &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
 		pc, err := kubernetes.NewForConfig(cfg)
 		if err != nil {

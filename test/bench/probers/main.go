@@ -44,7 +44,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -76,6 +75,7 @@ import (
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/agent"
+	"github.com/pulselb/pulselb/test/bench/procstat"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
 )
@@ -447,7 +447,10 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	r.rssAgents = rss()
 
 	log.Printf("%s: measuring %s of steady state", mode, *window)
-	cpu0 := cpuSeconds(ctlPid)
+	cpu0, err := procstat.CPUSeconds(ctlPid)
+	if err != nil {
+		return r, fmt.Errorf("reading the controller's CPU time: %w", err)
+	}
 	before, err := scrape(ctx, cs)
 	if err != nil {
 		return r, err
@@ -457,7 +460,11 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	if err != nil {
 		return r, err
 	}
-	r.controllerCPU = (cpuSeconds(ctlPid) - cpu0) / window.Seconds()
+	cpu1, err := procstat.CPUSeconds(ctlPid)
+	if err != nil {
+		return r, fmt.Errorf("reading the controller's CPU time: %w", err)
+	}
+	r.controllerCPU = (cpu1 - cpu0) / window.Seconds()
 	r.steady = after.sub(before).minus(base)
 
 	// Failover: node 0 stops answering; its 3 beacon vantages see it.
@@ -699,28 +706,6 @@ func startController(ctx context.Context, c *cluster.Cluster) (*cluster.PulselbP
 	}
 	log.Printf("pulselb controller (pid %d), log %s", p.Pid(), p.LogPath)
 	return p, nil
-}
-
-// cpuSeconds returns the user and system CPU time of pid.
-func cpuSeconds(pid int) float64 {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	utime, err1 := strconv.ParseFloat(f[11], 64)
-	stime, err2 := strconv.ParseFloat(f[12], 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0
-	}
-	return (utime + stime) / 100 // USER_HZ
 }
 
 // rss returns this process' resident set size in bytes.
