@@ -107,6 +107,9 @@ type Controller struct {
 	// verdicts are judged by evaluate and read by the sync workers.
 	verdicts status.Engine
 	restarts restartBackoffs
+	// external holds what the external vantages say about each Service,
+	// judged by evaluate and read by the sync workers; guarded by mu.
+	external map[cache.ObjectName]status.External
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool

@@ -122,6 +122,7 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 	}
 	changes := c.verdicts.Judge(idx, statusTargets(targets), now)
 	c.metrics.flappingTargets.Set(float64(c.verdicts.Flapping()))
+	c.judgeExternal(idx, targets)
 
 	for _, ch := range changes {
 		t, was, is := byKey[ch.Target.Key], ch.From, ch.To

@@ -15,12 +15,16 @@ const (
 // Metrics are the controller's metrics, its work queues' included. Each
 // Controller has its own (Config.Metrics); main registers them.
 type Metrics struct {
-	syncDuration     *prometheus.HistogramVec
-	syncErrors       *prometheus.CounterVec
-	writes           *prometheus.CounterVec
-	managedServices  prometheus.Gauge
-	verdictChanges   *prometheus.CounterVec
-	flappingTargets  prometheus.Gauge
+	syncDuration    *prometheus.HistogramVec
+	syncErrors      *prometheus.CounterVec
+	writes          *prometheus.CounterVec
+	managedServices prometheus.Gauge
+	verdictChanges  *prometheus.CounterVec
+	flappingTargets prometheus.Gauge
+	// externalVantages counts external vantages by state; externalDown
+	// counts Service nodes that a majority of them cannot reach.
+	externalVantages *prometheus.GaugeVec
+	externalDown     prometheus.Gauge
 	failoverDuration prometheus.Histogram
 	proxyRestarts    prometheus.Counter
 	queueDepth       *prometheus.GaugeVec
@@ -66,6 +70,16 @@ func NewMetrics() *Metrics {
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 			Name: "flapping_targets",
 			Help: "Targets and beacons whose verdict flap damping holds Down while a majority says Up.",
+		}),
+		externalVantages: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "external_vantages",
+			Help: "External vantages with a report, by state: usable, stale, or cutOff (fresh, saying every address is down).",
+		}, []string{"state"}),
+		externalDown: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "external_unreachable_nodes",
+			Help: "Service proxy nodes (one per Service and node) that a majority of the usable external vantages cannot reach.",
 		}),
 		failoverDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
@@ -115,7 +129,7 @@ func NewMetrics() *Metrics {
 // RegisterMetrics registers m with r.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.syncDuration, m.syncErrors, m.writes, m.managedServices, m.verdictChanges, m.flappingTargets,
+	for _, c := range []prometheus.Collector{m.syncDuration, m.syncErrors, m.writes, m.managedServices, m.verdictChanges, m.flappingTargets, m.externalVantages, m.externalDown,
 		m.failoverDuration, m.proxyRestarts, m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries} {
 		errs = append(errs, r.Register(c))
 	}

@@ -85,6 +85,8 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		Servable:      !want.Empty(),
 		EligibleNodes: len(want.EligibleNodes),
 		Now:           metav1.NewTime(c.now()),
+		ExternalMode:  want.Settings.ExternalVantages,
+		External:      c.externalView(key),
 	}
 	for _, n := range nodes {
 		in.Nodes[n.Name] = n

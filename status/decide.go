@@ -80,6 +80,12 @@ type Input struct {
 	LocalEndpointNodes map[string]bool
 	AddressType        string
 	AllDown            string
+	// ExternalMode is the Service's external-vantages setting
+	// (contract.ExternalOff, ExternalAdvisory or ExternalRequired; empty
+	// is off), and External what the external vantages say about its
+	// nodes (JudgeExternal).
+	ExternalMode string
+	External     External
 	// Problems make ConfigValid False.
 	Problems []Problem
 	// Conflicts are host port conflict messages (placement.Conflict).
@@ -129,7 +135,15 @@ func Decide(in Input) Result {
 		serving = append(serving, n)
 	}
 	healthy := Healthy(serving, in.Health, FailingOpen(svc, in.AllDown))
-	nodes, failOpen := healthy, false
+	families := familyOrder(svc)
+	useExternal, useInternal := addressTypes(in.AddressType, slices.Sorted(maps.Keys(scheduled)), in.Nodes, families)
+	addrsOf := func(n string) []netip.Addr {
+		return nodeAddrs(in.Nodes[n], useExternal, useInternal, families)
+	}
+	reachable, held, extCond := externalVerdict(in.ExternalMode, in.External, healthy, func(n string) string {
+		return joinAddrs(addrsOf(n)) + " (" + n + ")"
+	})
+	nodes, failOpen := reachable, false
 	// With no proxy ready and nothing published there is nothing to fail
 	// open to.
 	if len(ready) > 0 || len(svc.Status.LoadBalancer.Ingress) > 0 {
@@ -144,11 +158,8 @@ func Decide(in Input) Result {
 		if len(candidates) == 0 {
 			candidates = scheduled
 		}
-		nodes, failOpen = Publish(healthy, slices.Sorted(maps.Keys(candidates)), in.AllDown)
+		nodes, failOpen = Publish(reachable, slices.Sorted(maps.Keys(candidates)), in.AllDown)
 	}
-
-	families := familyOrder(svc)
-	useExternal, useInternal := addressTypes(in.AddressType, slices.Sorted(maps.Keys(scheduled)), in.Nodes, families)
 	var ingress []corev1.LoadBalancerIngress
 	var externalIPs, internalIPs []netip.Addr
 	seen := map[netip.Addr]bool{}
@@ -196,6 +207,11 @@ func Decide(in Input) Result {
 	})
 	slices.SortFunc(externalIPs, byFamily)
 	slices.SortFunc(internalIPs, byFamily)
+	var unreachable []netip.Addr
+	for _, n := range held {
+		unreachable = append(unreachable, addrsOf(n)...)
+	}
+	slices.SortFunc(unreachable, byFamily)
 
 	r := Result{
 		LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress},
@@ -205,6 +221,8 @@ func Decide(in Input) Result {
 			contract.AnnotationExternalIPs: joinAddrs(slices.Compact(externalIPs)),
 			contract.AnnotationInternalIPs: joinAddrs(slices.Compact(internalIPs)),
 			contract.AnnotationNodes:       strings.Join(nodes, ","),
+
+			contract.AnnotationExternalUnreachable: joinAddrs(slices.Compact(unreachable)),
 		},
 	}
 
@@ -219,8 +237,18 @@ func Decide(in Input) Result {
 		}
 		valid.Status, valid.Reason, valid.Message = metav1.ConditionFalse, ReasonInvalidConfig, strings.Join(msgs, "; ")
 	}
-	r.Conditions = mergeConditions(svc, in.Now, sched, health, valid)
+	ours := []metav1.Condition{sched, health, valid}
+	var ext *metav1.Condition
+	if extCond != nil {
+		ext = &metav1.Condition{Type: ConditionExternallyReachable, Status: metav1.ConditionFalse, Reason: extCond.reason, Message: extCond.message}
+		if extCond.ok {
+			ext.Status = metav1.ConditionTrue
+		}
+		ours = append(ours, *ext)
+	}
+	r.Conditions = mergeConditions(svc, in.Now, ours...)
 	r.Events = events(in, svc.Status.Conditions, sched, valid)
+	r.Events = append(r.Events, externalEvents(in.ExternalMode, svc.Status.Conditions, ext)...)
 	return r
 }
 
@@ -411,7 +439,9 @@ func mergeConditions(svc *corev1.Service, now metav1.Time, ours ...metav1.Condit
 		owned[c.Type] = true
 	}
 	for _, c := range svc.Status.Conditions {
-		if !owned[c.Type] {
+		// pulselb's conditions not computed this time, such as
+		// ExternallyReachable once external-vantages is off, go.
+		if !owned[c.Type] && !ownCondition(c.Type) {
 			out = append(out, c)
 		}
 	}
@@ -456,6 +486,57 @@ func events(in Input, old []metav1.Condition, sched, valid metav1.Condition) []E
 			}
 		case ReasonNoEligibleNode:
 			out = append(out, Event{Type: corev1.EventTypeWarning, Reason: ReasonNoEligibleNode, Message: sched.Message})
+		}
+	}
+	return out
+}
+
+// externalEvents reports a change of the ExternallyReachable condition
+// (nil: none now): ExternalPathDown when addresses become unreachable
+// from outside, or the set changes; ExternalPathUp when they are reachable
+// again; and, with required, when the external view becomes unusable, so
+// that the status follows in-cluster verdicts.
+func externalEvents(mode string, old []metav1.Condition, now *metav1.Condition) []Event {
+	if now == nil {
+		return nil
+	}
+	o := findCondition(old, ConditionExternallyReachable)
+	if o != nil && o.Status == now.Status && o.Reason == now.Reason && o.Message == now.Message {
+		return nil
+	}
+	switch now.Reason {
+	case ReasonUnreachable, ReasonAllUnreachable:
+		return []Event{{Type: corev1.EventTypeWarning, Reason: ReasonExternalPathDown, Message: now.Message}}
+	case ReasonReachable:
+		if o != nil && (o.Reason == ReasonUnreachable || o.Reason == ReasonAllUnreachable) {
+			return []Event{{Type: corev1.EventTypeNormal, Reason: ReasonExternalPathUp, Message: now.Message}}
+		}
+	case ReasonExternalStale, ReasonExternalCutOff, ReasonNoExternalVantage:
+		if mode == contract.ExternalRequired && (o == nil || o.Reason != now.Reason) {
+			return []Event{{Type: corev1.EventTypeWarning, Reason: now.Reason, Message: now.Message}}
+		}
+	}
+	return nil
+}
+
+// nodeAddrs returns the addresses of node that Decide publishes: its
+// ExternalIPs with useExternal, its InternalIPs with useInternal, of the
+// Service's families, each once, in the node's order.
+func nodeAddrs(node *corev1.Node, useExternal, useInternal bool, families map[corev1.IPFamily]int) []netip.Addr {
+	if node == nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range node.Status.Addresses {
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil || families[familyOf(ip)] == 0 {
+			continue
+		}
+		ip = ip.Unmap()
+		if (a.Type == corev1.NodeExternalIP && useExternal) || (a.Type == corev1.NodeInternalIP && useInternal) {
+			if !slices.Contains(out, ip) {
+				out = append(out, ip)
+			}
 		}
 	}
 	return out

@@ -54,7 +54,8 @@ func ApplyAnnotations(svc *corev1.Service, r Result) {
 // Cleared returns the Result of a Service pulselb no longer serves: no
 // ingress, no pulselb annotations or conditions, others' conditions kept.
 func Cleared(svc *corev1.Service) Result {
-	r := Result{Annotations: map[string]string{contract.AnnotationExternalIPs: "", contract.AnnotationInternalIPs: "", contract.AnnotationNodes: ""}}
+	r := Result{Annotations: map[string]string{contract.AnnotationExternalIPs: "", contract.AnnotationInternalIPs: "", contract.AnnotationNodes: "",
+		contract.AnnotationExternalUnreachable: ""}}
 	for _, c := range svc.Status.Conditions {
 		if !ownCondition(c.Type) {
 			r.Conditions = append(r.Conditions, c)
@@ -66,7 +67,7 @@ func Cleared(svc *corev1.Service) Result {
 // ownCondition reports whether conditions of type t are pulselb's.
 func ownCondition(t string) bool {
 	switch t {
-	case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid:
+	case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid, ConditionExternallyReachable:
 		return true
 	}
 	return false

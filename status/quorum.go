@@ -110,9 +110,12 @@ type Reports struct {
 }
 
 type indexedReport struct {
-	fresh   bool
-	results map[string]*v1alpha1.Observation
-	beacons map[string]*v1alpha1.Observation
+	fresh bool
+	// external marks an external vantage's report; allDown says it has
+	// results and every one is Down.
+	external, allDown bool
+	results           map[string]*v1alpha1.Observation
+	beacons           map[string]*v1alpha1.Observation
 }
 
 // Vantage returns whether node's prober has a report, and whether the
@@ -147,13 +150,16 @@ func IndexVantages(reports []*v1alpha1.ProbeReport, leases map[string]*coordinat
 	idx := Reports{byNode: make(map[string]indexedReport, len(reports))}
 	for _, r := range reports {
 		ir := indexedReport{
-			fresh:   Fresh(leases[r.Name], r, now),
-			results: make(map[string]*v1alpha1.Observation, len(r.Status.Results)),
-			beacons: make(map[string]*v1alpha1.Observation, len(r.Status.Beacons)),
+			fresh:    Fresh(leases[r.Name], r, now),
+			external: r.Status.External,
+			allDown:  len(r.Status.Results) > 0,
+			results:  make(map[string]*v1alpha1.Observation, len(r.Status.Results)),
+			beacons:  make(map[string]*v1alpha1.Observation, len(r.Status.Beacons)),
 		}
 		for i := range r.Status.Results {
 			res := &r.Status.Results[i]
 			ir.results[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
+			ir.allDown = ir.allDown && res.State == v1alpha1.StateDown
 		}
 		for i := range r.Status.Beacons {
 			b := &r.Status.Beacons[i]

@@ -176,3 +176,33 @@ func ProberLeaseNode(name string) (string, bool) {
 	node, ok := strings.CutPrefix(name, ProberLeasePrefix)
 	return node, ok && node != ""
 }
+
+// ExternalReportPrefix starts the name of an external vantage's ProbeReport:
+// external-<vantage name>. Its Lease is the prober Lease of that name
+// (ProberLeaseName), pulselb-prober-external-<vantage name>.
+const ExternalReportPrefix = "external-"
+
+// ExternalVantageAccountPrefix starts the name of an external vantage's
+// ServiceAccount in the pulselb namespace: pulselb-vantage-<vantage name>.
+// The admission policy lets the account of that name write only the
+// report and the Lease of that vantage name.
+const ExternalVantageAccountPrefix = "pulselb-vantage-"
+
+// ExternalReportName returns the name of the ProbeReport of the external
+// vantage named vantage, or an error when vantage cannot name one: it must
+// be a DNS label (lower-case letters, digits and '-', starting and ending
+// with a letter or digit), short enough that its ServiceAccount, report and
+// Lease names fit.
+func ExternalReportName(vantage string) (string, error) {
+	const maxLen = 63 - len(ExternalVantageAccountPrefix)
+	if vantage == "" || len(vantage) > maxLen {
+		return "", fmt.Errorf("vantage name %q: want 1 to %d characters", vantage, maxLen)
+	}
+	for i, r := range vantage {
+		alnum := r >= 'a' && r <= 'z' || r >= '0' && r <= '9'
+		if !alnum && (r != '-' || i == 0 || i == len(vantage)-1) {
+			return "", fmt.Errorf("vantage name %q: want lower-case letters, digits and '-', starting and ending with a letter or digit", vantage)
+		}
+	}
+	return ExternalReportPrefix + vantage, nil
+}

@@ -2,6 +2,7 @@ package contract
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,5 +69,37 @@ func TestShortList(t *testing.T) {
 		if got := ShortList(tt.in, tt.max); got != tt.want {
 			t.Errorf("ShortList(%q, %d) = %q, want %q", tt.in, tt.max, got, tt.want)
 		}
+	}
+}
+
+func TestExternalReportName(t *testing.T) {
+	tests := []struct {
+		vantage, want, err string
+	}{
+		{"vps-1", "external-vps-1", ""},
+		{"a", "external-a", ""},
+		{"", "", "1 to 47"},
+		{"VPS", "", "lower-case"},
+		{"-vps", "", "starting and ending"},
+		{"vps-", "", "starting and ending"},
+		{"vps.example", "", "lower-case"},
+		{strings.Repeat("a", 48), "", "1 to 47"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.vantage, func(t *testing.T) {
+			got, err := ExternalReportName(tt.vantage)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("ExternalReportName(%q) = %q, %v; want an error containing %q", tt.vantage, got, err, tt.err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ExternalReportName(%q) = %q, %v; want %q", tt.vantage, got, err, tt.want)
+			}
+			if _, err := ProberLeaseName(got); err != nil {
+				t.Fatalf("the report name %q makes no Lease name: %v", got, err)
+			}
+		})
 	}
 }

@@ -37,6 +37,9 @@ const (
 	AnnotationHostname      = Prefix + "hostname"
 	AnnotationDNSTTL        = Prefix + "dns-ttl"
 	AnnotationDrainDelay    = Prefix + "drain-delay"
+	// AnnotationExternalVantages says what external vantages' verdicts do
+	// to the Service: ExternalOff, ExternalAdvisory or ExternalRequired.
+	AnnotationExternalVantages = Prefix + "external-vantages"
 
 	// The external-dns hostname annotations, read as extra names.
 	AnnotationExternalDNSHostname      = "external-dns.kubernetes.io/hostname"
@@ -48,6 +51,11 @@ const (
 	AnnotationExternalIPs = Prefix + "external-ips"
 	AnnotationInternalIPs = Prefix + "internal-ips"
 	AnnotationNodes       = Prefix + "nodes"
+	// AnnotationExternalUnreachable lists the addresses held out of the
+	// status because external vantages cannot reach them (external-vantages:
+	// required). External vantages keep probing them, so that an address
+	// comes back once they reach it again.
+	AnnotationExternalUnreachable = Prefix + "external-unreachable"
 )
 
 // Mode is how a Service's proxies run.
@@ -72,6 +80,14 @@ const (
 
 	AllDownPublishAll  = "publish-all"
 	AllDownPublishNone = "publish-none"
+
+	// ExternalOff ignores external vantages; ExternalAdvisory (default)
+	// shows what they see (dashboard, metrics, ExternalPathDown Events)
+	// without changing the status; ExternalRequired publishes an address
+	// only while a majority of the fresh external vantages reach it.
+	ExternalOff      = "off"
+	ExternalAdvisory = "advisory"
+	ExternalRequired = "required"
 )
 
 // Defaults of the annotations. The DNS TTL has none here: an unset
@@ -132,6 +148,9 @@ type Settings struct {
 	Rise, Fall   int
 	PublishWhen  string
 	AllDown      string
+	// ExternalVantages is pulselb.io/external-vantages: ExternalOff,
+	// ExternalAdvisory or ExternalRequired.
+	ExternalVantages string
 	// Hostnames are the valid names of the hostname annotations, sorted,
 	// each once, lower case, without the final dot.
 	Hostnames []string
@@ -196,6 +215,8 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 		Fall:          DefaultFall,
 		PublishWhen:   PublishAllPorts,
 		AllDown:       AllDownPublishAll,
+
+		ExternalVantages: ExternalAdvisory,
 	}
 	var problems []Problem
 	bad := func(key, reason, def string) {
@@ -245,6 +266,7 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 	oneOf(AnnotationAddressType, &s.AddressType, AddressAuto, AddressExternal, AddressInternal, AddressBoth)
 	oneOf(AnnotationPublishWhen, &s.PublishWhen, PublishAllPorts, PublishAnyPort)
 	oneOf(AnnotationAllDown, &s.AllDown, AllDownPublishAll, AllDownPublishNone)
+	oneOf(AnnotationExternalVantages, &s.ExternalVantages, ExternalOff, ExternalAdvisory, ExternalRequired)
 
 	durations := []struct {
 		key string

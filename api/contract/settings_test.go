@@ -21,7 +21,8 @@ func TestParse(t *testing.T) {
 	}{
 		{"defaults", nil, func(s Settings) bool {
 			return s.Mode == ModeDeployment && s.Replicas == 2 && s.AddressType == AddressAuto && s.ProbeInterval == time.Second &&
-				s.ProbeTimeout == 0 && s.Rise == 2 && s.Fall == 2 && s.PublishWhen == PublishAllPorts && s.AllDown == AllDownPublishAll && s.DNSTTL == 0
+				s.ProbeTimeout == 0 && s.Rise == 2 && s.Fall == 2 && s.PublishWhen == PublishAllPorts && s.AllDown == AllDownPublishAll && s.DNSTTL == 0 &&
+				s.ExternalVantages == ExternalAdvisory
 		}, "", ""},
 		{"proxy-mode", []string{AnnotationProxyMode, "daemonset"}, func(s Settings) bool { return s.Mode == ModeDaemonSet }, "", ""},
 		{"bad proxy-mode", []string{AnnotationProxyMode, "DaemonSet"}, func(s Settings) bool { return s.Mode == ModeDeployment }, AnnotationProxyMode, "deployment or daemonset"},
@@ -49,6 +50,9 @@ func TestParse(t *testing.T) {
 		{"bad publish-when", []string{AnnotationPublishWhen, "some"}, func(s Settings) bool { return s.PublishWhen == PublishAllPorts }, AnnotationPublishWhen, "all-ports"},
 		{"all-down", []string{AnnotationAllDown, "publish-none"}, func(s Settings) bool { return s.AllDown == AllDownPublishNone }, "", ""},
 		{"bad all-down", []string{AnnotationAllDown, "none"}, func(s Settings) bool { return s.AllDown == AllDownPublishAll }, AnnotationAllDown, "publish-all"},
+		{"external-vantages required", []string{AnnotationExternalVantages, "required"}, func(s Settings) bool { return s.ExternalVantages == ExternalRequired }, "", ""},
+		{"external-vantages off", []string{AnnotationExternalVantages, "off"}, func(s Settings) bool { return s.ExternalVantages == ExternalOff }, "", ""},
+		{"bad external-vantages", []string{AnnotationExternalVantages, "Required"}, func(s Settings) bool { return s.ExternalVantages == ExternalAdvisory }, AnnotationExternalVantages, "off, advisory, required"},
 		{"hostnames from three annotations", []string{AnnotationHostname, "b.example.org, a.example.org.", AnnotationExternalDNSHostname, "a.example.org", AnnotationExternalDNSAlphaHostname, "c.example.org"},
 			func(s Settings) bool {
 				return slices.Equal(s.Hostnames, []string{"a.example.org", "b.example.org", "c.example.org"})

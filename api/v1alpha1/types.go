@@ -16,7 +16,11 @@ const (
 
 // ProbeReport is what the prober on one node found about the targets and
 // node beacons assigned to it. Its name is the prober's node name; an
-// admission policy lets a prober write only its own node's report.
+// admission policy lets a prober write only its own node's report. An
+// external vantage (`pulselb prober --external`, outside the cluster)
+// writes one too, named external-<vantage name> and marked
+// status.external, which the admission policy lets only that vantage's
+// identity write.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Namespaced,shortName=pr,categories=pulselb
@@ -24,6 +28,7 @@ const (
 // +kubebuilder:printcolumn:name="Down",type=integer,JSONPath=`.status.down`
 // +kubebuilder:printcolumn:name="Beacons",type=integer,JSONPath=`.status.beaconCount`
 // +kubebuilder:printcolumn:name="Beacons Down",type=integer,JSONPath=`.status.beaconsDown`
+// +kubebuilder:printcolumn:name="External",type=boolean,JSONPath=`.status.external`,priority=1
 // +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeatTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ProbeReport struct {
@@ -50,6 +55,13 @@ type ProbeReportStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	HeartbeatSeconds int32 `json:"heartbeatSeconds,omitempty"`
+	// External marks the report of an external vantage, a prober outside
+	// the cluster that probes the Services' published addresses. Its
+	// results judge the path from outside (pulselb.io/external-vantages),
+	// never the in-cluster verdicts. Only an external vantage's identity
+	// may set it, and it must (admission policy).
+	// +optional
+	External bool `json:"external,omitempty"`
 	// Targets and Down count the results and those Down, for kubectl.
 	// +optional
 	Targets int32 `json:"targets,omitempty"`
