@@ -3,7 +3,10 @@
 // keeps those the vantage assignment gives its node, probes them with the
 // prober engine, answers its own node's beacon, renews its node's Lease as
 // a heartbeat, and writes its node's ProbeReport when what it says
-// changes (coalesced), never on a timer alone. It is
+// changes (coalesced), never on a timer alone. As an external vantage
+// (`pulselb prober --external`, outside the cluster) it probes instead
+// every served Service's published addresses, and writes its own report
+// and Lease, named after the vantage. It is
 // a subpackage of prober because it reads Services through the contract
 // package, which itself imports prober.
 package agent
@@ -48,7 +51,15 @@ const (
 // Config configures an Agent.
 type Config struct {
 	// Node is the node this prober runs on; its report has this name.
+	// With External it is the vantage's name instead, and the report is
+	// contract.ExternalReportName(Node).
 	Node string
+	// External makes the agent an external vantage: it probes every
+	// served Service's published addresses (its status ingress IPs, and
+	// those held out as unreachable from outside) on the Service's ports
+	// with its probe specs, from wherever it runs, marks its report
+	// external, and reads neither pods nor Secrets.
+	External bool
 	// Namespace holds the proxy and prober pods, the reports and the
 	// probe Secrets (pulselb-system).
 	Namespace string
@@ -125,6 +136,9 @@ type Agent struct {
 	last    *v1alpha1.ProbeReport
 	written *v1alpha1.ProbeReportStatus
 
+	// reportName is the name of the agent's report: the node's, or the
+	// external vantage's.
+	reportName string
 	// leaseName is the name of the node's Lease; lease is the Lease as
 	// last read or written, owned by renewLease.
 	leaseName string
@@ -137,8 +151,8 @@ type builtProber struct {
 }
 
 // New returns an Agent reading Services and Nodes from cluster and Pods and
-// Secrets from system (limited to cfg.Namespace). The caller starts the
-// factories.
+// Secrets from system (limited to cfg.Namespace; nil with cfg.External,
+// which reads neither). The caller starts the factories.
 func New(ctx context.Context, cluster, system informers.SharedInformerFactory, reports Reports, cfg Config) (*Agent, error) {
 	if cfg.Node == "" {
 		return nil, errors.New("no node name")
@@ -158,7 +172,14 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	leaseName, err := contract.ProberLeaseName(cfg.Node)
+	reportName := cfg.Node
+	if cfg.External {
+		var err error
+		if reportName, err = contract.ExternalReportName(cfg.Node); err != nil {
+			return nil, fmt.Errorf("naming the external vantage's report: %w", err)
+		}
+	}
+	leaseName, err := contract.ProberLeaseName(reportName)
 	if err != nil && cfg.Leases != nil {
 		return nil, fmt.Errorf("naming the prober Lease: %w", err)
 	}
@@ -171,14 +192,19 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		clock:    cfg.Scheduler.Clock,
 		services: cluster.Core().V1().Services().Lister(),
 		nodes:    cluster.Core().V1().Nodes().Lister(),
-		pods:     system.Core().V1().Pods().Lister().Pods(cfg.Namespace),
-		secrets:  system.Core().V1().Secrets().Lister().Secrets(cfg.Namespace),
 		changed:  make(chan struct{}, 1),
 		dirty:    make(chan struct{}, 1),
 		meta:     map[string]report.Target{},
 		probers:  map[string]builtProber{},
 
-		leaseName: leaseName,
+		reportName: reportName,
+		leaseName:  leaseName,
+	}
+	informers := []cache.SharedIndexInformer{cluster.Core().V1().Services().Informer(), cluster.Core().V1().Nodes().Informer()}
+	if !cfg.External {
+		a.pods = system.Core().V1().Pods().Lister().Pods(cfg.Namespace)
+		a.secrets = system.Core().V1().Secrets().Lister().Secrets(cfg.Namespace)
+		informers = append(informers, system.Core().V1().Pods().Informer(), system.Core().V1().Secrets().Informer())
 	}
 	sc := cfg.Scheduler
 	// A new certificate expiry does not cause a write of its own: it goes
@@ -193,16 +219,13 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		UpdateFunc: func(any, any) { poke(a.changed) },
 		DeleteFunc: func(any) { poke(a.changed) },
 	}
-	for _, inf := range []cache.SharedIndexInformer{
-		cluster.Core().V1().Services().Informer(), cluster.Core().V1().Nodes().Informer(),
-		system.Core().V1().Pods().Informer(), system.Core().V1().Secrets().Informer(),
-	} {
+	for _, inf := range informers {
 		if _, err := inf.AddEventHandler(trigger); err != nil {
 			return nil, fmt.Errorf("adding event handler: %w", err)
 		}
 		a.synced = append(a.synced, inf.HasSynced)
 	}
-	klog.FromContext(ctx).V(2).Info("Set up prober agent", "node", cfg.Node, "vantages", cfg.Vantages, "beaconPort", cfg.BeaconPort)
+	klog.FromContext(ctx).V(2).Info("Set up prober agent", "node", cfg.Node, "external", cfg.External, "vantages", cfg.Vantages, "beaconPort", cfg.BeaconPort)
 	return a, nil
 }
 
@@ -334,6 +357,9 @@ func (a *Agent) refresh(ctx context.Context) {
 // targets returns the targets assigned to this node: the beacons and the
 // Service ports on other nodes whose vantages include it.
 func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report.Target, error) {
+	if a.cfg.External {
+		return a.externalTargets(ctx)
+	}
 	nodes, err := a.nodes.List(labels.Everything())
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing nodes: %w", err)
@@ -418,7 +444,17 @@ func (a *Agent) prober(_ context.Context, key, text, namespace string) (prober.P
 	if err != nil {
 		return nil, fmt.Errorf("parsing probe spec of %s: %w", key, err)
 	}
-	p, err := prober.New(spec, prober.Options{Secrets: Secrets{Lister: a.secrets, Namespace: namespace}})
+	opts := prober.Options{Secrets: Secrets{Lister: a.secrets, Namespace: namespace}}
+	if a.cfg.External {
+		// An external vantage reads no Secrets: a mysql probe logs in as a
+		// user that does not exist, whose refusal (1045) says the server is
+		// alive, as a probe without credentials does.
+		opts.Secrets = nil
+		if spec.Secret != "" {
+			spec.User, spec.Secret, spec.Database = "", "", ""
+		}
+	}
+	p, err := prober.New(spec, opts)
 	if err != nil {
 		return nil, fmt.Errorf("building prober of %s: %w", key, err)
 	}
@@ -434,26 +470,28 @@ func (a *Agent) Report() v1alpha1.ProbeReportStatus {
 	snap := a.sched.Snapshot()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return report.Status(now, a.cfg.Heartbeat, snap, a.meta)
+	st := report.Status(now, a.cfg.Heartbeat, snap, a.meta)
+	st.External = a.cfg.External
+	return st
 }
 
 // write writes st as the agent's report, creating it when missing.
 func (a *Agent) write(ctx context.Context, st v1alpha1.ProbeReportStatus) error {
 	if a.last == nil {
-		cur, err := a.reports.Get(ctx, a.cfg.Namespace, a.cfg.Node)
+		cur, err := a.reports.Get(ctx, a.cfg.Namespace, a.reportName)
 		switch {
 		case apierrors.IsNotFound(err):
-			r := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Namespace: a.cfg.Namespace, Name: a.cfg.Node}, Status: st}
+			r := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Namespace: a.cfg.Namespace, Name: a.reportName}, Status: st}
 			created, err := a.reports.Create(ctx, r)
 			if err != nil {
 				a.cfg.Metrics.reportWrites.WithLabelValues("create", "error").Inc()
-				return fmt.Errorf("creating probe report %s/%s: %w", a.cfg.Namespace, a.cfg.Node, err)
+				return fmt.Errorf("creating probe report %s/%s: %w", a.cfg.Namespace, a.reportName, err)
 			}
 			a.cfg.Metrics.reportWrites.WithLabelValues("create", "ok").Inc()
 			a.last = created
 			return nil
 		case err != nil:
-			return fmt.Errorf("getting probe report %s/%s: %w", a.cfg.Namespace, a.cfg.Node, err)
+			return fmt.Errorf("getting probe report %s/%s: %w", a.cfg.Namespace, a.reportName, err)
 		}
 		a.last = cur
 	}
@@ -464,7 +502,7 @@ func (a *Agent) write(ctx context.Context, st v1alpha1.ProbeReportStatus) error 
 		a.cfg.Metrics.reportWrites.WithLabelValues("update", "error").Inc()
 		// Re-read at the next write: someone replaced or deleted it.
 		a.last = nil
-		return fmt.Errorf("updating probe report %s/%s: %w", a.cfg.Namespace, a.cfg.Node, err)
+		return fmt.Errorf("updating probe report %s/%s: %w", a.cfg.Namespace, a.reportName, err)
 	}
 	a.cfg.Metrics.reportWrites.WithLabelValues("update", "ok").Inc()
 	a.last = updated
