@@ -23,6 +23,8 @@ var commands = map[string]command{
 	"proxy-init": {"turn on IP forwarding in a proxy pod (init container)", runProxyInit},
 	"standalone": {"probe hosts from a YAML file and serve the healthy ones in DNS, without a cluster", runStandalone},
 	"demo":       {"run standalone against three loopback hosts, fail one and show DNS follow", runDemo},
+
+	"vantage-kubeconfig": {"write an external vantage's kubeconfig from its ServiceAccount token", runVantageKubeconfig},
 }
 
 func main() {
@@ -56,7 +58,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-19s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'pulselb COMMAND -h' for a command's flags.")
 }

@@ -130,6 +130,7 @@ var valueSets = []struct {
 		"dns": map[string]any{"zone": ""},
 	}},
 	{"no-probe-reports", map[string]any{"probeReports": false, "metrics": map[string]any{"service": false}}},
+	{"external-vantages", map[string]any{"externalVantages": []any{"vps-1", "home"}}},
 	{"custom", map[string]any{
 		"namespace": map[string]any{"create": true},
 		"image":     map[string]any{"repository": "registry.example/pulselb", "tag": "v9.9.9", "pullPolicy": "Always"},
@@ -284,6 +285,38 @@ func TestManifestsDefaults(t *testing.T) {
 			t.Errorf("prober tolerations %+v do not tolerate every taint", pod.Tolerations)
 		}
 		checkRestricted(t, pod, c)
+	})
+
+	t.Run("ExternalVantages", func(t *testing.T) {
+		docs := render(t, map[string]any{"externalVantages": []any{"vps-1"}})
+		for _, kind := range []string{"ServiceAccount", "ClusterRoleBinding", "RoleBinding"} {
+			if Find(docs, kind, "pulselb-vantage-vps-1") == nil {
+				t.Errorf("no %s pulselb-vantage-vps-1", kind)
+			}
+		}
+		sec := decode[corev1.Secret](t, docs, "Secret", "pulselb-vantage-vps-1-token")
+		if sec.Type != corev1.SecretTypeServiceAccountToken || sec.Annotations[corev1.ServiceAccountNameKey] != "pulselb-vantage-vps-1" {
+			t.Errorf("token Secret %+v is not the ServiceAccount's token", sec)
+		}
+		role := decode[rbacv1.Role](t, docs, "Role", "pulselb-external-vantage")
+		cr := decode[rbacv1.ClusterRole](t, docs, "ClusterRole", "pulselb-external-vantage")
+		for _, r := range append(role.Rules, cr.Rules...) {
+			if slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "pods") || slices.Contains(r.Verbs, "delete") {
+				t.Errorf("external vantage rule %+v: no pods, Secrets or deletes", r)
+			}
+		}
+		for _, name := range []string{"pulselb-probereport-own-vantage", "pulselb-prober-lease-own-vantage"} {
+			policy := decode[admissionv1.ValidatingAdmissionPolicy](t, docs, "ValidatingAdmissionPolicy", name)
+			if got := policy.Spec.MatchConditions[0].Expression; !strings.Contains(got, `startsWith("system:serviceaccount:pulselb-system:pulselb-vantage-")`) {
+				t.Errorf("%s: match condition %q does not select the vantages' accounts", name, got)
+			}
+			if got := policy.Spec.Validations[0].Expression; !strings.Contains(got, "substring(53)") {
+				t.Errorf("%s: validation %q does not compare the name with the account's suffix", name, got)
+			}
+		}
+		if docs := render(t, nil); Find(docs, "ServiceAccount", "pulselb-vantage-vps-1") != nil {
+			t.Error("a vantage's ServiceAccount rendered with the defaults")
+		}
 	})
 
 	t.Run("NoServiceMonitorByDefault", func(t *testing.T) {
