@@ -1,0 +1,394 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/deploy"
+)
+
+// TestExternalVantages runs an external vantage (`pulselb prober
+// --external`) in the harness' client namespace, which stands for the
+// Internet, with its own kubeconfig made by `pulselb vantage-kubeconfig`
+// from the ServiceAccount and token Secret the docs show, against an
+// install of deploy/base whose nodes have ExternalIPs. One cluster serves
+// every scenario: a node's ExternalIP path broken from outside only
+// (advisory: status kept, Event; required: the address leaves the
+// status), the vantage itself cut off (nothing changes, a condition says
+// why), and what its credentials must not do.
+func TestExternalVantages(t *testing.T) {
+	c := cluster.ForTest(t, cluster.Options{Nodes: 2, ExternalIPs: true, WaitForMachine: 30 * time.Minute})
+	ctx := t.Context()
+	cs := c.Client
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installBase(ctx, t, c)
+	if err := c.CreateNamespaces(ctx, "shop"); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := createVantage(ctx, t, c, "vps")
+	vantage := startVantage(t, c, "vps", kubeconfig)
+
+	createBackend(ctx, t, cs, "web", 2, []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}})
+	fast := map[string]string{"pulselb.io/address-type": "external", "pulselb.io/probe-interval": "300ms"}
+	adv := map[string]string{"pulselb.io/external-vantages": "advisory"}
+	req := map[string]string{"pulselb.io/external-vantages": "required"}
+	for k, v := range fast {
+		adv[k], req[k] = v, v
+	}
+	createExternalLB(ctx, t, cs, "web-adv", adv, 80)
+	createExternalLB(ctx, t, cs, "web-req", req, 81)
+	recAdv, recReq := recordStatus(ctx, t, cs, "shop", "web-adv"), recordStatus(ctx, t, cs, "shop", "web-req")
+
+	extIP := map[string]string{}
+	for _, n := range c.Nodes() {
+		node, err := cs.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeExternalIP {
+				extIP[n] = a.Address
+			}
+		}
+	}
+	all := make([]string, 0, len(extIP))
+	for _, ip := range extIP {
+		all = append(all, ip)
+	}
+	slices.Sort(all)
+	condition := func(name string) *metav1.Condition {
+		svc, err := cs.CoreV1().Services("shop").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return findCondition(svc.Status.Conditions, "pulselb.io/ExternallyReachable")
+	}
+	reason := func(name string) string {
+		if c := condition(name); c != nil {
+			return string(c.Status) + "/" + c.Reason
+		}
+		return ""
+	}
+	steady := func(t *testing.T, timeout time.Duration) {
+		t.Helper()
+		poll(ctx, t, timeout, "both Services published on every node's ExternalIP and reachable from outside", func() bool {
+			vantage.alive(t)
+			return slices.Equal(recAdv.last(), all) && slices.Equal(recReq.last(), all) &&
+				reason("web-adv") == "True/Reachable" && reason("web-req") == "True/Reachable"
+		})
+	}
+	t.Run("Reachable", func(t *testing.T) {
+		steady(t, 120*time.Second)
+		var marked bool
+		for _, r := range listReports(ctx, t, dyn) {
+			if r.name == "external-vps" {
+				marked = true
+			}
+		}
+		if !marked {
+			t.Error("no ProbeReport external-vps")
+		}
+	})
+	if t.Failed() {
+		t.Fatalf("never steady; vantage log %s; pods %s", vantage.log, describePods(ctx, cs, systemNamespace))
+	}
+
+	victim := c.Nodes()[0]
+	ip := extIP[victim]
+	t.Run("ExternalPathDown", func(t *testing.T) {
+		// Only the way in from outside breaks: the client namespace drops
+		// what it sends to the victim's ExternalIP; in the cluster every
+		// path works.
+		drop := []string{"iptables", "-w", "-A", "OUTPUT", "-d", ip, "-j", "DROP"}
+		if out, err := c.ClientExec(ctx, drop...); err != nil {
+			t.Fatalf("%v: %v %s", drop, err, out)
+		}
+		start := time.Now()
+		defer func() {
+			drop[2] = "-D"
+			if out, err := c.ClientExec(ctx, drop...); err != nil {
+				t.Errorf("%v: %v %s", drop, err, out)
+			}
+		}()
+		poll(ctx, t, 15*time.Second, ip+" gone from web-req's status", func() bool {
+			return !slices.Contains(recReq.last(), ip)
+		})
+		gone := recReq.firstWithout(ip, start)
+		t.Logf("%s left web-req's status %s after the path broke", ip, gone.Sub(start).Round(10*time.Millisecond))
+		svc, err := cs.CoreV1().Services("shop").Get(ctx, "web-req", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := svc.Annotations["pulselb.io/external-unreachable"]; got != ip {
+			t.Errorf("web-req's pulselb.io/external-unreachable = %q, want %s", got, ip)
+		}
+		poll(ctx, t, 10*time.Second, "ExternalPathDown Events on both Services", func() bool {
+			return hasEventOn(ctx, t, cs, "shop", "web-adv", "ExternalPathDown") && hasEventOn(ctx, t, cs, "shop", "web-req", "ExternalPathDown")
+		})
+		if got := reason("web-adv"); got != "False/Unreachable" {
+			t.Errorf("web-adv condition %s, want False/Unreachable", got)
+		}
+		if !slices.Equal(recAdv.last(), all) {
+			t.Errorf("advisory web-adv publishes %v, want every address %v", recAdv.last(), all)
+		}
+		for _, w := range recAdv.since(0) {
+			if !slices.Equal(w.ips, all) && w.at.After(start) {
+				t.Errorf("advisory web-adv published %v at %s", w.ips, w.at)
+			}
+		}
+	})
+	t.Run("ExternalPathBack", func(t *testing.T) {
+		steady(t, 30*time.Second)
+	})
+
+	t.Run("VantageCutOff", func(t *testing.T) {
+		// The vantage loses its way to every node but still reaches the
+		// API server: it says every address is down, and is not believed.
+		drop := []string{"iptables", "-w", "-A", "OUTPUT", "-d", "198.18.2.0/24", "-j", "DROP"}
+		if out, err := c.ClientExec(ctx, drop...); err != nil {
+			t.Fatalf("%v: %v %s", drop, err, out)
+		}
+		defer func() {
+			drop[2] = "-D"
+			if out, err := c.ClientExec(ctx, drop...); err != nil {
+				t.Errorf("%v: %v %s", drop, err, out)
+			}
+		}()
+		poll(ctx, t, 20*time.Second, "the condition saying the external vantages are cut off", func() bool {
+			return reason("web-req") == "False/ExternalVantagesCutOff" && reason("web-adv") == "False/ExternalVantagesCutOff"
+		})
+		holds(ctx, t, time.Now().Add(3*time.Second), "both Services publishing every address", func() bool {
+			return slices.Equal(recAdv.last(), all) && slices.Equal(recReq.last(), all)
+		})
+
+		// Then from everything, the API server too: its Lease lapses.
+		everything := []string{"iptables", "-w", "-A", "OUTPUT", "-j", "DROP"}
+		if out, err := c.ClientExec(ctx, everything...); err != nil {
+			t.Fatalf("%v: %v %s", everything, err, out)
+		}
+		defer func() {
+			everything[2] = "-D"
+			if out, err := c.ClientExec(ctx, everything...); err != nil {
+				t.Errorf("%v: %v %s", everything, err, out)
+			}
+		}()
+		poll(ctx, t, 30*time.Second, "the condition saying the external vantages are stale", func() bool {
+			return reason("web-req") == "False/ExternalVantagesStale"
+		})
+		if c := condition("web-req"); c != nil && !strings.Contains(c.Message, "in-cluster verdicts") {
+			t.Errorf("condition message %q does not say the status follows in-cluster verdicts", c.Message)
+		}
+		holds(ctx, t, time.Now().Add(3*time.Second), "both Services publishing every address", func() bool {
+			return slices.Equal(recAdv.last(), all) && slices.Equal(recReq.last(), all)
+		})
+	})
+	t.Run("VantageBack", func(t *testing.T) {
+		steady(t, 60*time.Second)
+	})
+
+	t.Run("CredentialsLimited", func(t *testing.T) {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vcs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vdyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reports := vdyn.Resource(deploy.ProbeReports).Namespace(systemNamespace)
+		dry := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
+		own, err := reports.Get(ctx, "external-vps", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the vantage reading its own report: %v", err)
+		}
+		if _, err := reports.Update(ctx, own, dry); err != nil {
+			t.Errorf("the vantage updating its own report: %v", err)
+		}
+		unmarked := own.DeepCopy()
+		if err := unstructured.SetNestedField(unmarked.Object, false, "status", "external"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reports.Update(ctx, unmarked, dry); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "must be marked status.external") {
+			t.Errorf("the vantage unmarking its report: %v, want Forbidden by the admission policy", err)
+		}
+		for _, name := range []string{"external-other", victim, "vps"} {
+			forged := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "pulselb.io/v1alpha1", "kind": "ProbeReport",
+				"metadata": map[string]any{"name": name, "namespace": systemNamespace},
+				"status":   map[string]any{"external": true},
+			}}
+			_, err := reports.Create(ctx, forged, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only its own ProbeReport") {
+				t.Errorf("the vantage creating report %s: %v, want Forbidden by the admission policy", name, err)
+			}
+		}
+		if node, err := reports.Get(ctx, victim, metav1.GetOptions{}); err == nil {
+			if _, err := reports.Update(ctx, node, dry); !apierrors.IsForbidden(err) {
+				t.Errorf("the vantage updating node %s's report: %v, want Forbidden", victim, err)
+			}
+		}
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "pulselb-prober-" + victim, Namespace: systemNamespace}}
+		if _, err := vcs.CoordinationV1().Leases(systemNamespace).Create(ctx, lease, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
+			t.Errorf("the vantage creating node %s's Lease: %v, want Forbidden", victim, err)
+		}
+		if _, err := vcs.CoreV1().Secrets(systemNamespace).Get(ctx, "pulselb-vantage-vps-token", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the vantage reading its own token Secret: %v, want Forbidden", err)
+		}
+		if _, err := vcs.CoreV1().Secrets("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the vantage listing Secrets: %v, want Forbidden", err)
+		}
+		if _, err := vcs.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the vantage listing pods: %v, want Forbidden", err)
+		}
+	})
+}
+
+// createExternalLB creates the LoadBalancer Service name in shop for the
+// backend web on port.
+func createExternalLB(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, annotations map[string]string, port int32) {
+	t.Helper()
+	if _, err := cs.CoreV1().Services("shop").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Annotations: annotations},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: port, TargetPort: intstr.FromString("http")}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating service %s: %v", name, err)
+	}
+}
+
+// createVantage creates the external vantage name as
+// docs/external-vantages.md shows (what the chart's externalVantages
+// renders: a ServiceAccount, its token Secret, bindings to the base's
+// roles) and writes its kubeconfig with `pulselb vantage-kubeconfig`,
+// returning the file.
+func createVantage(ctx context.Context, t *testing.T, c *cluster.Cluster, name string) string {
+	t.Helper()
+	cs := c.Client
+	sa := "pulselb-vantage-" + name
+	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: systemNamespace}}
+	steps := []func() error{
+		func() error {
+			_, err := cs.CoreV1().ServiceAccounts(systemNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.CoreV1().Secrets(systemNamespace).Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: sa + "-token", Annotations: map[string]string{corev1.ServiceAccountNameKey: sa}},
+				Type:       corev1.SecretTypeServiceAccountToken}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "pulselb-external-vantage"}, Subjects: subject}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().RoleBindings(systemNamespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pulselb-external-vantage"}, Subjects: subject}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			t.Fatalf("creating external vantage %s: %v", name, err)
+		}
+	}
+	bin, err := cluster.Binaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(c.Dir, "vantage-"+name+".kubeconfig")
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "pulselb"), "vantage-kubeconfig", "--kubeconfig="+c.Kubeconfig,
+		"--vantage-name="+name, "--server="+cluster.APIServerURL, "--output="+file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pulselb vantage-kubeconfig: %v\n%s", err, out)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig %s: %v, mode %v; want 0600", file, err, fi.Mode())
+	}
+	return file
+}
+
+// vantageProcess is an external vantage running in the client namespace.
+type vantageProcess struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  string
+}
+
+// startVantage runs `pulselb prober --external` in the client namespace
+// with kubeconfig until the test ends.
+func startVantage(t *testing.T, c *cluster.Cluster, name, kubeconfig string) *vantageProcess {
+	t.Helper()
+	bin, err := cluster.Binaries(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(c.Dir, "logs", "pulselb-vantage-"+name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", cluster.ClientNamespace, filepath.Join(bin, "pulselb"), "prober", "--external",
+		"--vantage-name="+name, "--kubeconfig="+kubeconfig, "--heartbeat=2s", "--metrics-address=", "--v=2")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatal(err)
+	}
+	p := &vantageProcess{cmd: cmd, done: make(chan struct{}), log: logPath}
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+			t.Errorf("external vantage %s did not stop within 15 s of SIGTERM", name)
+		}
+	})
+	return p
+}
+
+// alive fails t when the vantage has exited.
+func (p *vantageProcess) alive(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.done:
+		b, _ := os.ReadFile(p.log)
+		t.Fatalf("external vantage exited: %s", tail(string(b), 20))
+	default:
+	}
+}
