@@ -200,6 +200,22 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 	})
 	next := make(map[string]shown, len(targets))
 	vantages := map[string]bool{}
+	external := idx.ExternalVantages()
+	st.ExternalVantages = external
+	// probedOutside memoises, per Service, whether external vantages
+	// probe it (external-vantages not off).
+	probedOutside := map[cache.ObjectName]bool{}
+	outside := func(name cache.ObjectName) bool {
+		v, ok := probedOutside[name]
+		if !ok {
+			if svc, err := c.services.Services(name.Namespace).Get(name.Name); err == nil {
+				settings, _ := contract.Parse(svc) // sync reports the problems
+				v = settings.ExternalVantages != contract.ExternalOff
+			}
+			probedOutside[name] = v
+		}
+		return v
+	}
 	byService := map[cache.ObjectName][]dashboard.Target{}
 	var trans []dashboard.Transition
 	for _, t := range targets {
@@ -239,6 +255,10 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		if t.Beacon {
 			continue
 		}
+		shownResults := results
+		if len(external) > 0 && outside(t.service) {
+			shownResults = append(slices.Clone(results), externalResults(idx, t, external)...)
+		}
 		byService[t.service] = append(byService[t.service], dashboard.Target{
 			Node:         t.Node,
 			Address:      targetAddress(results, idx, t, nodeAddr[t.Node]),
@@ -249,7 +269,7 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 			Reason:       reason,
 			Flapping:     j.Reason == status.ReasonFlapping && state == status.VerdictDown.String(),
 			FailingSince: failing,
-			Vantages:     results,
+			Vantages:     shownResults,
 			// The vantages shown, fresh or stale: a certificate's expiry
 			// does not age with the report that carries it.
 			CertNotAfter: certNotAfter(idx, t),
@@ -369,6 +389,28 @@ func vantageResults(reports status.Reports, t healthTarget) []dashboard.VantageR
 		out = append(out, vr)
 	}
 	slices.SortFunc(out, func(a, b dashboard.VantageResult) int { return strings.Compare(a.Vantage, b.Vantage) })
+	return out
+}
+
+// externalResults returns what each external vantage in names reported
+// about t, the published address of t's node, marked External.
+func externalResults(reports status.Reports, t healthTarget, names []string) []dashboard.VantageResult {
+	out := make([]dashboard.VantageResult, 0, len(names))
+	for _, v := range names {
+		vr := dashboard.VantageResult{Vantage: v, External: true, State: status.VerdictUnknown.String()}
+		fresh, _ := reports.Vantage(v)
+		vr.Stale = !fresh
+		if obs := reports.Observation(v, t.Target); obs != nil {
+			vr.State, vr.Outcome, vr.Message = string(obs.State), obs.Outcome, obs.Message
+			if obs.Latency != nil {
+				vr.LatencySeconds = obs.Latency.Seconds()
+			}
+			if obs.LastChange != nil {
+				vr.LastChange = obs.LastChange.Time
+			}
+		}
+		out = append(out, vr)
+	}
 	return out
 }
 

@@ -574,3 +574,45 @@ func TestDashboardHistoryTimesFailover(t *testing.T) {
 		t.Errorf("n2's changes %q, want %q", changes, want)
 	}
 }
+
+// TestDashboardExternalVantages: an external vantage's results show in its
+// own column, marked external, on the Services it probes, and count in no
+// verdict.
+func TestDashboardExternalVantages(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	off := published(newService("quiet", func(s *corev1.Service) {
+		s.Annotations = map[string]string{contract.AnnotationExternalVantages: contract.ExternalOff}
+		s.Spec.Ports[0].Port = 81
+	}), "n1,n2")
+	f := newFixture(t, cluster(svc, off, deploymentPod(off, "n1"))...)
+	reports := append(meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateUp, "n2": v1alpha1.StateUp}),
+		externalReport("vps", v1alpha1.StateDown, v1alpha1.StateUp))
+	c := f.healthController(ctx, reports...)
+	feed, err := NewDashboardFeed(c, informers.NewSharedInformerFactory(f.client, 0), informers.NewSharedInformerFactory(f.client, 0),
+		dashboard.New(dashboard.Options{}), DashboardConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed.now = func() time.Time { return testNow }
+	st, err := feed.build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(st.ExternalVantages, []string{"external-vps"}) || slices.Contains(st.Vantages, "external-vps") {
+		t.Errorf("vantages %v, external %v; want external-vps only among the external ones", st.Vantages, st.ExternalVantages)
+	}
+	n1 := dashboardTarget(t, st, "shop/web", "n1")
+	if n1.State != "Up" {
+		t.Errorf("n1's verdict %s, want Up: an external vantage takes no part in it", n1.State)
+	}
+	i := slices.IndexFunc(n1.Vantages, func(vr dashboard.VantageResult) bool { return vr.Vantage == "external-vps" })
+	if i < 0 || !n1.Vantages[i].External || n1.Vantages[i].State != "Down" || n1.Vantages[i].Outcome != "L4TOUT" {
+		t.Fatalf("n1's vantages %+v, want external-vps Down L4TOUT marked external", n1.Vantages)
+	}
+	for _, vr := range dashboardTarget(t, st, "shop/quiet", "n1").Vantages {
+		if vr.External {
+			t.Errorf("shop/quiet (external-vantages: off) shows external result %+v", vr)
+		}
+	}
+}

@@ -522,3 +522,41 @@ func TestAge(t *testing.T) {
 		}
 	}
 }
+
+// TestExternalVantageColumns: external vantages are columns of their own,
+// after the in-cluster ones, marked external, in the page and the JSON.
+func TestExternalVantageColumns(t *testing.T) {
+	st := testState()
+	st.ExternalVantages = []string{"external-vps"}
+	targets := st.Services[0].Targets
+	targets[0].Vantages = append(targets[0].Vantages, VantageResult{Vantage: "external-vps", External: true, State: "Down", Outcome: "L4TOUT", Message: "connect timeout"})
+	// A vantage named like a node, but external, is another column.
+	targets[1].Vantages = append(targets[1].Vantages, VantageResult{Vantage: "node-a", External: true, State: "Up", Outcome: "L4OK"})
+	d := newTestDashboard(Options{})
+	d.Update(st)
+	body := get(t, d, http.MethodGet, "/").Body.String()
+	head := regexp.MustCompile(`<th class="vantage[^"]*"[^>]*>([^<]*)</th>`).FindAllStringSubmatch(body, -1)
+	var cols []string
+	for _, m := range head {
+		cols = append(cols, m[0])
+	}
+	if len(cols) != 5 || !strings.Contains(cols[2], ">node-c<") || !strings.Contains(cols[3], `class="vantage external"`) || !strings.Contains(cols[3], ">external-vps<") ||
+		!strings.Contains(cols[4], `class="vantage external"`) || !strings.Contains(cols[4], ">node-a<") {
+		t.Errorf("matrix columns %q, want node-a, node-b, node-c, then the external external-vps and node-a", cols)
+	}
+	for _, want := range []string{
+		`<td class="cell state-down external" data-vantage="external-vps" data-external="true" title="Down: connect timeout">L4TOUT`,
+		`<td class="cell state-up external" data-vantage="node-a" data-external="true" title="Up">L4OK`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	var got State
+	if err := json.Unmarshal(get(t, d, http.MethodGet, "/api/v1/state").Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.ExternalVantages) != 1 || !got.Services[0].Targets[0].Vantages[2].External {
+		t.Errorf("JSON external vantages %v, results %+v", got.ExternalVantages, got.Services[0].Targets[0].Vantages)
+	}
+}

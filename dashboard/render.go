@@ -37,8 +37,9 @@ type view struct {
 	Services []serviceView
 	Targets  []targetView
 	// Columns are the vantages of the matrix: State.Vantages plus any a
-	// target names that the producer left out.
-	Columns []string
+	// target names that the producer left out, then the external
+	// vantages likewise.
+	Columns []column
 	Certs   []certView
 	// Window names the history's window, such as "1h"; Axis says what the
 	// timelines span: "the last 1h", or since when for a younger history.
@@ -63,6 +64,15 @@ type targetView struct {
 	Timeline timelineView
 	Spark    sparkView
 }
+
+// column is one vantage of the matrix.
+type column struct {
+	Name     string
+	External bool
+}
+
+// String is the column's heading.
+func (c column) String() string { return c.Name }
 
 type cellView struct {
 	Assigned bool
@@ -101,18 +111,27 @@ func newView(title string, s State, hist History, version uint64, now time.Time)
 		serviceHist[sh.Name] = sh
 	}
 	present := map[targetID]bool{}
-	v.Columns = append(v.Columns, s.Vantages...)
-	for _, svc := range s.Services {
-		for _, t := range svc.Targets {
-			for _, vr := range t.Vantages {
-				if !slices.Contains(v.Columns, vr.Vantage) {
-					v.Columns = append(v.Columns, vr.Vantage)
+	for _, external := range []bool{false, true} {
+		names := s.Vantages
+		if external {
+			names = s.ExternalVantages
+		}
+		cols := slices.Clone(names)
+		for _, svc := range s.Services {
+			for _, t := range svc.Targets {
+				for _, vr := range t.Vantages {
+					if vr.External == external && !slices.Contains(cols, vr.Vantage) {
+						cols = append(cols, vr.Vantage)
+					}
 				}
 			}
 		}
-	}
-	if len(v.Columns) > len(s.Vantages) {
-		slices.Sort(v.Columns)
+		if len(cols) > len(names) {
+			slices.Sort(cols)
+		}
+		for _, n := range cols {
+			v.Columns = append(v.Columns, column{Name: n, External: external})
+		}
 	}
 	for _, svc := range s.Services {
 		sv := serviceView{Service: svc, Timeline: newTimeline(serviceHist[svc.Name].Changes, from, now, now, window)}
@@ -131,7 +150,8 @@ func newView(title string, s State, hist History, version uint64, now time.Time)
 			tv := targetView{Service: svc.Name, Target: t, Cells: make([]cellView, len(v.Columns)),
 				Timeline: newTimeline(th.Changes, from, now, now, window), Spark: newSpark(th.Latency, windowFrom, now)}
 			for _, vr := range t.Vantages {
-				tv.Cells[slices.Index(v.Columns, vr.Vantage)] = cellView{Assigned: true, VantageResult: vr}
+				i := slices.IndexFunc(v.Columns, func(c column) bool { return c.Name == vr.Vantage && c.External == vr.External })
+				tv.Cells[i] = cellView{Assigned: true, VantageResult: vr}
 			}
 			v.Targets = append(v.Targets, tv)
 			if !t.CertNotAfter.IsZero() {

@@ -20,6 +20,10 @@ type State struct {
 	// Vantages are the probing nodes or instances, sorted; the columns of
 	// the vantage × target matrix.
 	Vantages []string `json:"vantages"`
+	// ExternalVantages are the external vantages (probing the published
+	// addresses from outside the cluster), sorted; their own columns of the
+	// matrix, after Vantages.
+	ExternalVantages []string `json:"externalVantages,omitempty"`
 	// Services are sorted by Name.
 	Services []Service `json:"services"`
 	// Transitions are the most recent target and node state changes,
@@ -83,6 +87,9 @@ type Target struct {
 // VantageResult is one vantage's view of a target.
 type VantageResult struct {
 	Vantage string `json:"vantage"`
+	// External marks an external vantage's result: it probed the published
+	// address from outside the cluster, and takes no part in the verdict.
+	External bool `json:"external,omitempty"`
 	// State is "Up", "Down" or "Unknown".
 	State string `json:"state"`
 	// Outcome is the last probe's typed outcome, such as L7OK or L4TOUT.
