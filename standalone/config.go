@@ -73,7 +73,30 @@ type Config struct {
 	// StateFile keeps verdicts across restarts; empty means none.
 	StateFile string
 	Services  []Service
+	// ExternalVantage, when set, makes this instance an external vantage
+	// of a cluster too (docs/external-vantages.md).
+	ExternalVantage *ExternalVantage
 }
+
+// ExternalVantage is the external-vantage section: this instance probes a
+// cluster's published addresses from outside, as `pulselb prober
+// --external` does, with the credentials of Kubeconfig.
+type ExternalVantage struct {
+	// Kubeconfig is the vantage's own kubeconfig (pulselb
+	// vantage-kubeconfig writes one).
+	Kubeconfig string
+	// Name is the vantage's name; default: the instance's.
+	Name string
+	// Namespace is pulselb's namespace in the cluster; default
+	// pulselb-system.
+	Namespace string
+	// ClassOnly probes only Services of pulselb's class, as the
+	// controller's --class-only.
+	ClassOnly bool
+}
+
+// DefaultExternalNamespace is pulselb's namespace in a cluster.
+const DefaultExternalNamespace = "pulselb-system"
 
 // Secret is a value that must never be logged or printed: fmt shows it as
 // "<redacted>".
@@ -493,7 +516,7 @@ func CheckListen(s string) error {
 }
 
 var topKeys = []string{"instance", "zone", "dns", "http", "metrics", "interval", "timeout", "rise", "fall",
-	"publish-when", "all-down", "secrets", "peers", "token-file", "state-file", "services"}
+	"publish-when", "all-down", "secrets", "peers", "token-file", "state-file", "services", "external-vantage"}
 
 func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	m, keys, ok := d.mapping(root, "", topKeys...)
@@ -577,6 +600,9 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	if n := m["state-file"]; n != nil {
 		cfg.StateFile = d.path(n, "state-file")
 	}
+	if n := m["external-vantage"]; n != nil {
+		d.externalVantage(n, cfg)
+	}
 	if n := m["services"]; n != nil {
 		d.services(n, cfg)
 	} else {
@@ -585,6 +611,43 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	if len(d.errs) == 0 {
 		d.zone(root, cfg)
 	}
+}
+
+func (d *decoder) externalVantage(n *yaml.Node, cfg *Config) {
+	m, _, ok := d.mapping(n, "external-vantage", "kubeconfig", "name", "namespace", "class-only")
+	if !ok {
+		return
+	}
+	ev := &ExternalVantage{Name: cfg.Instance, Namespace: DefaultExternalNamespace}
+	if v := m["kubeconfig"]; v == nil {
+		d.errorf(n, "external-vantage.kubeconfig", "required: the vantage's own kubeconfig (pulselb vantage-kubeconfig writes one)")
+	} else if ev.Kubeconfig = d.path(v, "external-vantage.kubeconfig"); ev.Kubeconfig != "" {
+		if _, err := readFile(ev.Kubeconfig, MaxConfigBytes, "a kubeconfig"); err != nil {
+			d.errorf(v, "external-vantage.kubeconfig", "%v", err)
+		}
+	}
+	if v := m["name"]; v != nil {
+		ev.Name, _ = d.str(v, "external-vantage.name")
+	}
+	if _, err := contract.ExternalReportName(ev.Name); err != nil {
+		at := n
+		if v := m["name"]; v != nil {
+			at = v
+		}
+		d.errorf(at, "external-vantage.name", "%v", err)
+	}
+	if v := m["namespace"]; v != nil {
+		if s, ok := d.str(v, "external-vantage.namespace"); ok {
+			if !isLabel(s) {
+				d.errorf(v, "external-vantage.namespace", "%q is not a namespace name", s)
+			}
+			ev.Namespace = s
+		}
+	}
+	if v := m["class-only"]; v != nil {
+		ev.ClassOnly, _ = d.boolean(v, "external-vantage.class-only")
+	}
+	cfg.ExternalVantage = ev
 }
 
 func (d *decoder) dns(n *yaml.Node, cfg *Config) {

@@ -132,6 +132,10 @@ func TestConfigErrors(t *testing.T) {
 			[]string{`pulselb.yaml:4: zone: given twice (first on line 1)`}},
 		{"yaml syntax", head + "services: [\n",
 			[]string{`pulselb.yaml:4: did not find expected node content`}},
+		{"external vantage without kubeconfig", head + "external-vantage: {name: home}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:4: external-vantage.kubeconfig: required`}},
+		{"external vantage with a missing kubeconfig and a bad name", head + "external-vantage: {kubeconfig: testdata/nope, name: Home}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:4: external-vantage.kubeconfig: stat testdata/nope: no such file`, `pulselb.yaml:4: external-vantage.name: vantage name "Home": want lower-case`}},
 		{"dns listen without address needs name servers", "zone: lb.example.test.\ninstance: a\ndns: {listen: \":5353\"}\n" + svc + "      - {port: 80}\n",
 			[]string{`pulselb.yaml:1: dns.nameservers: required when dns.listen (":5353") names no single address`}},
 	}
@@ -155,6 +159,35 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("error is not a *ConfigError with a position: %#v", err)
 			}
 		})
+	}
+}
+
+func TestConfigExternalVantage(t *testing.T) {
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "home.kubeconfig")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const svc = "services:\n  - name: web\n    hosts: [{name: a, address: 192.0.2.1}]\n    ports: [{port: 80}]\n"
+	cfg, err := Parse(filepath.Join(dir, "pulselb.yaml"), []byte("zone: lb.example.test.\ninstance: home\ndns: {listen: \"127.0.0.1:0\"}\n"+
+		"external-vantage: {kubeconfig: home.kubeconfig}\n"+svc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := cfg.ExternalVantage; ev == nil || ev.Kubeconfig != kc || ev.Name != "home" || ev.Namespace != DefaultExternalNamespace || ev.ClassOnly {
+		t.Errorf("external vantage %+v, want the kubeconfig next to the file, named after the instance, in %s", ev, DefaultExternalNamespace)
+	}
+	cfg, err = Parse(filepath.Join(dir, "pulselb.yaml"), []byte("zone: lb.example.test.\ninstance: home\ndns: {listen: \"127.0.0.1:0\"}\n"+
+		"external-vantage: {kubeconfig: "+kc+", name: vps-2, namespace: lb, class-only: true}\n"+svc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := cfg.ExternalVantage; ev == nil || ev.Name != "vps-2" || ev.Namespace != "lb" || !ev.ClassOnly {
+		t.Errorf("external vantage %+v", ev)
+	}
+	cfg, err = Parse("x.yaml", []byte("zone: lb.example.test.\ninstance: home\ndns: {listen: \"127.0.0.1:0\"}\n"+svc))
+	if err != nil || cfg.ExternalVantage != nil {
+		t.Errorf("without the section: %+v, %v; want no external vantage", cfg.ExternalVantage, err)
 	}
 }
 

@@ -9,8 +9,15 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/trim"
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/prober/agent"
 	"github.com/pulselb/pulselb/standalone"
 )
 
@@ -21,6 +28,9 @@ serves the healthy hosts' addresses as an authoritative DNS zone, and serves
 the dashboard, this instance's report for its peers and /metrics over HTTP.
 SIGHUP re-reads FILE: targets that remain keep their state, and a file with
 errors is logged and ignored. With --check, only checks FILE and exits.
+With an external-vantage section it is also an external vantage of a
+cluster, as 'pulselb prober --external' (docs/external-vantages.md); that
+section is read at start only.
 
 Flags:
 `
@@ -52,7 +62,12 @@ func runStandalone(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signalContext(logger)
 	defer stop()
 
-	reg, err := newRegistry()
+	vantageMetrics := agent.NewMetrics()
+	var register []func(prometheus.Registerer) error
+	if cfg.ExternalVantage != nil {
+		register = append(register, vantageMetrics.RegisterMetrics)
+	}
+	reg, err := newRegistry(register...)
 	if err != nil {
 		return failed(logger, err)
 	}
@@ -60,6 +75,29 @@ func runStandalone(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		logger.Error(err, "Starting failed")
 		return 1
+	}
+	if ev := cfg.ExternalVantage; ev != nil {
+		kube := &kubeFlags{kubeconfig: ev.Kubeconfig, qps: 5, burst: 10}
+		client, dyn, err := kube.clients("pulselb-standalone", true)
+		if err != nil {
+			return failed(logger, err)
+		}
+		a, factory, err := newExternalVantage(ctx, ev, client, v1alpha1.NewClient(dyn), vantageMetrics)
+		if err != nil {
+			logger.Error(err, "Creating the external vantage failed")
+			return 1
+		}
+		factory.Start(ctx.Done())
+		defer factory.Shutdown()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := a.Run(klog.NewContext(ctx, logger.WithName("external-vantage"))); err != nil {
+				logger.Error(err, "External vantage stopped")
+			}
+		}()
+		defer func() { stop(); <-done }()
+		logger.Info("Acting as an external vantage", "vantage", ev.Name, "server", kube.host)
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -70,6 +108,23 @@ func runStandalone(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// newExternalVantage returns the prober agent that makes a standalone
+// instance the external vantage ev of the cluster client reaches, and the
+// informer factory it reads, which the caller starts.
+func newExternalVantage(ctx context.Context, ev *standalone.ExternalVantage, client kubernetes.Interface, reports agent.Reports,
+	metrics *agent.Metrics) (*agent.Agent, informers.SharedInformerFactory, error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object))
+	a, err := agent.New(ctx, factory, nil, reports, agent.Config{
+		Node:      ev.Name,
+		External:  true,
+		Namespace: ev.Namespace,
+		Services:  contract.Selection{ClassOnly: ev.ClassOnly},
+		Leases:    client.CoordinationV1().Leases(ev.Namespace),
+		Metrics:   metrics,
+	})
+	return a, factory, err
 }
 
 // reloadOnSignal re-reads file and applies it to r on every signal from
