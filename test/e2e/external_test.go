@@ -339,6 +339,7 @@ func createVantage(ctx context.Context, t *testing.T, c *cluster.Cluster, name s
 type vantageProcess struct {
 	cmd  *exec.Cmd
 	done chan struct{}
+	err  error // how it exited, once done is closed
 	log  string
 }
 
@@ -359,16 +360,17 @@ func startVantage(t *testing.T, c *cluster.Cluster, name, kubeconfig string) *va
 		"--vantage-name="+name, "--kubeconfig="+kubeconfig, "--heartbeat=2s", "--metrics-address=", "--v=2")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p := &vantageProcess{cmd: cmd, done: make(chan struct{}), log: logPath}
+	// Started from a locked thread: a Pdeathsig child dies with the thread
+	// that forked it (cluster.StartLocked).
+	if err := cluster.StartLocked(cmd, func(err error) {
+		p.err = err
+		logf.Close()
+		close(p.done)
+	}); err != nil {
 		logf.Close()
 		t.Fatal(err)
 	}
-	p := &vantageProcess{cmd: cmd, done: make(chan struct{}), log: logPath}
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -388,7 +390,7 @@ func (p *vantageProcess) alive(t *testing.T) {
 	select {
 	case <-p.done:
 		b, _ := os.ReadFile(p.log)
-		t.Fatalf("external vantage exited: %s", tail(string(b), 20))
+		t.Fatalf("external vantage exited (%v): %s", p.err, tail(string(b), 20))
 	default:
 	}
 }
