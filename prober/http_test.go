@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -789,7 +790,10 @@ func TestHTTPProbeDeadlineBoundsAnswer(t *testing.T) {
 		{"header names trickle", trickle("HTTP/1.1 200 OK\r\n"), nil, "waiting for response headers"},
 		{"status line trickles", trickle("HTTP/1.1 200 "), nil, "waiting for response headers"},
 		{"body trickles", trickle("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"), nil, "reading body"},
-		{"costly body regex on a large body", large, costly, "matching body"},
+		// On a starved machine reading 64 KiB over loopback can itself
+		// outlast costlyTimeout; the deadline bounds either step, and
+		// TestMatchByDeadline shows the matching alone is bounded.
+		{"costly body regex on a large body", large, costly, "ing body"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -801,5 +805,31 @@ func TestHTTPProbeDeadlineBoundsAnswer(t *testing.T) {
 			t.Logf("%v after %v: %s", res.Outcome, res.Timings.Total, res.Message())
 			checkResult(t, res, L7TOUT, tc.errPart)
 		})
+	}
+}
+
+// TestMatchByDeadline: a costly body expression over the largest body the
+// prober reads stops at the deadline with the context's error, whatever the
+// machine's load (no I/O in the way), and a cheap one matches in full.
+func TestMatchByDeadline(t *testing.T) {
+	costly := MustParse(`http body="[a-z]{250}b"`).Body
+	body := bytes.Repeat([]byte("a"), httpBodyLimit)
+	ctx, cancel := context.WithTimeout(t.Context(), costlyTimeout)
+	defer cancel()
+	start := time.Now()
+	matched, err := matchBy(ctx, costly, regexpInsts(costly), body)
+	took := time.Since(start)
+	if matched || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("matchBy = %v, %v after %v; want the deadline's error", matched, err, took)
+	}
+	// The deadline is checked every few thousand steps: well within a
+	// second even with the race detector on a loaded machine, where the
+	// whole match takes several seconds.
+	if took > costlyTimeout+time.Second {
+		t.Errorf("matchBy stopped %v after the start, want about %v", took, costlyTimeout)
+	}
+	cheap := MustParse(`http body="a+"`).Body
+	if matched, err := matchBy(t.Context(), cheap, regexpInsts(cheap), body[:1024]); !matched || err != nil {
+		t.Errorf("cheap match = %v, %v; want true, nil", matched, err)
 	}
 }
