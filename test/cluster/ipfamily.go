@@ -237,7 +237,9 @@ func (nw *network) setupNode6(ctx context.Context, n int, ns string, external bo
 	if err := attach6(ctx, ns, nodeInternalIP6(n), ext); err != nil {
 		return err
 	}
-	ip6 := func(args ...string) []string { return append([]string{"ip", "netns", "exec", ns, "ip6tables", "-w"}, args...) }
+	ip6 := func(args ...string) []string {
+		return append([]string{"ip", "netns", "exec", ns, "ip6tables", "-w"}, args...)
+	}
 	steps := [][]string{
 		{"ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1"},
 		{"ip", "-n", ns, "addr", "add", nodePodGateway6(n) + "/64", "dev", "cbr0", "nodad"},

@@ -2,8 +2,8 @@ package cluster
 
 import (
 	"context"
-	"net"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
