@@ -415,3 +415,117 @@ func answerIPs(r *dns.Msg) []string {
 	slices.SortFunc(out, func(x, y string) int { return netip.MustParseAddr(x).Compare(netip.MustParseAddr(y)) })
 	return out
 }
+
+// TestIPv6Only runs pulselb on an IPv6-only cluster of four nodes (the
+// API server, the kubernetes Service, nodes, pods and Services all IPv6):
+// node beacons are probed over IPv6, shop/web is published on its proxy
+// nodes' IPv6 InternalIPs, and a blackholed node leaves the status within
+// the IPv4 failover bound.
+func TestIPv6Only(t *testing.T) {
+	c := cluster.ForTest(t, cluster.Options{Nodes: 4, WaitForMachine: 30 * time.Minute,
+		IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol}})
+	ctx := t.Context()
+	cs := c.Client
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateNamespaces(ctx, systemNamespace, "shop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := deploy.InstallProbeReportCRD(ctx, dyn, systemNamespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := deploy.InstallProbers(ctx, cs, systemNamespace, "--v=2"); err != nil {
+		t.Fatal(err)
+	}
+	nodeIP := c.NodeIPsOf(corev1.IPv6Protocol)
+	t.Run("BeaconsOverIPv6", func(t *testing.T) {
+		// Every node's beacon Up by at least two probers, at its IPv6 address.
+		poll(ctx, t, 120*time.Second, "every node's beacon probed Up over IPv6", func() bool {
+			up := map[string]int{}
+			for _, r := range listAddressedReports(ctx, t, dyn) {
+				for _, b := range r.Status.Beacons {
+					if b.State == "Up" && strings.HasPrefix(b.Address, "["+nodeIP[b.Node]+"]:") {
+						up[b.Node]++
+					}
+				}
+			}
+			for n := range nodeIP {
+				if up[n] < 2 {
+					return false
+				}
+			}
+			return true
+		})
+	})
+	if t.Failed() {
+		t.Fatalf("no beacons over IPv6; pods: %s", describePods(ctx, cs, systemNamespace))
+	}
+	ctl := startController(t, c, freeLoopbackPort(t), "--probe-reports=true")
+	createBackend(ctx, t, cs, "web", 2, []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}})
+	rec := recordStatus(ctx, t, cs, "shop", "web")
+	createHealthLB(ctx, t, cs, "web", nil, []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}})
+
+	webUp := func(t *testing.T, timeout time.Duration) []string {
+		t.Helper()
+		var nodes []string
+		poll(ctx, t, timeout, "shop/web published on its 2 proxy nodes' IPv6 addresses, each probed Up", func() bool {
+			ctl.alive(t)
+			nodes = nodes[:0]
+			for _, p := range readyPods(ctx, t, cs, systemNamespace, proxyAppSelector) {
+				nodes = append(nodes, p.Spec.NodeName)
+			}
+			if len(nodes) != 2 {
+				return false
+			}
+			want := []string{nodeIP[nodes[0]], nodeIP[nodes[1]]}
+			slices.Sort(want)
+			if !slices.Equal(rec.last(), want) {
+				return false
+			}
+			reports := listAddressedReports(ctx, t, dyn)
+			return upVotesAt(reports, "shop/web", 80, nodes[0], nodeIP[nodes[0]]) >= 2 && upVotesAt(reports, "shop/web", 80, nodes[1], nodeIP[nodes[1]]) >= 2
+		})
+		return nodes
+	}
+	var nodes []string
+	t.Run("Published", func(t *testing.T) {
+		nodes = webUp(t, 90*time.Second)
+		for _, ip := range rec.last() {
+			url := "http://" + net.JoinHostPort(ip, "80") + "/"
+			poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
+				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
+				name, _ := field(string(out), "name")
+				return err == nil && strings.HasPrefix(name, "shop/web-")
+			})
+		}
+	})
+	if t.Failed() {
+		t.Fatalf("shop/web never published; controller log %s; pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
+	}
+	t.Run("NodeBlackholed", func(t *testing.T) {
+		victim := nodes[0]
+		ip := nodeIP[victim]
+		start := time.Now()
+		if err := c.NodeBlackhole(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := c.NodeHeal(ctx, victim); err != nil {
+				t.Error(err)
+			}
+		}()
+		poll(ctx, t, 15*time.Second, ip+" ("+victim+") gone from shop/web's status", func() bool {
+			ctl.alive(t)
+			return !slices.Contains(rec.last(), ip)
+		})
+		dropped := rec.firstWithout(ip, start).Sub(start)
+		t.Logf("blackholed %s: %s left the status %s after the fault", victim, ip, dropped.Round(time.Millisecond))
+		if dropped > 6*time.Second {
+			t.Errorf("failover took %s, want at most 6s", dropped)
+		}
+		after := webUp(t, 60*time.Second)
+		t.Logf("a proxy on another node published after %s: %v", time.Since(start).Round(time.Millisecond), after)
+	})
+}
