@@ -103,7 +103,6 @@ func (o *Options) families() []corev1.IPFamily {
 }
 
 func (o *Options) hasIPv6() bool { return slices.Contains(o.families(), corev1.IPv6Protocol) }
-func (o *Options) hasIPv4() bool { return slices.Contains(o.families(), corev1.IPv4Protocol) }
 func (o *Options) primaryIPv6() bool {
 	return o.families()[0] == corev1.IPv6Protocol
 }
