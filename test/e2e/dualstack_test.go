@@ -526,6 +526,6 @@ func TestIPv6Only(t *testing.T) {
 			t.Errorf("failover took %s, want at most 6s", dropped)
 		}
 		after := webUp(t, 60*time.Second)
-		t.Logf("a proxy on another node published after %s: %v", time.Since(start).Round(time.Millisecond), after)
+		t.Logf("proxies on %v published after %s: %v", after, time.Since(start).Round(time.Millisecond), rec.last())
 	})
 }
