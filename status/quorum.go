@@ -158,7 +158,8 @@ func IndexVantages(reports []*v1alpha1.ProbeReport, leases map[string]*coordinat
 		}
 		for i := range r.Status.Results {
 			res := &r.Status.Results[i]
-			ir.results[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = &res.Observation
+			key := contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)
+			ir.results[key] = worse(ir.results[key], &res.Observation)
 			ir.allDown = ir.allDown && res.State == v1alpha1.StateDown
 		}
 		for i := range r.Status.Beacons {
@@ -168,6 +169,24 @@ func IndexVantages(reports []*v1alpha1.ProbeReport, leases map[string]*coordinat
 		idx.byNode[r.Name] = ir
 	}
 	return idx
+}
+
+// worse returns the observation of a port on a node that counts when a
+// vantage probed it on several addresses (a dual-stack Service, once per
+// family): Down when either is, so that a node is published only while
+// every family it is published in works; of two Downs, the one failing
+// longer.
+func worse(had, obs *v1alpha1.Observation) *v1alpha1.Observation {
+	switch {
+	case had == nil:
+		return obs
+	case had.State != v1alpha1.StateDown && obs.State == v1alpha1.StateDown:
+		return obs
+	case had.State == v1alpha1.StateDown && obs.State == v1alpha1.StateDown &&
+		obs.FailingSince != nil && (had.FailingSince == nil || obs.FailingSince.Before(had.FailingSince)):
+		return obs
+	}
+	return had
 }
 
 // Fresh is the one rule for whether a vantage counts at now: it has a

@@ -276,3 +276,47 @@ func TestJudgeDuringLeaseUpgrade(t *testing.T) {
 		})
 	}
 }
+
+// TestJudgeDualStack: a vantage that probes a dual-stack port on both of
+// the node's addresses says Down when either family is Down, whichever
+// order its report lists them in.
+func TestJudgeDualStack(t *testing.T) {
+	const up, down = v1alpha1.StateUp, v1alpha1.StateDown
+	tests := []struct {
+		name   string
+		v4, v6 v1alpha1.State
+		want   Verdict
+	}{
+		{"both up", up, up, VerdictUp},
+		{"IPv6 down", up, down, VerdictDown},
+		{"IPv4 down", down, up, VerdictDown},
+		{"both down", down, down, VerdictDown},
+	}
+	for _, tt := range tests {
+		for _, v6First := range []bool{false, true} {
+			t.Run(tt.name, func(t *testing.T) {
+				var reports []*v1alpha1.ProbeReport
+				for _, p := range []string{"a", "b", "c"} {
+					r := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Namespace: "pulselb-system", Name: p}}
+					r.Status.HeartbeatTime = metav1.NewTime(quorumNow)
+					res := func(addr string, st v1alpha1.State) v1alpha1.ProbeResult {
+						obs := v1alpha1.Observation{Node: "n1", Address: addr, State: st, Outcome: "L4OK"}
+						if st == down {
+							obs.Outcome, obs.FailingSince = "L4TOUT", ptr.To(metav1.NewTime(quorumNow.Add(-time.Second)))
+						}
+						return v1alpha1.ProbeResult{Service: "shop/web", Port: 80, PortProtocol: "TCP", Protocol: "tcp", Observation: obs}
+					}
+					r.Status.Results = []v1alpha1.ProbeResult{res("10.0.0.1:80", tt.v4), res("[fd00::1]:80", tt.v6)}
+					if v6First {
+						r.Status.Results[0], r.Status.Results[1] = r.Status.Results[1], r.Status.Results[0]
+					}
+					reports = append(reports, r)
+				}
+				target := Target{Key: contract.TargetKey("shop/web", "TCP", 80, "n1"), Node: "n1", Vantages: []string{"a", "b", "c"}}
+				if j := Judge(IndexReports(reports, quorumNow), target, VerdictUnknown); j.Verdict != tt.want {
+					t.Errorf("v6 first %v: Judge = %v (%s), want %v", v6First, j.Verdict, j.Summary(), tt.want)
+				}
+			})
+		}
+	}
+}

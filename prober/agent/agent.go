@@ -365,7 +365,9 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 		return nil, nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	ready, zone, addr := map[string]bool{}, map[string]string{}, map[string]netip.Addr{}
+	byName := map[string]*corev1.Node{}
 	for _, n := range nodes {
+		byName[n.Name] = n
 		zone[n.Name] = n.Labels[corev1.LabelTopologyZone]
 		addr[n.Name] = nodeAddr(n)
 		ready[n.Name] = contract.NodeReady(n)
@@ -423,10 +425,21 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 			if err != nil {
 				return nil, nil, err
 			}
-			t := prober.Target{Key: key, Addr: netip.AddrPortFrom(addr[node], uint16(port.Port)), Protocol: pr.Spec.Protocol, Prober: p,
-				Interval: pr.Interval, Timeout: pr.Timeout, Rise: pr.Rise, Fall: pr.Fall}
-			out = append(out, t)
-			meta[key] = report.Target{Service: name.String(), Port: port.Port, PortProtocol: string(port.Protocol), Protocol: pr.Spec.Protocol, Node: node}
+			// One target per family the Service is published in, each on
+			// the node's own address of that family: a dual-stack
+			// Service's IPv6 is probed over IPv6. The vantages are the
+			// same (assigned by key); the report carries both results
+			// under the same Service, port and node, told apart by address.
+			for i, ip := range familyAddrs(byName[node], svc.Spec.IPFamilies, addr[node]) {
+				tkey := key
+				if i > 0 {
+					tkey = key + "|" + ip.String()
+				}
+				t := prober.Target{Key: tkey, Addr: netip.AddrPortFrom(ip, uint16(port.Port)), Protocol: pr.Spec.Protocol, Prober: p,
+					Interval: pr.Interval, Timeout: pr.Timeout, Rise: pr.Rise, Fall: pr.Fall}
+				out = append(out, t)
+				meta[tkey] = report.Target{Service: name.String(), Port: port.Port, PortProtocol: string(port.Protocol), Protocol: pr.Spec.Protocol, Node: node}
+			}
 		}
 	}
 	return out, meta, nil
@@ -512,14 +525,43 @@ func (a *Agent) write(ctx context.Context, st v1alpha1.ProbeReportStatus) error 
 // nodeAddr is the address probers use for a node: its first InternalIP,
 // else its first ExternalIP.
 func nodeAddr(n *corev1.Node) netip.Addr {
+	return nodeAddrOf(n, "")
+}
+
+// nodeAddrOf is nodeAddr within one family (any when family is empty).
+func nodeAddrOf(n *corev1.Node, family corev1.IPFamily) netip.Addr {
 	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
 		for _, a := range n.Status.Addresses {
-			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == t {
-				return ip.Unmap()
+			ip, err := netip.ParseAddr(a.Address)
+			if err != nil || a.Type != t {
+				continue
+			}
+			ip = ip.Unmap()
+			if family == "" || (family == corev1.IPv4Protocol) == ip.Is4() {
+				return ip
 			}
 		}
 	}
 	return netip.Addr{}
+}
+
+// familyAddrs returns the addresses a Service port on node n is probed on:
+// n's address in each of families, in their order (those n has), or def
+// when families is empty (a Service written before dual-stack) or n has
+// none of them.
+func familyAddrs(n *corev1.Node, families []corev1.IPFamily, def netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	if n != nil {
+		for _, f := range families {
+			if ip := nodeAddrOf(n, f); ip.IsValid() {
+				out = append(out, ip)
+			}
+		}
+	}
+	if len(out) == 0 {
+		out = []netip.Addr{def}
+	}
+	return out
 }
 
 // renewLease keeps the node's Lease renewed, every Heartbeat, until ctx is

@@ -480,3 +480,45 @@ func TestLeaseNameTooLong(t *testing.T) {
 		t.Fatalf("New = %v, want an error naming the node and its Lease", err)
 	}
 }
+
+// TestTargetsPerFamily: a dual-stack Service's port is probed on each of
+// the proxy node's addresses, in spec.ipFamilies order, and a
+// single-stack Service's in its one family only.
+func TestTargetsPerFamily(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dual := service("dual", nil, corev1.ServicePort{Port: 80, Protocol: corev1.ProtocolTCP})
+	dual.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+	v6 := service("v6", nil, corev1.ServicePort{Port: 81, Protocol: corev1.ProtocolTCP})
+	v6.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+	legacy := service("legacy", nil, corev1.ServicePort{Port: 82, Protocol: corev1.ProtocolTCP})
+	objs := []runtime.Object{dual, v6, legacy}
+	for i, n := range []string{"na", "nb"} {
+		nd := node(n, fmt.Sprintf("10.0.0.%d", i+1), "z")
+		nd.Status.Addresses = append(nd.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("fd00::%d", i+1)})
+		objs = append(objs, nd, proberPod(n), proxyPod(dual, n), proxyPod(v6, n), proxyPod(legacy, n))
+	}
+	// Two nodes: the other one is every target's only vantage.
+	a, _ := newAgent(t, ctx, "na", Config{Vantages: 1}, objs...)
+	targets, meta, err := a.targets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, tg := range targets {
+		if m := meta[tg.Key]; !m.Beacon {
+			got[m.Service] = append(got[m.Service], tg.Addr.String())
+		}
+	}
+	want := map[string][]string{
+		"shop/dual":   {"[fd00::2]:80", "10.0.0.2:80"},
+		"shop/v6":     {"[fd00::2]:81"},
+		"shop/legacy": {"10.0.0.2:82"},
+	}
+	for svc, w := range want {
+		if !slices.Equal(got[svc], w) {
+			t.Errorf("%s probed on %v, want %v", svc, got[svc], w)
+		}
+	}
+}

@@ -74,7 +74,10 @@ func Status(now time.Time, heartbeat time.Duration, snap []prober.TargetStatus, 
 		st.Down += down
 	}
 	slices.SortFunc(st.Results, func(x, y v1alpha1.ProbeResult) int {
-		return strings.Compare(contract.TargetKey(x.Service, x.PortProtocol, x.Port, x.Node), contract.TargetKey(y.Service, y.PortProtocol, y.Port, y.Node))
+		if c := strings.Compare(contract.TargetKey(x.Service, x.PortProtocol, x.Port, x.Node), contract.TargetKey(y.Service, y.PortProtocol, y.Port, y.Node)); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Address, y.Address) // a dual-stack port: one result per family
 	})
 	slices.SortFunc(st.Beacons, func(x, y v1alpha1.BeaconResult) int { return strings.Compare(x.Node, y.Node) })
 	return st

@@ -46,6 +46,11 @@ type Options struct {
 	LightNodes int
 	// ExternalIPs gives every namespace node an ExternalIP 198.18.2.N.
 	ExternalIPs bool
+	// IPFamilies are the cluster's IP families, primary first: IPv4 (the
+	// default when empty), IPv4 and IPv6 (dual-stack, either order), or
+	// IPv6. They decide the Service ranges, node addresses, pod IPs and
+	// CIDRs, and kube-proxy's families (see ipfamily.go).
+	IPFamilies []corev1.IPFamily
 	// Zones spreads nodes round-robin over this many zones, zone-a, zone-b,
 	// ...; default 3.
 	Zones int
@@ -117,6 +122,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.LightNodes > maxLightNodes {
 		return nil, fmt.Errorf("at most %d light nodes, asked for %d", maxLightNodes, opts.LightNodes)
 	}
+	if err := validIPFamilies(opts.IPFamilies); err != nil {
+		return nil, err
+	}
 	if os.Geteuid() != 0 {
 		return nil, ErrNotRoot
 	}
@@ -182,6 +190,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 
 	if err := c.net.setupRoot(ctx); err != nil {
 		return c, err
+	}
+	if opts.hasIPv6() {
+		if err := c.net.setupRoot6(ctx); err != nil {
+			return c, err
+		}
 	}
 	p, err := newPKI(filepath.Join(dir, "pki"))
 	if err != nil {

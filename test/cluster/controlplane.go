@@ -20,8 +20,10 @@ import (
 // apiServerPort is the API server's secure port on the bridge address.
 const apiServerPort = 6443
 
-// APIServerURL is where the API server listens, reachable from the root
-// namespace and from every node namespace.
+// APIServerURL is where the API server of a cluster whose primary family
+// is IPv4 listens, reachable from the root namespace and from every node
+// namespace; with IPv6 first it listens on the bridge's IPv6 address
+// (Cluster.Kubeconfig names it).
 var APIServerURL = "https://" + net.JoinHostPort(bridgeIP, strconv.Itoa(apiServerPort))
 
 // controlPlane is etcd, kube-apiserver, kube-scheduler and
@@ -34,6 +36,11 @@ type controlPlane struct {
 
 	etcd, apiserver, scheduler, controllerManager *process
 	apiserverArgv                                 []string
+}
+
+// url is where this cluster's API server listens.
+func (cp *controlPlane) url() string {
+	return "https://" + net.JoinHostPort(cp.opts.apiServerIP(), strconv.Itoa(apiServerPort))
 }
 
 func (cp *controlPlane) startAPIServer(ctx context.Context) error {
@@ -71,7 +78,7 @@ func freePort() (int, error) {
 // writeKubeconfig writes a kubeconfig for the client certificate name.
 func (cp *controlPlane) writeKubeconfig(path, name string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["pulselb-test"] = &clientcmdapi.Cluster{Server: APIServerURL, CertificateAuthority: cp.pki.path("ca.crt")}
+	cfg.Clusters["pulselb-test"] = &clientcmdapi.Cluster{Server: cp.url(), CertificateAuthority: cp.pki.path("ca.crt")}
 	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificate: cp.pki.path(name + ".crt"), ClientKey: cp.pki.path(name + ".key")}
 	cfg.Contexts["pulselb-test"] = &clientcmdapi.Context{Cluster: "pulselb-test", AuthInfo: name}
 	cfg.CurrentContext = "pulselb-test"
@@ -83,6 +90,9 @@ func (cp *controlPlane) writeKubeconfig(path, name string) error {
 
 func (cp *controlPlane) credentials() error {
 	ips := []net.IP{net.ParseIP(bridgeIP), net.ParseIP(APIServiceIP), net.ParseIP("127.0.0.1")}
+	if cp.opts.hasIPv6() {
+		ips = append(ips, net.ParseIP(bridgeIP6), net.ParseIP(APIServiceIP6))
+	}
 	dns := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"}
 	if err := cp.pki.issue("apiserver", "kube-apiserver", nil, ips, dns); err != nil {
 		return err
@@ -141,15 +151,15 @@ func (cp *controlPlane) start(ctx context.Context) error {
 	p := cp.pki.path
 	cp.apiserverArgv = []string{filepath.Join(cp.bin, "kube-apiserver"),
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=" + bridgeIP,
-		"--advertise-address=" + bridgeIP,
+		"--bind-address=" + cp.opts.apiServerIP(),
+		"--advertise-address=" + cp.opts.apiServerIP(),
 		"--secure-port=" + strconv.Itoa(apiServerPort),
 		"--cert-dir=" + filepath.Join(cp.dir, "apiserver-certs"),
 		"--tls-cert-file=" + p("apiserver.crt"),
 		"--tls-private-key-file=" + p("apiserver.key"),
 		"--client-ca-file=" + p("ca.crt"),
 		"--authorization-mode=RBAC",
-		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--service-cluster-ip-range=" + cp.opts.serviceCIDRs(),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + p("sa.pub"),
 		"--service-account-signing-key-file=" + p("sa.key"),
@@ -161,7 +171,7 @@ func (cp *controlPlane) start(ctx context.Context) error {
 	if err := cp.startAPIServer(ctx); err != nil {
 		return err
 	}
-	logger.V(2).Info("API server ready", "url", APIServerURL)
+	logger.V(2).Info("API server ready", "url", cp.url())
 
 	schedPort, err := freePort()
 	if err != nil {
@@ -189,7 +199,7 @@ func (cp *controlPlane) start(ctx context.Context) error {
 			"--node-monitor-grace-period="+grace.String(),
 			"--node-monitor-period=1s",
 			"--node-startup-grace-period="+grace.String(),
-			"--service-cluster-ip-range="+ServiceCIDR,
+			"--service-cluster-ip-range="+cp.opts.serviceCIDRs(),
 			"--allocate-node-cidrs=false",
 			"--concurrent-deployment-syncs=10",
 			"--concurrent-replicaset-syncs=10",

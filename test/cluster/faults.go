@@ -77,9 +77,11 @@ func (c *Cluster) NodeHeal(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	for _, table := range []string{"raw", "mangle"} {
-		if err := nsRun(ctx, n.ns, "iptables", "-w", "-t", table, "-F", "PLT-FAULT"); err != nil {
-			return err
+	for _, tool := range c.opts.iptablesTools() {
+		for _, table := range []string{"raw", "mangle"} {
+			if err := nsRun(ctx, n.ns, tool, "-w", "-t", table, "-F", "PLT-FAULT"); err != nil {
+				return err
+			}
 		}
 	}
 	for _, o := range c.kubelet.nodeList() {
@@ -88,8 +90,8 @@ func (c *Cluster) NodeHeal(ctx context.Context, name string) error {
 		}
 		for _, addr := range n.addrs() {
 			// Deleting a rule that is not there fails; that is fine.
-			_ = nsRun(ctx, o.ns, "iptables", "-w", "-t", "raw", "-D", "PLT-FAULT", "-i", "eth0", "-s", addr, "-j", "DROP")
-			_ = nsRun(ctx, o.ns, "iptables", "-w", "-t", "mangle", "-D", "PLT-FAULT", "-o", "eth0", "-d", addr, "-j", "DROP")
+			_ = nsRun(ctx, o.ns, iptablesFor(addr), "-w", "-t", "raw", "-D", "PLT-FAULT", "-i", "eth0", "-s", addr, "-j", "DROP")
+			_ = nsRun(ctx, o.ns, iptablesFor(addr), "-w", "-t", "mangle", "-D", "PLT-FAULT", "-o", "eth0", "-d", addr, "-j", "DROP")
 		}
 	}
 	return nil
@@ -113,12 +115,20 @@ func (c *Cluster) NodePartition(ctx context.Context, a, b string) error {
 
 // faultRules drops traffic on n's uplink, from and to peers or everything.
 func (c *Cluster) faultRules(ctx context.Context, n *simNode, op string, peers []string) error {
+	type rule struct{ tool, peer string }
+	var rules []rule
 	if peers == nil {
-		peers = []string{""}
+		for _, tool := range c.opts.iptablesTools() {
+			rules = append(rules, rule{tool: tool})
+		}
 	}
 	for _, p := range peers {
-		in := []string{"iptables", "-w", "-t", "raw", op, "PLT-FAULT", "-i", "eth0"}
-		out := []string{"iptables", "-w", "-t", "mangle", op, "PLT-FAULT", "-o", "eth0"}
+		rules = append(rules, rule{tool: iptablesFor(p), peer: p})
+	}
+	for _, r := range rules {
+		p := r.peer
+		in := []string{r.tool, "-w", "-t", "raw", op, "PLT-FAULT", "-i", "eth0"}
+		out := []string{r.tool, "-w", "-t", "mangle", op, "PLT-FAULT", "-o", "eth0"}
 		if p != "" {
 			in = append(in, "-s", p)
 			out = append(out, "-d", p)
@@ -135,9 +145,11 @@ func (c *Cluster) faultRules(ctx context.Context, n *simNode, op string, peers [
 
 // addrs are the node's addresses and pod CIDR, as iptables matches.
 func (n *simNode) addrs() []string {
-	a := []string{n.internalIP, n.podCIDR}
-	if n.externalIP != "" {
-		a = append(a, n.externalIP)
+	var a []string
+	for _, s := range []string{n.internalIP4, n.podCIDR, n.externalIP4, n.internalIP6, n.podCIDR6, n.externalIP6} {
+		if s != "" {
+			a = append(a, s)
+		}
 	}
 	return a
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,8 +62,10 @@ type simNode struct {
 	name, ns                      string
 	index                         int
 	light                         bool
-	internalIP, externalIP, zone  string
-	podCIDR                       string
+	internalIP, externalIP, zone  string // of the primary family
+	internalIP4, internalIP6      string
+	externalIP4, externalIP6      string
+	podCIDR, podCIDR6             string
 	leaseInterval, statusInterval time.Duration
 	mu                            sync.Mutex
 	down                          bool
@@ -188,20 +191,34 @@ func (k *kubelet) addNode(ctx context.Context, name string, index int, light boo
 	}
 	if light {
 		// Light nodes are for scale: fewer writes, addresses nobody routes.
-		n.internalIP = fmt.Sprintf("198.18.%d.%d", 4+(index-1)/250, 1+(index-1)%250)
+		n.internalIP4 = fmt.Sprintf("198.18.%d.%d", 4+(index-1)/250, 1+(index-1)%250)
+		n.internalIP6 = lightIP6(index)
+		n.internalIP = c.opts.byFamily(n.internalIP4, n.internalIP6)[0]
 		n.leaseInterval = max(grace/3, 10*time.Second)
 		if n.leaseInterval >= grace {
 			n.leaseInterval = grace / 2
 		}
 	} else {
 		n.ns = NodeNamespace(name)
-		n.internalIP = nodeInternalIP(index)
-		n.podCIDR = nodePodCIDR(index)
+		n.internalIP4, n.internalIP6 = nodeInternalIP(index), nodeInternalIP6(index)
+		n.podCIDR, n.podCIDR6 = nodePodCIDR(index), nodePodCIDR6(index)
 		if c.opts.ExternalIPs {
-			n.externalIP = nodeExternalIP(index)
+			n.externalIP4, n.externalIP6 = nodeExternalIP(index), nodeExternalIP6(index)
+		}
+		if !c.opts.hasIPv6() {
+			n.internalIP6, n.externalIP6, n.podCIDR6 = "", "", ""
+		}
+		n.internalIP = c.opts.byFamily(n.internalIP4, n.internalIP6)[0]
+		if ext := c.opts.byFamily(n.externalIP4, n.externalIP6); len(ext) > 0 {
+			n.externalIP = ext[0]
 		}
 		if err := c.net.setupNode(ctx, index, n.ns, c.opts.ExternalIPs); err != nil {
 			return err
+		}
+		if c.opts.hasIPv6() {
+			if err := c.net.setupNode6(ctx, index, n.ns, c.opts.ExternalIPs); err != nil {
+				return err
+			}
 		}
 		// Pod CIDRs are routed between nodes and from the root namespace.
 		for _, o := range k.nodeList() {
@@ -214,9 +231,22 @@ func (k *kubelet) addNode(ctx context.Context, name string, index int, light boo
 			if err := c.net.routePodCIDR(ctx, o.ns, index); err != nil {
 				return err
 			}
+			if c.opts.hasIPv6() {
+				if err := c.net.routePodCIDR6(ctx, n.ns, o.index); err != nil {
+					return err
+				}
+				if err := c.net.routePodCIDR6(ctx, o.ns, index); err != nil {
+					return err
+				}
+			}
 		}
 		if err := c.net.routePodCIDR(ctx, "", index); err != nil {
 			return err
+		}
+		if c.opts.hasIPv6() {
+			if err := c.net.routePodCIDR6(ctx, "", index); err != nil {
+				return err
+			}
 		}
 	}
 	if err := k.createNode(ctx, n); err != nil {
@@ -247,8 +277,8 @@ func (k *kubelet) createNode(ctx context.Context, n *simNode) error {
 			},
 		},
 	}
-	if n.podCIDR != "" {
-		node.Spec.PodCIDR, node.Spec.PodCIDRs = n.podCIDR, []string{n.podCIDR}
+	if cidrs := k.c.opts.byFamily(n.podCIDR, n.podCIDR6); len(cidrs) > 0 {
+		node.Spec.PodCIDR, node.Spec.PodCIDRs = cidrs[0], cidrs
 	}
 	created, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil {
@@ -296,11 +326,7 @@ func (k *kubelet) postStatus(ctx context.Context, n *simNode, node *corev1.Node)
 			corev1.ResourcePods:   resource.MustParse("110"),
 		}
 		node.Status.Capacity, node.Status.Allocatable = capacity, capacity
-		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.internalIP}}
-		if n.externalIP != "" {
-			node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: n.externalIP})
-		}
-		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: n.name})
+		node.Status.Addresses = append(k.c.opts.nodeAddresses(n), corev1.NodeAddress{Type: corev1.NodeHostName, Address: n.name})
 		node.Status.NodeInfo = corev1.NodeSystemInfo{
 			KubeletVersion: "v1.37.2", KubeProxyVersion: "v1.37.2", OperatingSystem: "linux", Architecture: "amd64",
 			ContainerRuntimeVersion: "pulselb-test://1", OSImage: "pulselb test node", KernelVersion: "simulated",
@@ -428,7 +454,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, filepath.Join(c.Dir, "kube-proxy.kubeconfig"), n.name, PodCIDR)
+`, filepath.Join(c.Dir, "kube-proxy.kubeconfig"), n.name, strings.Join(c.opts.byFamily(PodCIDR, PodCIDR6), ","))
 	path := filepath.Join(dir, "kube-proxy.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return fmt.Errorf("writing kube-proxy config: %w", err)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -186,10 +187,10 @@ func (k *kubelet) startPod(ctx context.Context, n *simNode, pod *corev1.Pod) (*p
 		k.lightNext++
 		k.mu.Unlock()
 		if pod.Spec.HostNetwork {
-			rt.ip = n.internalIP
+			rt.ip = n.internalIP4
 		}
 	case pod.Spec.HostNetwork:
-		rt.netns, rt.ip = n.ns, n.internalIP
+		rt.netns, rt.ip = n.ns, n.internalIP4
 	default:
 		ip, err := n.allocateIP()
 		if err != nil {
@@ -204,6 +205,14 @@ func (k *kubelet) startPod(ctx context.Context, n *simNode, pod *corev1.Pod) (*p
 			_ = removePod(ctx, rt.netns)
 			cancel()
 			return nil, err
+		}
+		if k.c.opts.hasIPv6() {
+			if err := setupPod6(ctx, n.index, rt.netns, ip); err != nil {
+				n.releaseIP(ip)
+				_ = removePod(ctx, rt.netns)
+				cancel()
+				return nil, err
+			}
 		}
 		if err := rt.mapHostPorts(ctx, pod); err != nil {
 			rt.stop(ctx)
@@ -252,15 +261,18 @@ func (rt *podRuntime) mapHostPorts(ctx context.Context, pod *corev1.Pod) error {
 			if proto == "" {
 				proto = "tcp"
 			}
-			rule := []string{"-t", "nat", "PLT-HOSTPORTS", "-p", proto, "--dport", strconv.Itoa(int(p.HostPort)),
-				"-m", "comment", "--comment", rt.key, "-j", "DNAT", "--to-destination", fmt.Sprintf("%s:%d", rt.ip, p.ContainerPort)}
-			add := append([]string{"iptables", "-w", rule[0], rule[1], "-A"}, rule[2:]...)
-			if err := nsRun(ctx, rt.node.ns, add...); err != nil {
-				return fmt.Errorf("mapping hostPort %d: %w", p.HostPort, err)
+			for _, ip := range rt.podIPs() {
+				rule := []string{"-t", "nat", "PLT-HOSTPORTS", "-p", proto, "--dport", strconv.Itoa(int(p.HostPort)),
+					"-m", "comment", "--comment", rt.key, "-j", "DNAT", "--to-destination", net.JoinHostPort(ip, strconv.Itoa(int(p.ContainerPort)))}
+				tool := iptablesFor(ip)
+				add := append([]string{tool, "-w", rule[0], rule[1], "-A"}, rule[2:]...)
+				if err := nsRun(ctx, rt.node.ns, add...); err != nil {
+					return fmt.Errorf("mapping hostPort %d: %w", p.HostPort, err)
+				}
+				rt.mu.Lock()
+				rt.hostPorts = append(rt.hostPorts, append([]string{tool, "-w", rule[0], rule[1], "-D"}, rule[2:]...))
+				rt.mu.Unlock()
 			}
-			rt.mu.Lock()
-			rt.hostPorts = append(rt.hostPorts, append([]string{"iptables", "-w", rule[0], rule[1], "-D"}, rule[2:]...))
-			rt.mu.Unlock()
 		}
 	}
 	return nil
@@ -548,7 +560,7 @@ func (rt *podRuntime) command(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	if rt.netns != "" {
 		argv = append([]string{"ip", "netns", "exec", rt.netns}, argv...)
 	}
-	w := &volumeWriter{client: rt.k.client, pod: pod, podIP: rt.ip, hostIP: rt.node.internalIP,
+	w := &volumeWriter{client: rt.k.client, pod: pod, podIP: rt.podIPs()[0], hostIP: rt.node.internalIP,
 		dir: filepath.Join(rt.k.c.Dir, "pods", string(pod.UID), "volumes")}
 	mounts, err := w.mounts(ctx, c)
 	if err != nil {
@@ -618,10 +630,10 @@ func (rt *podRuntime) env(ctx context.Context, pod *corev1.Pod, c corev1.Contain
 	out := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOSTNAME=" + pod.Name,
-		"KUBERNETES_SERVICE_HOST=" + APIServiceIP,
+		"KUBERNETES_SERVICE_HOST=" + rt.k.c.opts.apiServiceIP(),
 		"KUBERNETES_SERVICE_PORT=443",
 		"KUBERNETES_SERVICE_PORT_HTTPS=443",
-		"KUBERNETES_PORT=tcp://" + APIServiceIP + ":443",
+		"KUBERNETES_PORT=tcp://" + net.JoinHostPort(rt.k.c.opts.apiServiceIP(), "443"),
 	}
 	cs := rt.k.client.CoreV1()
 	for _, ef := range c.EnvFrom {
@@ -697,7 +709,7 @@ func ptrOrBool(p *bool) bool { return p != nil && *p }
 
 // field resolves a downward-API field path for the environment.
 func (rt *podRuntime) field(pod *corev1.Pod, path string) string {
-	return downwardField(pod, rt.ip, rt.node.internalIP, path, false)
+	return downwardField(pod, rt.podIPs()[0], rt.node.internalIP, path, false)
 }
 
 // updateStatus writes the pod status the runtime reports when it differs.
@@ -732,10 +744,15 @@ func (rt *podRuntime) status(pod *corev1.Pod) *corev1.PodStatus {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	st := pod.Status.DeepCopy()
-	st.HostIP = rt.node.internalIP
-	st.HostIPs = []corev1.HostIP{{IP: rt.node.internalIP}}
-	st.PodIP = rt.ip
-	st.PodIPs = []corev1.PodIP{{IP: rt.ip}}
+	st.HostIP, st.HostIPs = rt.node.internalIP, nil
+	for _, ip := range rt.k.c.opts.byFamily(rt.node.internalIP4, rt.node.internalIP6) {
+		st.HostIPs = append(st.HostIPs, corev1.HostIP{IP: ip})
+	}
+	ips := rt.podIPs()
+	st.PodIP, st.PodIPs = ips[0], nil
+	for _, ip := range ips {
+		st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip})
+	}
 	st.StartTime = &rt.since
 	terminating := !rt.killAt.IsZero()
 	cstatus := func(c corev1.Container) corev1.ContainerStatus {

@@ -270,9 +270,13 @@ func Leftovers(dir string) []string {
 			}
 		}
 	}
-	if out, err := output(context.Background(), "ip", "route", "show"); err == nil {
+	for _, family := range []string{"-4", "-6"} {
+		out, err := output(context.Background(), "ip", family, "route", "show")
+		if err != nil {
+			continue
+		}
 		for _, l := range strings.Split(out, "\n") {
-			if strings.Contains(l, "metric "+guardMetric) || strings.Contains(l, "via 198.18.1.") {
+			if strings.Contains(l, "metric "+guardMetric) || strings.Contains(l, "via 198.18.1.") || strings.Contains(l, "via fd00:198:18::1:") {
 				left = append(left, "route "+strings.TrimSpace(l))
 			}
 		}

@@ -20,6 +20,10 @@
 //     is when a readiness-only load balancer drops the node. pulselb's time
 //     is recorded in these trials too.
 //
+// With -dual-stack the cluster and the Service are dual-stack (IPv4
+// first), and each blackhole trial times the node's IPv4 and IPv6 address
+// leaving the status, both printed.
+//
 // It prints each trial, p50 and max of each path, the ratio of the p50s,
 // and the machine's load average.
 package main
@@ -48,6 +52,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
@@ -66,6 +71,7 @@ var (
 	readinessTrials = flag.Int("readiness-trials", 2, "node-down trials timed on the readiness-only path (each waits out the grace period)")
 	grace           = flag.Duration("node-grace-period", 50*time.Second, "node-monitor-grace-period of the cluster (Kubernetes v1.37 default: 50s)")
 	dir             = flag.String("dir", "", "cluster directory (kept for its logs); default a new temporary directory")
+	dualStack       = flag.Bool("dual-stack", false, "a dual-stack cluster and Service: time the IPv6 address leaving the status too")
 )
 
 func main() {
@@ -82,7 +88,11 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	c, err := cluster.Start(ctx, cluster.Options{Dir: *dir, Nodes: 4, NodeGracePeriod: *grace, WaitForMachine: 40 * time.Minute})
+	opts := cluster.Options{Dir: *dir, Nodes: 4, NodeGracePeriod: *grace, WaitForMachine: 40 * time.Minute}
+	if *dualStack {
+		opts.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	}
+	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("starting the cluster: %w", err)
 	}
@@ -104,13 +114,18 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	var probed, probedDown, readiness []time.Duration
+	var probed, probed6, probedDown, readiness []time.Duration
 	for i := range *trials {
-		d, err := b.blackholeTrial(ctx)
+		d, d6, err := b.blackholeTrial(ctx)
 		if err != nil {
 			return fmt.Errorf("trial %d: %w", i+1, err)
 		}
 		probed = append(probed, d)
+		if *dualStack {
+			probed6 = append(probed6, d6)
+			log.Printf("blackhole trial %2d/%d: status without the node's IPv4 after %s, IPv6 after %s", i+1, *trials, d.Round(time.Millisecond), d6.Round(time.Millisecond))
+			continue
+		}
 		log.Printf("blackhole trial %2d/%d: status without the node after %s", i+1, *trials, d.Round(time.Millisecond))
 	}
 	for i := range *readinessTrials {
@@ -124,6 +139,9 @@ func run(ctx context.Context) error {
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("\npulselb, node blackholed (%d trials): p50 %s, max %s\n", len(probed), pct(probed, 50), pct(probed, 100))
+	if len(probed6) > 0 {
+		fmt.Printf("pulselb, node blackholed, its IPv6 address (same %d trials, dual-stack): p50 %s, max %s\n", len(probed6), pct(probed6, 50), pct(probed6, 100))
+	}
 	if len(readiness) > 0 {
 		fmt.Printf("pulselb, node down (%d trials): p50 %s, max %s\n", len(probedDown), pct(probedDown, 50), pct(probedDown, 100))
 		fmt.Printf("readiness-only path, node-monitor-grace-period %s (%d trials): p50 %s, max %s\n", *grace, len(readiness), pct(readiness, 50), pct(readiness, 100))
@@ -146,13 +164,14 @@ type bench struct {
 	cs  kubernetes.Interface
 	dyn dynamic.Interface
 	rec *recorder
-	// ips maps node names to InternalIPs.
-	ips map[string]string
+	// ips maps node names to InternalIPs, ips6 to IPv6 InternalIPs (with
+	// -dual-stack).
+	ips, ips6 map[string]string
 }
 
 func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
 	cs := b.cs
-	b.ips = b.c.NodeIPs()
+	b.ips, b.ips6 = b.c.NodeIPsOf(corev1.IPv4Protocol), b.c.NodeIPsOf(corev1.IPv6Protocol)
 	if err := b.c.CreateNamespaces(ctx, systemNS, appNS); err != nil {
 		return nil, err
 	}
@@ -194,6 +213,7 @@ func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
 	if _, err := cs.CoreV1().Services(appNS).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: labels,
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack), IPFamilies: b.c.IPFamilies(),
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
 	}, metav1.CreateOptions{}); err != nil {
 		return ctl, fmt.Errorf("creating the Service: %w", err)
@@ -211,6 +231,9 @@ func (b *bench) steady(ctx context.Context) error {
 			return false
 		}
 		want := []string{b.ips[nodes[0]], b.ips[nodes[1]]}
+		if *dualStack {
+			want = append(want, b.ips6[nodes[0]], b.ips6[nodes[1]])
+		}
 		slices.Sort(want)
 		if !slices.Equal(b.rec.last(), want) {
 			return false
@@ -236,23 +259,29 @@ func (b *bench) proxyNodes(ctx context.Context) []string {
 }
 
 // blackholeTrial blackholes a proxy node, returns the time until the
-// status is written without its IP, and heals it.
-func (b *bench) blackholeTrial(ctx context.Context) (time.Duration, error) {
+// status is written without its IP (and, with -dual-stack, without its
+// IPv6 address), and heals it.
+func (b *bench) blackholeTrial(ctx context.Context) (d, d6 time.Duration, err error) {
 	victim := b.proxyNodes(ctx)[0]
-	ip := b.ips[victim]
+	ip, ip6 := b.ips[victim], b.ips6[victim]
 	start := time.Now()
 	if err := b.c.NodeBlackhole(ctx, victim); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	err := poll(ctx, 30*time.Second, ip+" gone from the status", func() bool { return !b.rec.firstWithout(ip, start).IsZero() })
-	d := b.rec.firstWithout(ip, start).Sub(start)
+	err = poll(ctx, 30*time.Second, ip+" gone from the status", func() bool {
+		return !b.rec.firstWithout(ip, start).IsZero() && (ip6 == "" || !b.rec.firstWithout(ip6, start).IsZero())
+	})
+	d = b.rec.firstWithout(ip, start).Sub(start)
+	if ip6 != "" {
+		d6 = b.rec.firstWithout(ip6, start).Sub(start)
+	}
 	if herr := b.c.NodeHeal(ctx, victim); herr != nil {
-		return 0, errors.Join(err, herr)
+		return 0, 0, errors.Join(err, herr)
 	}
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return d, b.steady(ctx)
+	return d, d6, b.steady(ctx)
 }
 
 // downTrial takes a proxy node down and returns pulselb's time and the

@@ -1,7 +1,7 @@
 // Command pulselb-testcluster starts and stops the test cluster of package
 // github.com/pulselb/pulselb/test/cluster by hand:
 //
-//	pulselb-testcluster up --nodes N [--light M] [--external-ips] [--dir DIR]
+//	pulselb-testcluster up --nodes N [--light M] [--external-ips] [--ip-families=ipv4|ipv4,ipv6|ipv6,ipv4|ipv6] [--dir DIR]
 //	pulselb-testcluster down [--dir DIR]
 //	pulselb-testcluster status [--dir DIR]
 //	pulselb-testcluster kubeconfig [--dir DIR]
@@ -65,6 +65,7 @@ func run(args []string) error {
 	ext := fs.Bool("external-ips", false, "give nodes ExternalIPs 198.18.2.N (up)")
 	grace := fs.Duration("node-grace-period", 0, "node monitor grace period (up; default 8s)")
 	bin := fs.String("bin", "", "directory of prebuilt binaries (up; default: build them)")
+	families := fs.String("ip-families", "ipv4", "the cluster's IP families, primary first: ipv4, ipv4,ipv6, ipv6,ipv4 or ipv6 (up)")
 	ctx := context.Background()
 
 	switch cmd {
@@ -72,7 +73,13 @@ func run(args []string) error {
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		opts := cluster.Options{Dir: *dir, Nodes: *nodes, LightNodes: *light, ExternalIPs: *ext, NodeGracePeriod: *grace, BinDir: *bin}
+		fams, err := cluster.ParseIPFamilies(*families)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "pulselb-testcluster %s: --ip-families: %v\n", cmd, err)
+			os.Exit(2)
+		}
+		opts := cluster.Options{Dir: *dir, Nodes: *nodes, LightNodes: *light, ExternalIPs: *ext, NodeGracePeriod: *grace, BinDir: *bin,
+			IPFamilies: fams}
 		if cmd == "serve" {
 			return serve(ctx, opts)
 		}
