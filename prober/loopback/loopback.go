@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -79,13 +80,8 @@ func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 		go func() { _ = srv.Serve(ln) }()
 		return &Server{Addr: addrOf(ln.Addr()), Roots: roots, close: func() { srv.Close() }}, nil
 	case prober.DNS:
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		pc, ln, err := listenUDPAndTCP()
 		if err != nil {
-			return nil, err
-		}
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err != nil {
-			pc.Close()
 			return nil, err
 		}
 		h := dns.HandlerFunc(answerLoopback)
@@ -100,6 +96,29 @@ func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("no built-in %s server; point pulselb check at a real one", spec.Protocol)
 	}
+}
+
+// listenUDPAndTCP listens on one port of 127.0.0.1 for both UDP and TCP, as
+// a DNS server does. The kernel picks a free UDP port, which another
+// process may hold for TCP; then it tries another, a bounded number of times.
+func listenUDPAndTCP() (net.PacketConn, net.Listener, error) {
+	const attempts = 20
+	var err error
+	for range attempts {
+		var pc net.PacketConn
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			return nil, nil, err
+		}
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, nil, err
+		}
+	}
+	return nil, nil, fmt.Errorf("no port of 127.0.0.1 free for both UDP and TCP in %d attempts: %w", attempts, err)
 }
 
 // listenTCP listens on a free port of 127.0.0.1, behind TLS with a
