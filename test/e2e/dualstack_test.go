@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -92,7 +91,7 @@ func TestDualStack(t *testing.T) {
 			if !probed {
 				return true
 			}
-			reports := listAddressedReports(ctx, t, dyn)
+			reports := listReports(ctx, t, dyn)
 			for _, n := range nodes {
 				for _, a := range []string{addrs[n].internal[corev1.IPv4Protocol], addrs[n].internal[corev1.IPv6Protocol]} {
 					if upVotesAt(reports, "shop/"+svc, 80, n, a) < 2 {
@@ -121,7 +120,7 @@ func TestDualStack(t *testing.T) {
 	}
 
 	t.Run("EachFamilyProbedOnItsOwnAddress", func(t *testing.T) {
-		reports := listAddressedReports(ctx, t, dyn)
+		reports := listReports(ctx, t, dyn)
 		for _, n := range webNodes {
 			for _, fam := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
 				a := addrs[n].internal[fam]
@@ -347,48 +346,9 @@ func createDualStackLB(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 	}
 }
 
-// addressedResult is a ProbeReport result with the address it probed.
-type addressedResult struct {
-	Service string `json:"service"`
-	Port    int32  `json:"port"`
-	Node    string `json:"node"`
-	Address string `json:"address"`
-	State   string `json:"state"`
-}
-
-type addressedReport struct {
-	name   string
-	Status struct {
-		Results []addressedResult `json:"results"`
-		Beacons []addressedResult `json:"beacons"`
-	} `json:"status"`
-}
-
-func listAddressedReports(ctx context.Context, t *testing.T, dyn dynamic.Interface) []addressedReport {
-	t.Helper()
-	l, err := dyn.Resource(deploy.ProbeReports).Namespace(systemNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil
-	}
-	var out []addressedReport
-	for _, u := range l.Items {
-		b, err := json.Marshal(u.Object)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r addressedReport
-		if err := json.Unmarshal(b, &r); err != nil {
-			t.Fatalf("decoding ProbeReport %s: %v", u.GetName(), err)
-		}
-		r.name = u.GetName()
-		out = append(out, r)
-	}
-	return out
-}
-
 // upVotesAt counts the reports saying port of service on node is Up when
 // probed at ip.
-func upVotesAt(reports []addressedReport, service string, port int32, node, ip string) int {
+func upVotesAt(reports []probeReport, service string, port int32, node, ip string) int {
 	want := net.JoinHostPort(ip, fmt.Sprint(port))
 	n := 0
 	for _, r := range reports {
@@ -444,7 +404,7 @@ func TestIPv6Only(t *testing.T) {
 		// Every node's beacon Up by at least two probers, at its IPv6 address.
 		poll(ctx, t, 120*time.Second, "every node's beacon probed Up over IPv6", func() bool {
 			up := map[string]int{}
-			for _, r := range listAddressedReports(ctx, t, dyn) {
+			for _, r := range listReports(ctx, t, dyn) {
 				for _, b := range r.Status.Beacons {
 					if b.State == "Up" && strings.HasPrefix(b.Address, "["+nodeIP[b.Node]+"]:") {
 						up[b.Node]++
@@ -484,7 +444,7 @@ func TestIPv6Only(t *testing.T) {
 			if !slices.Equal(rec.last(), want) {
 				return false
 			}
-			reports := listAddressedReports(ctx, t, dyn)
+			reports := listReports(ctx, t, dyn)
 			return upVotesAt(reports, "shop/web", 80, nodes[0], nodeIP[nodes[0]]) >= 2 && upVotesAt(reports, "shop/web", 80, nodes[1], nodeIP[nodes[1]]) >= 2
 		})
 		return nodes

@@ -648,9 +648,12 @@ type probeResult struct {
 	Port     int32  `json:"port"`
 	Protocol string `json:"protocol"`
 	Node     string `json:"node"`
-	State    string `json:"state"`
-	Outcome  string `json:"outcome"`
-	Message  string `json:"message"`
+	// Address is the node's address the result was probed on (one per
+	// IP family of a dual-stack Service).
+	Address string `json:"address"`
+	State   string `json:"state"`
+	Outcome string `json:"outcome"`
+	Message string `json:"message"`
 	// CertNotAfter is read as the API server stored it: a field missing
 	// from the CRD's schema would have been pruned.
 	CertNotAfter *metav1.Time `json:"certNotAfter"`
