@@ -14,11 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/pulselb/pulselb/test/cluster"
-	"github.com/pulselb/pulselb/test/deploy"
 )
 
 const annotationAddressType = "pulselb.io/address-type"
@@ -34,19 +32,7 @@ func TestDualStack(t *testing.T) {
 		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}})
 	ctx := t.Context()
 	cs := c.Client
-	dyn, err := dynamic.NewForConfig(c.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.CreateNamespaces(ctx, systemNamespace, "shop"); err != nil {
-		t.Fatal(err)
-	}
-	if err := deploy.InstallProbeReportCRD(ctx, dyn, systemNamespace); err != nil {
-		t.Fatal(err)
-	}
-	if err := deploy.InstallProbers(ctx, cs, systemNamespace, "--v=2"); err != nil {
-		t.Fatal(err)
-	}
+	dyn := installProbers(t, c)
 	poll(ctx, t, 90*time.Second, "a ProbeReport from every node", func() bool {
 		return len(listReports(ctx, t, dyn)) == 4
 	})
@@ -386,19 +372,7 @@ func TestIPv6Only(t *testing.T) {
 		IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol}})
 	ctx := t.Context()
 	cs := c.Client
-	dyn, err := dynamic.NewForConfig(c.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.CreateNamespaces(ctx, systemNamespace, "shop"); err != nil {
-		t.Fatal(err)
-	}
-	if err := deploy.InstallProbeReportCRD(ctx, dyn, systemNamespace); err != nil {
-		t.Fatal(err)
-	}
-	if err := deploy.InstallProbers(ctx, cs, systemNamespace, "--v=2"); err != nil {
-		t.Fatal(err)
-	}
+	dyn := installProbers(t, c)
 	nodeIP := c.NodeIPsOf(corev1.IPv6Protocol)
 	t.Run("BeaconsOverIPv6", func(t *testing.T) {
 		// Every node's beacon Up by at least two probers, at its IPv6 address.

@@ -41,19 +41,7 @@ func TestHealth(t *testing.T) {
 	c := cluster.ForTest(t, cluster.Options{Nodes: 4, WaitForMachine: 30 * time.Minute})
 	ctx := t.Context()
 	cs := c.Client
-	dyn, err := dynamic.NewForConfig(c.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.CreateNamespaces(ctx, systemNamespace, "shop"); err != nil {
-		t.Fatal(err)
-	}
-	if err := deploy.InstallProbeReportCRD(ctx, dyn, systemNamespace); err != nil {
-		t.Fatal(err)
-	}
-	if err := deploy.InstallProbers(ctx, cs, systemNamespace, "--v=2"); err != nil {
-		t.Fatal(err)
-	}
+	dyn := installProbers(t, c)
 	poll(ctx, t, 60*time.Second, "4 prober pods ready", func() bool {
 		return len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name="+deploy.ProberName)) == 4
 	})
@@ -640,6 +628,28 @@ func countEvents(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns,
 func hasEventOn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, reason string) bool {
 	t.Helper()
 	return countEvents(ctx, t, cs, ns, name, reason) > 0
+}
+
+// installProbers makes the namespaces pulselb-system and shop on c and
+// installs the ProbeReport CRD and the probers (at --v=2), as the health
+// scenarios start; it returns a dynamic client for the reports.
+func installProbers(t *testing.T, c *cluster.Cluster) dynamic.Interface {
+	t.Helper()
+	ctx := t.Context()
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateNamespaces(ctx, systemNamespace, "shop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := deploy.InstallProbeReportCRD(ctx, dyn, systemNamespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := deploy.InstallProbers(ctx, c.Client, systemNamespace, "--v=2"); err != nil {
+		t.Fatal(err)
+	}
+	return dyn
 }
 
 // probeResult is the part of a ProbeReport result the scenarios read.
