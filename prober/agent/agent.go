@@ -57,6 +57,14 @@ type Config struct {
 	Services contract.Selection
 	// Vantages is K, the probers per target; it must equal the controller's.
 	Vantages int
+	// VantageMemo, when set, remembers the vantage assignment between
+	// target computations and shares it with the other agents given the
+	// same memo: a benchmark running many agents in one process sets it,
+	// so that the process hashes each target once instead of once per
+	// agent. The assignment is the same either way (prober.VantageMemo
+	// answers as prober.Vantages does); nil computes it afresh each time,
+	// as pulselb prober does.
+	VantageMemo *prober.VantageMemo
 	// BeaconPort is the hostPort every prober pod's beacon listens on.
 	BeaconPort uint16
 	// Heartbeat is how often the Lease is renewed (it lasts
@@ -350,8 +358,12 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 	}
 	cands := contract.Candidates(proberPods, ready, zone)
 	self := a.cfg.Node
+	vantages := func(key, node, zone string) []string { return prober.Vantages(key, node, zone, cands, a.cfg.Vantages) }
+	if a.cfg.VantageMemo != nil {
+		vantages = a.cfg.VantageMemo.For(cands, a.cfg.Vantages)
+	}
 	mine := func(key, node string) bool {
-		return slices.Contains(prober.Vantages(key, node, zone[node], cands, a.cfg.Vantages), self)
+		return slices.Contains(vantages(key, node, zone[node]), self)
 	}
 
 	var out []prober.Target

@@ -398,9 +398,13 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 		cluster.Shutdown()
 		system.Shutdown()
 	}()
+	// One vantage memo for all agents: each agent assigns the same targets
+	// from the same candidates, and computing that once per agent would
+	// cost this process agents × targets × candidates hashes per change.
+	memo := &prober.VantageMemo{}
 	var as []*agent.Agent
 	for i := range nodes {
-		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: prober.DefaultVantages, BeaconPort: beaconPort,
+		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: prober.DefaultVantages, VantageMemo: memo, BeaconPort: beaconPort,
 			Scheduler: prober.Config{Interval: *beaconInterval, Metrics: probeMetrics}}
 		if mode == "lease" {
 			cfg.Leases = cs.CoordinationV1().Leases(systemNS)
