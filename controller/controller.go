@@ -11,6 +11,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -119,6 +122,10 @@ type Controller struct {
 	// firstAddress is when each unpublished Service first had an address
 	// to publish while other proxies of it were starting, for settling.
 	firstAddress map[cache.ObjectName]time.Time
+	// echoes are the resourceVersions of this controller's own writes of
+	// each Service that the informer has not delivered yet (see
+	// ownEcho).
+	echoes map[cache.ObjectName][]string
 }
 
 // New returns a Controller reading Services, Nodes and EndpointSlices from
@@ -176,6 +183,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		statusWritten: map[cache.ObjectName]time.Time{},
 		progressSince: map[cache.ObjectName]time.Time{},
 		firstAddress:  map[cache.ObjectName]time.Time{},
+		echoes:        map[cache.ObjectName][]string{},
 	}
 
 	handlers := []struct {
@@ -189,6 +197,9 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			},
 			UpdateFunc: func(_, obj any) {
 				c.observedService(obj, false)
+				if c.ownEcho(obj) {
+					return
+				}
 				c.enqueueService(obj)
 			},
 			DeleteFunc: func(obj any) {
@@ -214,7 +225,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		}{inf, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.enqueueOwner,
 			UpdateFunc: func(oldObj, newObj any) {
-				if workloadStatusOnly(oldObj, newObj) {
+				if workloadUnchanged(oldObj, newObj) {
 					return
 				}
 				c.enqueueOwner(newObj)
@@ -391,6 +402,9 @@ func (c *Controller) observedService(obj any, deleted bool) {
 	}
 	if deleted {
 		c.written.OnDelete(svc)
+		c.mu.Lock()
+		delete(c.echoes, cache.MetaObjectToName(svc))
+		c.mu.Unlock()
 	} else {
 		c.written.OnAddOrUpdate(svc)
 	}
@@ -419,6 +433,46 @@ func (c *Controller) wroteService(svc *corev1.Service) {
 	if _, err := trim.Object(svc); err == nil {
 		c.written.Mutation(svc)
 	}
+	key := cache.MetaObjectToName(svc)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := append(c.echoes[key], svc.ResourceVersion)
+	if len(e) > maxEchoes {
+		// Echoes an informer relist skipped never arrive.
+		e = e[len(e)-maxEchoes:]
+	}
+	c.echoes[key] = e
+}
+
+// maxEchoes bounds the own writes of one Service remembered by ownEcho.
+const maxEchoes = 4
+
+// ownEcho reports an update event that delivers the Service exactly as
+// this controller wrote it, and forgets that write. Such an event needs no
+// sync: the sync that wrote it carried on from what it wrote (and requeued
+// itself for anything it left for later), and whatever changed since has
+// an event of its own. A Service taken on is written twice, so this spares
+// two syncs of each. An event that overtakes its write's response is not
+// recognised and queues a sync, which then finds nothing to do.
+func (c *Controller) ownEcho(obj any) bool {
+	svc, ok := unwrap(obj).(*corev1.Service)
+	if !ok {
+		return false
+	}
+	key := cache.MetaObjectToName(svc)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.echoes[key]
+	i := slices.Index(e, svc.ResourceVersion)
+	if i < 0 {
+		return false
+	}
+	if e = e[i+1:]; len(e) == 0 {
+		delete(c.echoes, key)
+	} else {
+		c.echoes[key] = e
+	}
+	return true
 }
 
 func (c *Controller) enqueueService(obj any) {
@@ -445,11 +499,13 @@ func (c *Controller) enqueueOwner(obj any) {
 	}
 }
 
-// workloadStatusOnly reports an update of a proxy Deployment or DaemonSet
-// that changed only its status: sync reads a workload's labels and spec
-// hash, never its status, and the workload controllers update the status
-// several times for every pod they start.
-func workloadStatusOnly(oldObj, newObj any) bool {
+// workloadUnchanged reports an update of a proxy Deployment, DaemonSet or
+// PodDisruptionBudget that changed nothing sync reads: sync reads a
+// workload's labels, spec and pulselb's annotations, never its status, and
+// the workload and disruption controllers update the status several times
+// for every pod they start (the Deployment controller also adds its
+// revision annotation once).
+func workloadUnchanged(oldObj, newObj any) bool {
 	var a, b metav1.Object
 	switch o := oldObj.(type) {
 	case *appsv1.Deployment:
@@ -464,11 +520,29 @@ func workloadStatusOnly(oldObj, newObj any) bool {
 			return false
 		}
 		a, b = o, n
+	case *policyv1.PodDisruptionBudget:
+		n, ok := newObj.(*policyv1.PodDisruptionBudget)
+		if !ok {
+			return false
+		}
+		a, b = o, n
 	default:
 		return false
 	}
 	return a.GetGeneration() == b.GetGeneration() && a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp()) &&
-		maps.Equal(a.GetLabels(), b.GetLabels()) && maps.Equal(a.GetAnnotations(), b.GetAnnotations())
+		maps.Equal(a.GetLabels(), b.GetLabels()) && maps.Equal(pulselbAnnotations(a), pulselbAnnotations(b))
+}
+
+// pulselbAnnotations returns o's annotations under contract.Prefix, the
+// only ones sync reads of a workload.
+func pulselbAnnotations(o metav1.Object) map[string]string {
+	out := map[string]string{}
+	for k, v := range o.GetAnnotations() {
+		if strings.HasPrefix(k, contract.Prefix) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // enqueueSliceService enqueues an externalTrafficPolicy Local Service whose
