@@ -240,13 +240,21 @@ func (a *Agent) Run(ctx context.Context) error {
 	var lastWrite time.Time
 	var pending <-chan time.Time // fires when a coalesced write is due
 	// write writes the report when it changed since the last write, or
-	// when force is set.
-	write := func(force bool) {
+	// when force names another reason to.
+	write := func(force string) {
 		pending = nil
 		st := a.Report()
-		if !force && a.written != nil && !report.Changed(*a.written, st) {
-			return
+		reason := force
+		switch {
+		case reason != "":
+		case a.written == nil:
+			reason = "retry"
+		default:
+			if reason = report.Change(*a.written, st); reason == "" {
+				return
+			}
 		}
+		a.cfg.Metrics.reportReasons.WithLabelValues(reason).Inc()
 		lastWrite = a.clock.Now()
 		if err := a.write(ctx, st); err != nil {
 			logger.Error(err, "Writing probe report failed")
@@ -260,7 +268,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// restarted prober's report says it probes again, and without a Lease
 	// it is the first heartbeat.
 	a.refresh(ctx)
-	write(true)
+	write("start")
 	for {
 		select {
 		case <-ctx.Done():
@@ -275,12 +283,16 @@ func (a *Agent) Run(ctx context.Context) error {
 				pending = a.clock.After(wait)
 				continue
 			}
-			write(false)
+			write("")
 		case <-pending:
-			write(false)
+			write("")
 		case <-heartbeat.C():
 			// With a Lease for liveness, only a change is written.
-			write(a.cfg.Leases == nil)
+			if a.cfg.Leases == nil {
+				write("heartbeat")
+			} else {
+				write("")
+			}
 		}
 	}
 }
