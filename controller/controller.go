@@ -110,6 +110,8 @@ type Controller struct {
 	// verdicts are judged by evaluate and read by the sync workers.
 	verdicts status.Engine
 	restarts restartBackoffs
+	// vantages remembers the vantage assignment of the targets judged.
+	vantages prober.VantageMemo
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool
