@@ -94,6 +94,9 @@ type Controller struct {
 	slices      discoverylisters.EndpointSliceLister
 	pods        corelisters.PodNamespaceLister
 	podIndex    cache.Indexer // pods by serviceIndex
+	// workloadIndexes are the Deployments', DaemonSets' and
+	// PodDisruptionBudgets' caches, by serviceIndex.
+	workloadIndexes []cache.Indexer
 	deployments appslisters.DeploymentNamespaceLister
 	daemonSets  appslisters.DaemonSetNamespaceLister
 	budgets     policylisters.PodDisruptionBudgetNamespaceLister
@@ -148,10 +151,12 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	// Each sync reads its Service's proxy pods; an index keeps that
-	// independent of how many other Services' pods there are.
-	if err := podInformer.Informer().AddIndexers(cache.Indexers{serviceIndex: serviceIndexFunc}); err != nil {
-		return nil, fmt.Errorf("adding pod index: %w", err)
+	// Each sync reads its Service's proxy pods and workloads; an index
+	// keeps that independent of how many other Services' there are.
+	for _, inf := range []cache.SharedIndexInformer{podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer(), pdbInformer.Informer()} {
+		if err := inf.AddIndexers(cache.Indexers{serviceIndex: serviceIndexFunc}); err != nil {
+			return nil, fmt.Errorf("adding service index: %w", err)
+		}
 	}
 
 	c := &Controller{
@@ -168,6 +173,8 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		slices:      sliceInformer.Lister(),
 		pods:        podInformer.Lister().Pods(ns),
 		podIndex:    podInformer.Informer().GetIndexer(),
+		workloadIndexes: []cache.Indexer{deployInformer.Informer().GetIndexer(), dsInformer.Informer().GetIndexer(),
+			pdbInformer.Informer().GetIndexer()},
 		deployments: deployInformer.Lister().Deployments(ns),
 		daemonSets:  dsInformer.Lister().DaemonSets(ns),
 		budgets:     pdbInformer.Lister().PodDisruptionBudgets(ns),
@@ -353,15 +360,16 @@ func processNext[T comparable](ctx context.Context, m *Metrics, q workqueue.Type
 	return true
 }
 
-// serviceIndex indexes proxy pods by their Service's "namespace/name".
+// serviceIndex indexes proxy pods and workloads by their Service's
+// "namespace/name".
 const serviceIndex = "pulselb.io/service"
 
 func serviceIndexFunc(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
+	o, ok := obj.(metav1.Object)
 	if !ok {
 		return nil, nil
 	}
-	key, ok := contract.ServiceOf(pod.Labels)
+	key, ok := contract.ServiceOf(o.GetLabels())
 	if !ok {
 		return nil, nil
 	}

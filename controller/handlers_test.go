@@ -1,14 +1,20 @@
 package controller
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/placement"
 )
 
 // TestWorkloadUnchanged: a proxy workload's status updates, and the
@@ -58,5 +64,46 @@ func TestWorkloadUnchanged(t *testing.T) {
 	pod := &corev1.Pod{}
 	if workloadUnchanged(pod, pod.DeepCopy()) {
 		t.Error("a pod update is ignored; pods' status is what status reads")
+	}
+}
+
+// TestWorkloadsOf: a Service's proxy workloads are found by its index
+// among other Services' and other namespaces' workloads.
+func TestWorkloadsOf(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	cfg := placement.Config{Namespace: systemNS, Image: "x"}
+	nodes := []*corev1.Node{newNode("n1", "10.0.0.1")}
+	web, _ := placement.Desired(newService("web"), nodes, cfg)
+	daemon, _ := placement.Desired(newService("web", func(s *corev1.Service) {
+		s.Annotations = map[string]string{contract.AnnotationProxyMode: "daemonset"}
+	}), nodes, cfg)
+	shop, _ := placement.Desired(newService("shop"), nodes, cfg)
+	elsewhere := web.Deployment.DeepCopy()
+	elsewhere.Namespace = "default"
+	notProxy := web.Deployment.DeepCopy()
+	notProxy.Name = "not-a-proxy"
+	notProxy.Labels = maps.Clone(notProxy.Labels)
+	notProxy.Labels[contract.LabelAppName] = "other"
+	f := newFixture(t, web.Deployment, web.Budget, daemon.DaemonSet, shop.Deployment, shop.Budget, notProxy)
+	c := f.controller(ctx)
+	if err := f.system.Apps().V1().Deployments().Informer().GetIndexer().Add(elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.workloadsOf(cache.NewObjectName("shop", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, w := range got {
+		names = append(names, fmt.Sprintf("%T %s/%s", w, w.GetNamespace(), w.GetName()))
+	}
+	slices.Sort(names)
+	want := []string{
+		"*v1.DaemonSet " + systemNS + "/" + daemon.Name,
+		"*v1.Deployment " + systemNS + "/" + web.Name,
+		"*v1.PodDisruptionBudget " + systemNS + "/" + web.Name,
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("workloadsOf(shop/web) = %q, want %q", names, want)
 	}
 }
