@@ -89,18 +89,18 @@ type Controller struct {
 	// written holds the Services this controller wrote until the informer
 	// has them, so that the next sync starts from what was written rather
 	// than from a stale cache copy whose update would only conflict.
-	written     cache.MutationCache
-	nodes       corelisters.NodeLister
-	slices      discoverylisters.EndpointSliceLister
-	pods        corelisters.PodNamespaceLister
-	podIndex    cache.Indexer // pods by serviceIndex
+	written  cache.MutationCache
+	nodes    corelisters.NodeLister
+	slices   discoverylisters.EndpointSliceLister
+	pods     corelisters.PodNamespaceLister
+	podIndex cache.Indexer // pods by serviceIndex
 	// workloadIndexes are the Deployments', DaemonSets' and
 	// PodDisruptionBudgets' caches, by serviceIndex.
 	workloadIndexes []cache.Indexer
-	deployments appslisters.DeploymentNamespaceLister
-	daemonSets  appslisters.DaemonSetNamespaceLister
-	budgets     policylisters.PodDisruptionBudgetNamespaceLister
-	synced      []cache.InformerSynced
+	deployments     appslisters.DeploymentNamespaceLister
+	daemonSets      appslisters.DaemonSetNamespaceLister
+	budgets         policylisters.PodDisruptionBudgetNamespaceLister
+	synced          []cache.InformerSynced
 
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	nodeQueue workqueue.TypedRateLimitingInterface[string]
@@ -169,10 +169,10 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		services: svcInformer.Lister(),
 		written: cache.NewIntegerResourceVersionMutationCacheWithOptions(logger, svcInformer.Informer().GetStore(),
 			cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 8192}),
-		nodes:       nodeInformer.Lister(),
-		slices:      sliceInformer.Lister(),
-		pods:        podInformer.Lister().Pods(ns),
-		podIndex:    podInformer.Informer().GetIndexer(),
+		nodes:    nodeInformer.Lister(),
+		slices:   sliceInformer.Lister(),
+		pods:     podInformer.Lister().Pods(ns),
+		podIndex: podInformer.Informer().GetIndexer(),
 		workloadIndexes: []cache.Indexer{deployInformer.Informer().GetIndexer(), dsInformer.Informer().GetIndexer(),
 			pdbInformer.Informer().GetIndexer()},
 		deployments: deployInformer.Lister().Deployments(ns),
