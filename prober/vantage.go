@@ -125,7 +125,7 @@ func (m *VantageMemo) For(candidates []Vantage, k int) func(key, targetNode, tar
 		}
 	}
 	m.mu.Lock()
-	if k != m.k || !slices.Equal(set, m.cands) {
+	if m.table == nil || k != m.k || !slices.Equal(set, m.cands) {
 		m.cands, m.k, m.table = set, k, map[vantageQuery][]string{}
 	}
 	cands, table := m.cands, m.table

@@ -255,3 +255,13 @@ func TestVantageMemoShared(t *testing.T) {
 		}
 	}
 }
+
+// TestVantageMemoZeroK: a new memo's first question may be for k = 0 and
+// no candidates (a controller without probe reports); it answers, as
+// Vantages does, with none.
+func TestVantageMemoZeroK(t *testing.T) {
+	var m VantageMemo
+	if got := m.For(nil, 0)("k", "n1", ""); len(got) != 0 {
+		t.Errorf("got %v, want none", got)
+	}
+}
