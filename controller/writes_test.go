@@ -321,12 +321,11 @@ func TestOwnWritesDoNotRequeue(t *testing.T) {
 			defer close(out)
 			for ev := range w.ResultChan() {
 				delivering.RLock()
-				delivering.RUnlock()
 				select {
 				case out <- ev:
 				case <-ctx.Done():
-					return
 				}
+				delivering.RUnlock()
 			}
 		}()
 		return true, watch.NewProxyWatcher(out), nil
