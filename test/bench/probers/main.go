@@ -484,6 +484,9 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 		return r, fmt.Errorf("reading the controller's CPU time: %w", err)
 	}
 	r.controllerCPU = (cpu1 - cpu0) / window.Seconds()
+	// Logged at once: a later step may fail and lose the rest.
+	log.Printf("%s: steady %+v; controller %.3f cores; report writes by reason %v", mode, after.sub(before).minus(base).pick(),
+		r.controllerCPU, r.steadyReasons)
 	r.steady = after.sub(before).minus(base)
 
 	// Failover: node 0 stops answering; its 3 beacon vantages see it.
@@ -512,6 +515,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	}
 	r.failover = after.sub(before).minus(base)
 	r.failoverReasons = subReasons(reasons(), reasons0)
+	log.Printf("%s: failover %+v; report writes by reason %v", mode, r.failover.pick(), r.failoverReasons)
 	log.Printf("%s: 2 of 3 vantages reported %s Down after %s", mode, nodeName(0), r.failoverTime.Round(time.Millisecond))
 	if err := victim.listen(ctx); err != nil {
 		return r, err
