@@ -11,6 +11,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -86,15 +89,18 @@ type Controller struct {
 	// written holds the Services this controller wrote until the informer
 	// has them, so that the next sync starts from what was written rather
 	// than from a stale cache copy whose update would only conflict.
-	written     cache.MutationCache
-	nodes       corelisters.NodeLister
-	slices      discoverylisters.EndpointSliceLister
-	pods        corelisters.PodNamespaceLister
-	podIndex    cache.Indexer // pods by serviceIndex
-	deployments appslisters.DeploymentNamespaceLister
-	daemonSets  appslisters.DaemonSetNamespaceLister
-	budgets     policylisters.PodDisruptionBudgetNamespaceLister
-	synced      []cache.InformerSynced
+	written  cache.MutationCache
+	nodes    corelisters.NodeLister
+	slices   discoverylisters.EndpointSliceLister
+	pods     corelisters.PodNamespaceLister
+	podIndex cache.Indexer // pods by serviceIndex
+	// workloadIndexes are the Deployments', DaemonSets' and
+	// PodDisruptionBudgets' caches, by serviceIndex.
+	workloadIndexes []cache.Indexer
+	deployments     appslisters.DeploymentNamespaceLister
+	daemonSets      appslisters.DaemonSetNamespaceLister
+	budgets         policylisters.PodDisruptionBudgetNamespaceLister
+	synced          []cache.InformerSynced
 
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	nodeQueue workqueue.TypedRateLimitingInterface[string]
@@ -110,6 +116,8 @@ type Controller struct {
 	// external holds what the external vantages say about each Service,
 	// judged by evaluate and read by the sync workers; guarded by mu.
 	external map[cache.ObjectName]status.External
+	// vantages remembers the vantage assignment of the targets judged.
+	vantages prober.VantageMemo
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool
@@ -122,6 +130,10 @@ type Controller struct {
 	// firstAddress is when each unpublished Service first had an address
 	// to publish while other proxies of it were starting, for settling.
 	firstAddress map[cache.ObjectName]time.Time
+	// echoes are the resourceVersions of this controller's own writes of
+	// each Service that the informer has not delivered yet (see
+	// ownEcho).
+	echoes map[cache.ObjectName][]string
 }
 
 // New returns a Controller reading Services, Nodes and EndpointSlices from
@@ -142,10 +154,12 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	// Each sync reads its Service's proxy pods; an index keeps that
-	// independent of how many other Services' pods there are.
-	if err := podInformer.Informer().AddIndexers(cache.Indexers{serviceIndex: serviceIndexFunc}); err != nil {
-		return nil, fmt.Errorf("adding pod index: %w", err)
+	// Each sync reads its Service's proxy pods and workloads; an index
+	// keeps that independent of how many other Services' there are.
+	for _, inf := range []cache.SharedIndexInformer{podInformer.Informer(), deployInformer.Informer(), dsInformer.Informer(), pdbInformer.Informer()} {
+		if err := inf.AddIndexers(cache.Indexers{serviceIndex: serviceIndexFunc}); err != nil {
+			return nil, fmt.Errorf("adding service index: %w", err)
+		}
 	}
 
 	c := &Controller{
@@ -158,10 +172,12 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		services: svcInformer.Lister(),
 		written: cache.NewIntegerResourceVersionMutationCacheWithOptions(logger, svcInformer.Informer().GetStore(),
 			cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 8192}),
-		nodes:       nodeInformer.Lister(),
-		slices:      sliceInformer.Lister(),
-		pods:        podInformer.Lister().Pods(ns),
-		podIndex:    podInformer.Informer().GetIndexer(),
+		nodes:    nodeInformer.Lister(),
+		slices:   sliceInformer.Lister(),
+		pods:     podInformer.Lister().Pods(ns),
+		podIndex: podInformer.Informer().GetIndexer(),
+		workloadIndexes: []cache.Indexer{deployInformer.Informer().GetIndexer(), dsInformer.Informer().GetIndexer(),
+			pdbInformer.Informer().GetIndexer()},
 		deployments: deployInformer.Lister().Deployments(ns),
 		daemonSets:  dsInformer.Lister().DaemonSets(ns),
 		budgets:     pdbInformer.Lister().PodDisruptionBudgets(ns),
@@ -179,6 +195,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		statusWritten: map[cache.ObjectName]time.Time{},
 		progressSince: map[cache.ObjectName]time.Time{},
 		firstAddress:  map[cache.ObjectName]time.Time{},
+		echoes:        map[cache.ObjectName][]string{},
 	}
 
 	handlers := []struct {
@@ -192,6 +209,9 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			},
 			UpdateFunc: func(_, obj any) {
 				c.observedService(obj, false)
+				if c.ownEcho(obj) {
+					return
+				}
 				c.enqueueService(obj)
 			},
 			DeleteFunc: func(obj any) {
@@ -217,7 +237,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		}{inf, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.enqueueOwner,
 			UpdateFunc: func(oldObj, newObj any) {
-				if workloadStatusOnly(oldObj, newObj) {
+				if workloadUnchanged(oldObj, newObj) {
 					return
 				}
 				c.enqueueOwner(newObj)
@@ -343,15 +363,16 @@ func processNext[T comparable](ctx context.Context, m *Metrics, q workqueue.Type
 	return true
 }
 
-// serviceIndex indexes proxy pods by their Service's "namespace/name".
+// serviceIndex indexes proxy pods and workloads by their Service's
+// "namespace/name".
 const serviceIndex = "pulselb.io/service"
 
 func serviceIndexFunc(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
+	o, ok := obj.(metav1.Object)
 	if !ok {
 		return nil, nil
 	}
-	key, ok := contract.ServiceOf(pod.Labels)
+	key, ok := contract.ServiceOf(o.GetLabels())
 	if !ok {
 		return nil, nil
 	}
@@ -394,6 +415,9 @@ func (c *Controller) observedService(obj any, deleted bool) {
 	}
 	if deleted {
 		c.written.OnDelete(svc)
+		c.mu.Lock()
+		delete(c.echoes, cache.MetaObjectToName(svc))
+		c.mu.Unlock()
 	} else {
 		c.written.OnAddOrUpdate(svc)
 	}
@@ -422,6 +446,46 @@ func (c *Controller) wroteService(svc *corev1.Service) {
 	if _, err := trim.Object(svc); err == nil {
 		c.written.Mutation(svc)
 	}
+	key := cache.MetaObjectToName(svc)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := append(c.echoes[key], svc.ResourceVersion)
+	if len(e) > maxEchoes {
+		// Echoes an informer relist skipped never arrive.
+		e = e[len(e)-maxEchoes:]
+	}
+	c.echoes[key] = e
+}
+
+// maxEchoes bounds the own writes of one Service remembered by ownEcho.
+const maxEchoes = 4
+
+// ownEcho reports an update event that delivers the Service exactly as
+// this controller wrote it, and forgets that write. Such an event needs no
+// sync: the sync that wrote it carried on from what it wrote (and requeued
+// itself for anything it left for later), and whatever changed since has
+// an event of its own. A Service taken on is written twice, so this spares
+// two syncs of each. An event that overtakes its write's response is not
+// recognised and queues a sync, which then finds nothing to do.
+func (c *Controller) ownEcho(obj any) bool {
+	svc, ok := unwrap(obj).(*corev1.Service)
+	if !ok {
+		return false
+	}
+	key := cache.MetaObjectToName(svc)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.echoes[key]
+	i := slices.Index(e, svc.ResourceVersion)
+	if i < 0 {
+		return false
+	}
+	if e = e[i+1:]; len(e) == 0 {
+		delete(c.echoes, key)
+	} else {
+		c.echoes[key] = e
+	}
+	return true
 }
 
 func (c *Controller) enqueueService(obj any) {
@@ -448,11 +512,13 @@ func (c *Controller) enqueueOwner(obj any) {
 	}
 }
 
-// workloadStatusOnly reports an update of a proxy Deployment or DaemonSet
-// that changed only its status: sync reads a workload's labels and spec
-// hash, never its status, and the workload controllers update the status
-// several times for every pod they start.
-func workloadStatusOnly(oldObj, newObj any) bool {
+// workloadUnchanged reports an update of a proxy Deployment, DaemonSet or
+// PodDisruptionBudget that changed nothing sync reads: sync reads a
+// workload's labels, spec and pulselb's annotations, never its status, and
+// the workload and disruption controllers update the status several times
+// for every pod they start (the Deployment controller also adds its
+// revision annotation once).
+func workloadUnchanged(oldObj, newObj any) bool {
 	var a, b metav1.Object
 	switch o := oldObj.(type) {
 	case *appsv1.Deployment:
@@ -467,11 +533,29 @@ func workloadStatusOnly(oldObj, newObj any) bool {
 			return false
 		}
 		a, b = o, n
+	case *policyv1.PodDisruptionBudget:
+		n, ok := newObj.(*policyv1.PodDisruptionBudget)
+		if !ok {
+			return false
+		}
+		a, b = o, n
 	default:
 		return false
 	}
 	return a.GetGeneration() == b.GetGeneration() && a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp()) &&
-		maps.Equal(a.GetLabels(), b.GetLabels()) && maps.Equal(a.GetAnnotations(), b.GetAnnotations())
+		maps.Equal(a.GetLabels(), b.GetLabels()) && maps.Equal(pulselbAnnotations(a), pulselbAnnotations(b))
+}
+
+// pulselbAnnotations returns o's annotations under contract.Prefix, the
+// only ones sync reads of a workload.
+func pulselbAnnotations(o metav1.Object) map[string]string {
+	out := map[string]string{}
+	for k, v := range o.GetAnnotations() {
+		if strings.HasPrefix(k, contract.Prefix) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // enqueueSliceService enqueues an externalTrafficPolicy Local Service whose

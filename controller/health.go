@@ -24,7 +24,6 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/trim"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -243,12 +242,14 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 		return nil, fmt.Errorf("listing prober pods: %w", err)
 	}
 	cands := contract.Candidates(probers, ready, zone)
-	k := c.cfg.Health.Vantages
+	// Remembered between evaluations (every second, and on every report):
+	// afresh, 1,000 prober nodes and 5,000 targets cost 5 million hashes.
+	vantages := c.vantages.For(cands, c.cfg.Health.Vantages)
 
 	var out []healthTarget
 	for _, v := range cands {
 		out = append(out, healthTarget{Target: status.Target{Key: contract.BeaconKey(v.Node), Node: v.Node, Beacon: true,
-			Vantages: prober.Vantages(contract.BeaconKey(v.Node), v.Node, v.Zone, cands, k)}})
+			Vantages: vantages(contract.BeaconKey(v.Node), v.Node, v.Zone)}})
 	}
 	proxies, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
 	if err != nil {
@@ -287,7 +288,7 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 			}
 			seen[tk] = len(out)
 			out = append(out, healthTarget{
-				Target: status.Target{Key: tk, Node: p.Spec.NodeName, Vantages: prober.Vantages(tk, p.Spec.NodeName, zone[p.Spec.NodeName], cands, k),
+				Target: status.Target{Key: tk, Node: p.Spec.NodeName, Vantages: vantages(tk, p.Spec.NodeName, zone[p.Spec.NodeName]),
 					Starting: starting},
 				service: name,
 				port:    pk,

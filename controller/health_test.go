@@ -22,6 +22,7 @@ import (
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -657,4 +658,38 @@ func TestLeaseRenewalQueuesOnlyWhenFreshnessChanges(t *testing.T) {
 	if queued != 1 {
 		t.Errorf("renewing a lapsed Lease queued %d evaluations, want 1", queued)
 	}
+}
+
+// TestVantagesFollowProbers: the vantages the controller judges by,
+// remembered between evaluations, are those every prober computes
+// (prober.Vantages) after a prober goes away as before.
+func TestVantagesFollowProbers(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx)
+	check := func(step string, cands []prober.Vantage) {
+		t.Helper()
+		targets, err := c.healthTargets()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := len(cands) + 2; len(targets) != want {
+			t.Fatalf("%s: %d targets, want %d: a beacon per prober and the Service's port on 2 nodes", step, len(targets), want)
+		}
+		for _, tg := range targets {
+			if want := prober.Vantages(tg.Key, tg.Node, "", cands, prober.DefaultVantages); !slices.Equal(tg.Vantages, want) {
+				t.Errorf("%s: %s judged by %v, want %v", step, tg.Key, tg.Vantages, want)
+			}
+		}
+	}
+	all := []prober.Vantage{{Node: "n1"}, {Node: "n2"}, {Node: "n3"}, {Node: "n4"}}
+	check("four probers", all)
+	check("again", all)
+	gone := proberPod("n3")
+	gone.Status.Conditions[0].Status = corev1.ConditionFalse
+	if err := f.system.Core().V1().Pods().Informer().GetIndexer().Update(gone); err != nil {
+		t.Fatal(err)
+	}
+	check("n3's prober not ready", []prober.Vantage{{Node: "n1"}, {Node: "n2"}, {Node: "n4"}})
 }

@@ -366,6 +366,7 @@ func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 		delete(c.statusWritten, key)
 		delete(c.progressSince, key)
 		delete(c.firstAddress, key)
+		delete(c.echoes, key)
 	}
 	c.metrics.managedServices.Set(float64(len(c.managed)))
 }

@@ -157,7 +157,20 @@ func (c *Controller) workloadsOf(key cache.ObjectName) ([]placement.WorkloadObje
 		contract.LabelServiceNamespace: key.Namespace,
 		contract.LabelServiceName:      key.Name,
 	})
-	return c.listWorkloads(sel)
+	var out []placement.WorkloadObject
+	for _, idx := range c.workloadIndexes {
+		objs, err := idx.ByIndex(serviceIndex, key.String())
+		if err != nil {
+			return nil, fmt.Errorf("listing proxy workloads: %w", err)
+		}
+		for _, o := range objs {
+			w, ok := o.(placement.WorkloadObject)
+			if ok && w.GetNamespace() == c.cfg.Placement.Namespace && sel.Matches(labels.Set(w.GetLabels())) {
+				out = append(out, w)
+			}
+		}
+	}
+	return out, nil
 }
 
 func (c *Controller) listWorkloads(sel labels.Selector) ([]placement.WorkloadObject, error) {

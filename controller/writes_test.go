@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +14,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -290,4 +294,99 @@ func conditionMessage(t *testing.T, f *fixture, ctx context.Context) string {
 		}
 	}
 	return ""
+}
+
+// TestOwnWritesDoNotRequeue: the events of the controller's own Service
+// writes queue no sync (the sync that wrote carried on from what it wrote),
+// while anyone else's update of the Service does.
+func TestOwnWritesDoNotRequeue(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	svc := newService("web")
+	f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), readyPod(svc, "n1"), readyPod(svc, "n2"))
+	c := f.controller(ctx)
+	optimisticServices(t, f)
+	// The fake clientset sends a watch event before its update returns;
+	// the API server's come after its response, as they do here while
+	// the sync holds delivering.
+	var delivering sync.RWMutex
+	f.client.PrependWatchReactor("services", func(a core.Action) (bool, watch.Interface, error) {
+		w, err := f.client.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		out := make(chan watch.Event)
+		go func() {
+			defer close(out)
+			for ev := range w.ResultChan() {
+				delivering.RLock()
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+				}
+				delivering.RUnlock()
+			}
+		}()
+		return true, watch.NewProxyWatcher(out), nil
+	})
+	// Only the Services' informer runs: the other caches stay as the
+	// fixture filled them, so that no event but the Services' queues web
+	// (the Deployment the sync creates would, rightly).
+	services := f.cluster.Core().V1().Services().Informer()
+	go services.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), services.HasSynced) {
+		t.Fatal("services' informer did not sync")
+	}
+	// barrier creates a Service of its own and takes the queue's items
+	// until it was queued, then says whether web was among them. Events
+	// reach the handlers in the order the API server sent them, so every
+	// event before the barrier's has been handled by then.
+	barriers := 0
+	barrier := func() (webQueued bool) {
+		t.Helper()
+		barriers++
+		b := newService(fmt.Sprintf("barrier-%d", barriers))
+		if _, err := f.client.CoreV1().Services(b.Namespace).Create(ctx, b, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			for c.queue.Len() > 0 {
+				k, _ := c.queue.Get()
+				c.queue.Done(k)
+				c.queue.Forget(k)
+				webQueued = webQueued || k == key(svc)
+				if k == key(b) {
+					return webQueued
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s not queued within 10s", b.Name)
+		return false
+	}
+	barrier() // the informer's initial events
+
+	delivering.Lock()
+	err := c.sync(ctx, key(svc))
+	delivering.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := f.service(ctx, "shop", "web")
+	if got.ResourceVersion != "3" {
+		t.Fatalf("after the sync: resourceVersion %s, want 3 (two writes)", got.ResourceVersion)
+	}
+	if barrier() {
+		t.Error("the controller's own two writes of web queued it again")
+	}
+	got = got.DeepCopy()
+	got.Labels = map[string]string{"touched": "yes"}
+	if _, err := f.client.CoreV1().Services(got.Namespace).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !barrier() {
+		t.Error("another writer's update of web did not queue it")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // DefaultVantages is how many prober nodes probe each target.
@@ -81,4 +82,69 @@ func score(node, key string) uint64 {
 	b.WriteString(key)
 	sum := sha256.Sum256([]byte(b.String()))
 	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// maxMemoEntries bounds a VantageMemo: past it, the memo starts over.
+const maxMemoEntries = 1 << 18
+
+// VantageMemo remembers the answers of Vantages for one set of candidates
+// and one k, so that a caller that assigns the same targets again (each
+// time the cluster changes) hashes only the targets it has not seen, and
+// callers that share one memo (several agents in one process) hash each
+// target once between them. Its answers are always those of Vantages: a
+// different candidate set or k starts it over. Safe for concurrent use;
+// the zero value is ready.
+type VantageMemo struct {
+	mu    sync.Mutex
+	cands []Vantage // sorted by node, duplicates removed
+	k     int
+	table map[vantageQuery][]string
+}
+
+type vantageQuery struct{ key, node, zone string }
+
+// For returns a function answering Vantages(key, targetNode, targetZone,
+// candidates, k). The answers it returns are shared: callers must not
+// change them.
+func (m *VantageMemo) For(candidates []Vantage, k int) func(key, targetNode, targetZone string) []string {
+	set := slices.Clone(candidates)
+	slices.SortFunc(set, func(a, b Vantage) int {
+		if c := strings.Compare(a.Node, b.Node); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Zone, b.Zone)
+	})
+	set = slices.Compact(set)
+	for i := 1; i < len(set); i++ {
+		if set[i].Node == set[i-1].Node {
+			// A node listed in two zones: which zone counts depends on
+			// the order, which the memo does not keep.
+			return func(key, targetNode, targetZone string) []string {
+				return Vantages(key, targetNode, targetZone, candidates, k)
+			}
+		}
+	}
+	m.mu.Lock()
+	if m.table == nil || k != m.k || !slices.Equal(set, m.cands) {
+		m.cands, m.k, m.table = set, k, map[vantageQuery][]string{}
+	}
+	cands, table := m.cands, m.table
+	m.mu.Unlock()
+	return func(key, targetNode, targetZone string) []string {
+		q := vantageQuery{key: key, node: targetNode, zone: targetZone}
+		m.mu.Lock()
+		v, ok := table[q]
+		m.mu.Unlock()
+		if ok {
+			return v
+		}
+		v = Vantages(key, targetNode, targetZone, cands, k)
+		m.mu.Lock()
+		if len(table) >= maxMemoEntries {
+			clear(table)
+		}
+		table[q] = v
+		m.mu.Unlock()
+		return v
+	}
 }

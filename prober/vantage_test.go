@@ -176,3 +176,92 @@ func poissonBound(mean float64, n int, p float64) int {
 		cdf += term
 	}
 }
+
+// TestVantageMemo checks that a memo answers as Vantages does through a
+// sequence of candidate sets, each asked after the one before, as an
+// agent asks after every change of the cluster.
+func TestVantageMemo(t *testing.T) {
+	nodes := make([]Vantage, 30)
+	for i := range nodes {
+		nodes[i] = Vantage{Node: fmt.Sprintf("node-%02d", i), Zone: fmt.Sprintf("z%d", i%3)}
+	}
+	rev := slices.Clone(nodes)
+	slices.Reverse(rev)
+	rezoned := slices.Clone(nodes)
+	for i := range rezoned {
+		rezoned[i].Zone = "z0"
+	}
+	twoZones := append(slices.Clone(nodes), Vantage{Node: "node-05", Zone: "z2"})
+	steps := []struct {
+		name  string
+		cands []Vantage
+		k     int
+	}{
+		{"first set", nodes, 3},
+		{"same set in another order", rev, 3},
+		{"a node gone", nodes[1:], 3},
+		{"the node back", nodes, 3},
+		{"another k", nodes, 2},
+		{"zones changed", rezoned, 2},
+		{"a node listed in two zones", twoZones, 3},
+		{"the same, reversed", func() []Vantage { r := slices.Clone(twoZones); slices.Reverse(r); return r }(), 3},
+		{"no candidates", nil, 3},
+	}
+	var m VantageMemo
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			vantages := m.For(st.cands, st.k)
+			for round := range 2 { // the second round is answered from the memo
+				for i := range 40 {
+					node := fmt.Sprintf("node-%02d", i%32)
+					key := fmt.Sprintf("ns/svc%d:TCP/80@%s", i, node)
+					zone := fmt.Sprintf("z%d", i%3)
+					if got, want := vantages(key, node, zone), Vantages(key, node, zone, st.cands, st.k); !slices.Equal(got, want) {
+						t.Fatalf("round %d, %s: got %v, want %v", round, key, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestVantageMemoShared has agents with their own candidate slices (the
+// same set, in their own order) share one memo concurrently.
+func TestVantageMemoShared(t *testing.T) {
+	nodes := make([]Vantage, 20)
+	for i := range nodes {
+		nodes[i] = Vantage{Node: fmt.Sprintf("node-%02d", i)}
+	}
+	var m VantageMemo
+	errs := make(chan error, len(nodes))
+	for a := range nodes {
+		go func() {
+			own := append(slices.Clone(nodes[a:]), nodes[:a]...)
+			vantages := m.For(own, 3)
+			for i := range 200 {
+				node := nodes[i%len(nodes)].Node
+				key := fmt.Sprintf("ns/svc%d:TCP/80@%s", i, node)
+				if got, want := vantages(key, node, ""), Vantages(key, node, "", nodes, 3); !slices.Equal(got, want) {
+					errs <- fmt.Errorf("agent %d, %s: got %v, want %v", a, key, got, want)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestVantageMemoZeroK: a new memo's first question may be for k = 0 and
+// no candidates (a controller without probe reports); it answers, as
+// Vantages does, with none.
+func TestVantageMemoZeroK(t *testing.T) {
+	var m VantageMemo
+	if got := m.For(nil, 0)("k", "n1", ""); len(got) != 0 {
+		t.Errorf("got %v, want none", got)
+	}
+}

@@ -68,6 +68,14 @@ type Config struct {
 	Services contract.Selection
 	// Vantages is K, the probers per target; it must equal the controller's.
 	Vantages int
+	// VantageMemo, when set, remembers the vantage assignment between
+	// target computations and shares it with the other agents given the
+	// same memo: a benchmark running many agents in one process sets it,
+	// so that the process hashes each target once instead of once per
+	// agent. The assignment is the same either way (prober.VantageMemo
+	// answers as prober.Vantages does); nil computes it afresh each time,
+	// as pulselb prober does.
+	VantageMemo *prober.VantageMemo
 	// BeaconPort is the hostPort every prober pod's beacon listens on.
 	BeaconPort uint16
 	// Heartbeat is how often the Lease is renewed (it lasts
@@ -255,13 +263,21 @@ func (a *Agent) Run(ctx context.Context) error {
 	var lastWrite time.Time
 	var pending <-chan time.Time // fires when a coalesced write is due
 	// write writes the report when it changed since the last write, or
-	// when force is set.
-	write := func(force bool) {
+	// when force names another reason to.
+	write := func(force string) {
 		pending = nil
 		st := a.Report()
-		if !force && a.written != nil && !report.Changed(*a.written, st) {
-			return
+		reason := force
+		switch {
+		case reason != "":
+		case a.written == nil:
+			reason = "retry"
+		default:
+			if reason = report.Change(*a.written, st); reason == "" {
+				return
+			}
 		}
+		a.cfg.Metrics.reportReasons.WithLabelValues(reason).Inc()
 		lastWrite = a.clock.Now()
 		if err := a.write(ctx, st); err != nil {
 			logger.Error(err, "Writing probe report failed")
@@ -275,7 +291,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// restarted prober's report says it probes again, and without a Lease
 	// it is the first heartbeat.
 	a.refresh(ctx)
-	write(true)
+	write("start")
 	for {
 		select {
 		case <-ctx.Done():
@@ -290,12 +306,16 @@ func (a *Agent) Run(ctx context.Context) error {
 				pending = a.clock.After(wait)
 				continue
 			}
-			write(false)
+			write("")
 		case <-pending:
-			write(false)
+			write("")
 		case <-heartbeat.C():
 			// With a Lease for liveness, only a change is written.
-			write(a.cfg.Leases == nil)
+			if a.cfg.Leases == nil {
+				write("heartbeat")
+			} else {
+				write("")
+			}
 		}
 	}
 }
@@ -378,8 +398,12 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 	}
 	cands := contract.Candidates(proberPods, ready, zone)
 	self := a.cfg.Node
+	vantages := func(key, node, zone string) []string { return prober.Vantages(key, node, zone, cands, a.cfg.Vantages) }
+	if a.cfg.VantageMemo != nil {
+		vantages = a.cfg.VantageMemo.For(cands, a.cfg.Vantages)
+	}
 	mine := func(key, node string) bool {
-		return slices.Contains(prober.Vantages(key, node, zone[node], cands, a.cfg.Vantages), self)
+		return slices.Contains(vantages(key, node, zone[node]), self)
 	}
 
 	var out []prober.Target

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -411,6 +412,18 @@ func TestLeaseHeartbeatReportOnChange(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	// Every write says why: the first at start, the others for states
+	// (the target and beacon concluding, then the target going down).
+	reasons := f.agent.cfg.Metrics.reportReasons
+	if got := testutil.ToFloat64(reasons.WithLabelValues("start")); got != 1 {
+		t.Errorf("%v report writes at start, want 1", got)
+	}
+	if got := testutil.ToFloat64(reasons.WithLabelValues("state")); got < 1 {
+		t.Errorf("%v report writes for a state change, want at least the target going down", got)
+	}
+	if got := testutil.ToFloat64(reasons.WithLabelValues("heartbeat")); got != 0 {
+		t.Errorf("%v report writes as heartbeats with a Lease, want none", got)
+	}
 }
 
 // TestRestartWritesReportOnce: a prober that restarts with nothing changed
@@ -461,6 +474,9 @@ func TestNoLeaseHeartbeatsReport(t *testing.T) {
 	})
 	if _, l := f.writes(); l != 0 {
 		t.Errorf("%d Lease writes without Leases", l)
+	}
+	if got := testutil.ToFloat64(f.agent.cfg.Metrics.reportReasons.WithLabelValues("heartbeat")); got < 9 {
+		t.Errorf("%v report writes counted as heartbeats, want at least 9 of the 10", got)
 	}
 	cancel()
 	if err := <-done; err != nil {

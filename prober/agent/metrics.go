@@ -10,8 +10,9 @@ import (
 // Metrics are an Agent's own metrics (Config.Metrics); its probes' are the
 // prober package's.
 type Metrics struct {
-	reportWrites *prometheus.CounterVec
-	leaseWrites  *prometheus.CounterVec
+	reportWrites  *prometheus.CounterVec
+	reportReasons *prometheus.CounterVec
+	leaseWrites   *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered agent metrics.
@@ -22,6 +23,11 @@ func NewMetrics() *Metrics {
 			Name: "report_writes_total",
 			Help: "Writes of this prober's ProbeReport, by verb (create, update) and result (ok, error).",
 		}, []string{"verb", "result"}),
+		reportReasons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pulselb", Subsystem: "prober",
+			Name: "report_write_reasons_total",
+			Help: "Writes of this prober's ProbeReport it attempted, by reason: start, heartbeat (without a Lease), retry (after a failed write), or what changed: targets, state or detail.",
+		}, []string{"reason"}),
 		leaseWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pulselb", Subsystem: "prober",
 			Name: "lease_writes_total",
@@ -34,7 +40,7 @@ func NewMetrics() *Metrics {
 // main, never from init.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.reportWrites, m.leaseWrites} {
+	for _, c := range []prometheus.Collector{m.reportWrites, m.reportReasons, m.leaseWrites} {
 		if err := r.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -141,6 +141,48 @@ func Changed(a, b v1alpha1.ProbeReportStatus) bool {
 	return !equality.Semantic.DeepEqual(withoutChurn(a), withoutChurn(b))
 }
 
+// What a report says differently, for Change: its set of targets, a
+// target's state, or anything else Changed sees (a Down target's reason,
+// since when, a certificate's expiry).
+const (
+	ChangeTargets = "targets"
+	ChangeState   = "state"
+	ChangeDetail  = "detail"
+)
+
+// Change names the first of ChangeTargets, ChangeState and ChangeDetail
+// that holds from a to b, or returns "" when Changed(a, b) is false.
+func Change(a, b v1alpha1.ProbeReportStatus) string {
+	if !Changed(a, b) {
+		return ""
+	}
+	states := func(st v1alpha1.ProbeReportStatus) map[string]v1alpha1.State {
+		m := make(map[string]v1alpha1.State, len(st.Results)+len(st.Beacons))
+		for _, r := range st.Results {
+			m[contract.TargetKey(r.Service, r.PortProtocol, r.Port, r.Node)] = r.State
+		}
+		for _, r := range st.Beacons {
+			m[contract.BeaconKey(r.Node)] = r.State
+		}
+		return m
+	}
+	sa, sb := states(a), states(b)
+	change := ChangeDetail
+	if len(sa) != len(sb) {
+		return ChangeTargets
+	}
+	for k, s := range sa {
+		t, ok := sb[k]
+		if !ok {
+			return ChangeTargets
+		}
+		if s != t {
+			change = ChangeState
+		}
+	}
+	return change
+}
+
 // withoutChurn returns st without what Changed ignores, sharing nothing
 // Changed's caller could see modified.
 func withoutChurn(st v1alpha1.ProbeReportStatus) v1alpha1.ProbeReportStatus {

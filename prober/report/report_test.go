@@ -224,35 +224,36 @@ func TestChanged(t *testing.T) {
 		later  time.Duration
 		change func(s []prober.TargetStatus) []prober.TargetStatus
 		want   bool
+		kind   string // Change's answer
 	}{
-		{"nothing but the write time", time.Minute, func(s []prober.TargetStatus) []prober.TargetStatus { return s }, false},
+		{"nothing but the write time", time.Minute, func(s []prober.TargetStatus) []prober.TargetStatus { return s }, false, ""},
 		{"latencies", time.Second, func(s []prober.TargetStatus) []prober.TargetStatus {
 			s[0].RTT, s[1].RTT = 7*time.Millisecond, 9*time.Millisecond
 			return s
-		}, false},
+		}, false, ""},
 		{"a target goes down", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
 			s[0] = status(key, "10.0.0.1:443", prober.StateDown, resDown)
 			return s
-		}, true},
+		}, true, ChangeState},
 		{"the beacon goes down", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
 			s[1] = status(contract.BeaconKey("a"), "10.0.0.1:9472", prober.StateDown, resDown)
 			return s
-		}, true},
+		}, true, ChangeState},
 		{"a single failed probe while still up", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
 			s[0].FailingSince = failing
 			s[0].Last = resDown
 			return s
-		}, false},
+		}, false, ""},
 		{"why a down target is down", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
 			s[0] = status(key, "10.0.0.1:443", prober.StateDown, resDown)
 			s[0].FailingSince = failing
 			return s
-		}, true},
+		}, true, ChangeState},
 		{"a certificate's expiry", 0, func(s []prober.TargetStatus) []prober.TargetStatus {
 			s[0].CertNotAfter = notAfter
 			return s
-		}, true},
-		{"a target no longer assigned", 0, func(s []prober.TargetStatus) []prober.TargetStatus { return s[1:] }, true},
+		}, true, ChangeDetail},
+		{"a target no longer assigned", 0, func(s []prober.TargetStatus) []prober.TargetStatus { return s[1:] }, true, ChangeTargets},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -262,6 +263,9 @@ func TestChanged(t *testing.T) {
 			}
 			if got := Changed(is, was); got != tt.want {
 				t.Errorf("Changed (reversed) = %v, want %v", got, tt.want)
+			}
+			if got := Change(was, is); got != tt.kind {
+				t.Errorf("Change = %q, want %q", got, tt.kind)
 			}
 		})
 	}
@@ -277,8 +281,8 @@ func TestChanged(t *testing.T) {
 		return Status(now, 10*time.Second, s, targets)
 	}
 	refused, timeout := down(resDown), down(prober.Result{Outcome: prober.L4TOUT, Err: errors.New("connecting: i/o timeout")})
-	if !Changed(refused, timeout) {
-		t.Error("a Down target's new outcome and message are not a change")
+	if !Changed(refused, timeout) || Change(refused, timeout) != ChangeDetail {
+		t.Errorf("a Down target's new outcome and message are not a change of detail (Change %q)", Change(refused, timeout))
 	}
 	if Changed(refused, down(resDown)) {
 		t.Error("the same Down result is a change")

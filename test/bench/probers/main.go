@@ -47,17 +47,21 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -239,8 +243,8 @@ func run() error {
 		results = append(results, r)
 		// Each mode's numbers as soon as they are measured, in case a
 		// later one fails; the tables at the end hold them all.
-		log.Printf("%s: steady %+v; failover %+v; %s to 2 Down votes; controller %.3f cores; heap per agent %d B",
-			mode, r.steady.pick(), r.failover.pick(), r.failoverTime, r.controllerCPU, r.heapPerAgent)
+		log.Printf("%s: steady %+v; failover %+v; %s to 2 Down votes; controller %.3f cores; heap per agent %d B; report writes by reason: steady %v, failover %v",
+			mode, r.steady.pick(), r.failover.pick(), r.failoverTime, r.controllerCPU, r.heapPerAgent, r.steadyReasons, r.failoverReasons)
 	}
 	printResults(base, results)
 	return nil
@@ -366,12 +370,15 @@ feed:
 
 // result is one mode's measurements.
 type result struct {
-	mode                  string
-	steady, failover      rates
-	failoverTime          time.Duration
-	controllerCPU         float64 // cores, over the steady window
-	heapPerAgent, rssBase uint64
-	rssAgents             uint64
+	mode             string
+	steady, failover rates
+	// steadyReasons and failoverReasons count the agents' report writes
+	// in each window by reason (pulselb_prober_report_write_reasons_total).
+	steadyReasons, failoverReasons map[string]float64
+	failoverTime                   time.Duration
+	controllerCPU                  float64 // cores, over the steady window
+	heapPerAgent, rssBase          uint64
+	rssAgents                      uint64
 }
 
 // measure runs the agents in mode and measures the steady state and a
@@ -384,6 +391,12 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	heapBefore := ms.HeapInuse
 	r.rssBase = rss()
 
+	agentMetrics := agent.NewMetrics()
+	agentRegistry := prometheus.NewRegistry()
+	if err := agentMetrics.RegisterMetrics(agentRegistry); err != nil {
+		return r, err
+	}
+	reasons := func() map[string]float64 { return writeReasons(agentRegistry) }
 	actx, stop := context.WithCancel(ctx)
 	cluster := informers.NewSharedInformerFactory(cs, 0)
 	system := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(systemNS))
@@ -398,9 +411,13 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 		cluster.Shutdown()
 		system.Shutdown()
 	}()
+	// One vantage memo for all agents: each agent assigns the same targets
+	// from the same candidates, and computing that once per agent would
+	// cost this process agents × targets × candidates hashes per change.
+	memo := &prober.VantageMemo{}
 	var as []*agent.Agent
 	for i := range nodes {
-		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: prober.DefaultVantages, BeaconPort: beaconPort,
+		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: prober.DefaultVantages, VantageMemo: memo, BeaconPort: beaconPort, Metrics: agentMetrics,
 			Scheduler: prober.Config{Interval: *beaconInterval, Metrics: probeMetrics}}
 		if mode == "lease" {
 			cfg.Leases = cs.CoordinationV1().Leases(systemNS)
@@ -455,16 +472,21 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	if err != nil {
 		return r, err
 	}
+	reasons0 := reasons()
 	time.Sleep(*window) // the measurement window
 	after, err := scrape(ctx, cs)
 	if err != nil {
 		return r, err
 	}
+	r.steadyReasons = subReasons(reasons(), reasons0)
 	cpu1, err := procstat.CPUSeconds(ctlPid)
 	if err != nil {
 		return r, fmt.Errorf("reading the controller's CPU time: %w", err)
 	}
 	r.controllerCPU = (cpu1 - cpu0) / window.Seconds()
+	// Logged at once: a later step may fail and lose the rest.
+	log.Printf("%s: steady %+v; controller %.3f cores; report writes by reason %v", mode, after.sub(before).minus(base).pick(),
+		r.controllerCPU, r.steadyReasons)
 	r.steady = after.sub(before).minus(base)
 
 	// Failover: node 0 stops answering; its 3 beacon vantages see it.
@@ -473,6 +495,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	if err != nil {
 		return r, err
 	}
+	reasons0 = reasons()
 	t0 := time.Now()
 	victim.blackhole()
 	log.Printf("%s: blackholed %s (%s)", mode, nodeName(0), victim.ip)
@@ -491,6 +514,8 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 		return r, err
 	}
 	r.failover = after.sub(before).minus(base)
+	r.failoverReasons = subReasons(reasons(), reasons0)
+	log.Printf("%s: failover %+v; report writes by reason %v", mode, r.failover.pick(), r.failoverReasons)
 	log.Printf("%s: 2 of 3 vantages reported %s Down after %s", mode, nodeName(0), r.failoverTime.Round(time.Millisecond))
 	if err := victim.listen(ctx); err != nil {
 		return r, err
@@ -669,6 +694,13 @@ func printResults(base rates, results []result) {
 		fmt.Printf("| %s | %.2f s | %.3f | %.0f KiB | %d → %d MiB |\n", r.mode, r.failoverTime.Seconds(), r.controllerCPU,
 			float64(r.heapPerAgent)/1024, r.rssBase>>20, r.rssAgents>>20)
 	}
+	fmt.Println()
+	fmt.Println("| mode | window | report writes by the agents' reason (start, heartbeat, retry; or what changed: targets, state, detail) |")
+	fmt.Println("|---|---|---|")
+	for _, r := range results {
+		fmt.Printf("| %s | steady | %s |\n", r.mode, formatReasons(r.steadyReasons))
+		fmt.Printf("| %s | failover | %s |\n", r.mode, formatReasons(r.failoverReasons))
+	}
 }
 
 // startController runs `pulselb controller` judging the node beacons only.
@@ -739,4 +771,50 @@ func raiseFileLimit() error {
 		return fmt.Errorf("raising the open file limit to %d: %w", want, err)
 	}
 	return nil
+}
+
+// writeReasons reads the agents' report writes by reason from reg.
+func writeReasons(reg *prometheus.Registry) map[string]float64 {
+	out := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		log.Printf("reading agent metrics: %v", err)
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "pulselb_prober_report_write_reasons_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// subReasons returns a - b by reason, leaving out zeros.
+func subReasons(a, b map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range a {
+		if d := v - b[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func formatReasons(m map[string]float64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.0f", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
