@@ -45,6 +45,9 @@ func (c *Cluster) NodeUp(ctx context.Context, name string) error {
 		n.upCh = nil
 	}
 	n.mu.Unlock()
+	if n.real != nil {
+		return nil // its kubelet reconnects by itself
+	}
 	if err := c.kubelet.beat(ctx, n, true); err != nil {
 		return err
 	}
@@ -175,7 +178,7 @@ func (c *Cluster) PodExec(ctx context.Context, namespace, pod string, argv ...st
 	rt := c.kubelet.pods[uid]
 	c.kubelet.mu.Unlock()
 	if !ok || rt == nil || rt.netns == "" {
-		return nil, fmt.Errorf("pod %s/%s is not running on a namespace node", namespace, pod)
+		return c.realPodExec(ctx, namespace, pod, argv...)
 	}
 	return execIn(ctx, rt.netns, argv...)
 }

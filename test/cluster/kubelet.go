@@ -32,7 +32,7 @@ var everything = labels.Everything()
 // Labels the harness puts on its nodes.
 const (
 	LabelZone     = "topology.kubernetes.io/zone"
-	LabelNodeKind = "pulselb.io/test-node-kind" // "netns" or "light"
+	LabelNodeKind = "pulselb.io/test-node-kind" // "netns", "light" or "kubelet"
 )
 
 // kubelet simulates the kubelets of every node: Node objects, Lease
@@ -72,6 +72,7 @@ type simNode struct {
 	lastStatus                    time.Time
 	proxy                         *process
 	usedIPs                       map[string]bool
+	real                          *realNode // a real kubelet's node (realnode.go); nil when simulated
 }
 
 func newKubelet(c *Cluster, client kubernetes.Interface) *kubelet {
@@ -142,6 +143,9 @@ func (k *kubelet) stop(ctx context.Context) {
 		if n.proxy != nil {
 			_ = n.proxy.stop(5 * time.Second)
 		}
+		if n.real != nil {
+			n.real.stop()
+		}
 	}
 }
 
@@ -204,18 +208,7 @@ func (k *kubelet) addNode(ctx context.Context, name string, index int, light boo
 			return err
 		}
 		// Pod CIDRs are routed between nodes and from the root namespace.
-		for _, o := range k.nodeList() {
-			if o.light {
-				continue
-			}
-			if err := c.net.routePodCIDR(ctx, n.ns, o.index); err != nil {
-				return err
-			}
-			if err := c.net.routePodCIDR(ctx, o.ns, index); err != nil {
-				return err
-			}
-		}
-		if err := c.net.routePodCIDR(ctx, "", index); err != nil {
+		if err := k.routeNode(ctx, n); err != nil {
 			return err
 		}
 	}

@@ -61,7 +61,13 @@ type descriptor struct {
 	MediaType   string            `json:"mediaType"`
 	Digest      string            `json:"digest"`
 	Size        int64             `json:"size"`
+	Platform    *platform         `json:"platform,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+type platform struct {
+	Architecture string `json:"architecture"`
+	OS           string `json:"os"`
 }
 
 type blob struct {
@@ -178,6 +184,7 @@ func (im Image) WriteArchive(w io.Writer) error {
 		"schemaVersion": 2,
 		"mediaType":     mediaIndex,
 		"manifests": []descriptor{{MediaType: mediaManifest, Digest: manifest.digest, Size: int64(len(manifest.data)),
+			Platform:    &platform{Architecture: "amd64", OS: "linux"},
 			Annotations: map[string]string{"io.containerd.image.name": im.Name, "org.opencontainers.image.ref.name": tag}}},
 	})
 	if err != nil {
