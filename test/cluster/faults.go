@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -243,6 +244,11 @@ func (c *Cluster) ContainerPID(namespace, pod, container string) (int, error) {
 // all its restarts.
 func (c *Cluster) ContainerLog(namespace, pod, container string) ([]byte, error) {
 	b, err := os.ReadFile(filepath.Join(c.Dir, "logs", fmt.Sprintf("pod-%s-%s-%s.log", namespace, pod, container)))
+	if errors.Is(err, os.ErrNotExist) {
+		if b, rerr := c.realContainerLog(namespace, pod, container); rerr == nil {
+			return b, nil
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading log of %s/%s/%s: %w", namespace, pod, container, err)
 	}

@@ -43,6 +43,7 @@ type realNode struct {
 	cgroupRoot string // "/pulselb-<name>", in every cgroup v1 hierarchy
 	socket     string // containerd's
 	network    string // CNI network name
+	shimDir    string // containerd's shim sockets (the path must be short)
 	containerd *process
 	kubelet    *process
 }
@@ -82,6 +83,7 @@ func (k *kubelet) addRealNode(ctx context.Context, name string, index int, image
 		dir:        filepath.Join(c.Dir, "nodes", name),
 		cgroupRoot: "/pulselb-" + name,
 		network:    "plt-" + name,
+		shimDir:    filepath.Join(stateDir, name),
 	}
 	rn.socket = filepath.Join(rn.dir, "containerd", "containerd.sock")
 	n.real = rn
@@ -113,7 +115,7 @@ func (k *kubelet) addRealNode(ctx context.Context, name string, index int, image
 	// Everything below is undone by one record item, replayed before the
 	// namespace goes: processes in the node's cgroups, mounts under its
 	// directory, its cgroups, and what kubelet and CNI leave outside.
-	if err := c.rec.add(item{Kind: "kubelet-node", Name: rn.dir, Args: []string{rn.cgroupRoot, rn.network}}); err != nil {
+	if err := c.rec.add(item{Kind: "kubelet-node", Name: rn.dir, Args: []string{rn.cgroupRoot, rn.network, rn.shimDir}}); err != nil {
 		return err
 	}
 	if err := makeNodeCgroups(rn.cgroupRoot); err != nil {
@@ -252,6 +254,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 [plugins."io.containerd.internal.v1.opt"]
   path = %[5]q
 
+[plugins."io.containerd.shim.v1.manager"]
+  socket_dir = %[10]q
+
 [plugins."io.containerd.grpc.v1.cri"]
   disable_tcp_service = true
   stream_server_address = %[6]q
@@ -280,7 +285,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
     conf_dir = %[9]q
     max_conf_num = 1
 `, filepath.Join(d, "root"), filepath.Join(d, "state"), rn.socket, rn.socket+".ttrpc", filepath.Join(d, "opt"),
-		n.internalIP, PauseImage, filepath.Join(d, "runc"), filepath.Join(rn.dir, "cni", "net.d"))
+		n.internalIP, PauseImage, filepath.Join(d, "runc"), filepath.Join(rn.dir, "cni", "net.d"), filepath.Join(rn.shimDir, "s"))
 }
 
 // cniConfig is the node's CNI network: pods on the node's bridge cbr0 with
@@ -437,13 +442,14 @@ func (k *kubelet) startRealKubelet(ctx context.Context, n *simNode, rn *realNode
 // and containerd are gone: the processes in its cgroups (shims,
 // containers), every mount under its directory (container root
 // filesystems, pod network namespaces), its cgroups, the kubelet's links
-// in /var/log/containers and CNI's result cache in /var/lib/cni. The
+// in /var/log/containers, CNI's result cache in /var/lib/cni and the shim
+// sockets' directory. The
 // node's logs stay; containerd's and the kubelet's state go.
 func teardownKubeletNode(ctx context.Context, it item) error {
-	if len(it.Args) != 2 || !strings.HasPrefix(it.Args[0], "/pulselb-") {
-		return fmt.Errorf("kubelet node record %v: want [cgroup root, CNI network]", it.Args)
+	if len(it.Args) != 3 || !strings.HasPrefix(it.Args[0], "/pulselb-") || !strings.HasPrefix(it.Args[2], stateDir+"/") {
+		return fmt.Errorf("kubelet node record %v: want [cgroup root, CNI network, shim socket dir]", it.Args)
 	}
-	dir, root, network := it.Name, it.Args[0], it.Args[1]
+	dir, root, network, shimDir := it.Name, it.Args[0], it.Args[1], it.Args[2]
 	var errs []error
 	hs, err := cgroupHierarchies()
 	if err != nil {
@@ -507,8 +513,8 @@ func teardownKubeletNode(ctx context.Context, it item) error {
 			_ = os.Remove(p)
 		}
 	}
-	for _, d := range []string{"containerd", "kubelet", "cni"} {
-		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+	for _, d := range []string{filepath.Join(dir, "containerd"), filepath.Join(dir, "kubelet"), filepath.Join(dir, "cni"), shimDir} {
+		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, fmt.Errorf("removing node state: %w", err))
 		}
 	}
@@ -630,6 +636,43 @@ func (c *Cluster) realPodExec(ctx context.Context, namespace, pod string, argv .
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return out, fmt.Errorf("running %v in pod %s/%s: %w", argv, namespace, pod, err)
+	}
+	return out, nil
+}
+
+// realContainerLog returns what a container of a pod on a kubelet node
+// wrote, over all its restarts, from the kubelet's pod log directory
+// (CRI format: time, stream and tag before each line, which are dropped).
+func (c *Cluster) realContainerLog(namespace, pod, container string) ([]byte, error) {
+	p, err := c.kubelet.podLister.Pods(namespace).Get(pod)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", namespace, pod, err)
+	}
+	n, err := c.kubelet.node(p.Spec.NodeName)
+	if err != nil || n.real == nil {
+		return nil, fmt.Errorf("pod %s/%s is not on a kubelet node", namespace, pod)
+	}
+	dir := filepath.Join(n.real.dir, "pod-logs", fmt.Sprintf("%s_%s_%s", namespace, pod, p.UID), container)
+	files, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no log of %s/%s/%s in %s", namespace, pod, container, dir)
+	}
+	restart := func(p string) int {
+		i, _ := strconv.Atoi(strings.TrimSuffix(filepath.Base(p), ".log"))
+		return i
+	}
+	sort.Slice(files, func(i, j int) bool { return restart(files[i]) < restart(files[j]) })
+	var out []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading log of %s/%s/%s: %w", namespace, pod, container, err)
+		}
+		for _, line := range strings.SplitAfter(string(b), "\n") {
+			if fields := strings.SplitN(line, " ", 4); len(fields) == 4 {
+				out = append(out, fields[3]...)
+			}
+		}
 	}
 	return out, nil
 }
