@@ -249,6 +249,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 				return c, err
 			}
 		}
+		// Imported: the archives (85 MB) are not needed any more.
+		if err := os.RemoveAll(filepath.Join(dir, "images")); err != nil {
+			return c, fmt.Errorf("removing image archives: %w", err)
+		}
 	}
 	if err := c.WaitNodesReady(ctx, 60*time.Second); err != nil {
 		return c, err

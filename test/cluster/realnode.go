@@ -508,8 +508,12 @@ func teardownKubeletNode(ctx context.Context, it item) error {
 			}
 		}
 	}
+	// Result files are named <network>-<sandbox ID>-<interface>; the
+	// sandbox's loopback is containerd's network cni-loopback.
 	if cached, err := filepath.Glob(filepath.Join("/var/lib/cni/results", network+"-*")); err == nil {
 		for _, p := range cached {
+			id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), network+"-"), "-eth0")
+			_ = os.Remove(filepath.Join("/var/lib/cni/results", "cni-loopback-"+id+"-lo"))
 			_ = os.Remove(p)
 		}
 	}
