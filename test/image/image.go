@@ -89,7 +89,7 @@ func (im Image) layer() ([]byte, error) {
 		if p == "/" {
 			return nil, fmt.Errorf("image %s: file with an empty path", im.Name)
 		}
-		if old, ok := entries[p]; ok && !(old.Dir && f.Dir) {
+		if old, ok := entries[p]; ok && (!old.Dir || !f.Dir) {
 			return nil, fmt.Errorf("image %s: %s added twice", im.Name, p)
 		}
 		f.Path = p

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -20,7 +21,7 @@ func readArchive(t *testing.T, b []byte) map[string][]byte {
 	tr := tar.NewReader(bytes.NewReader(b))
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {
@@ -97,7 +98,7 @@ func TestWriteArchive(t *testing.T) {
 	tr := tar.NewReader(bytes.NewReader(blobOf(t, files, man.Layers[0].Digest)))
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
