@@ -66,6 +66,11 @@ func overlayBase(t *testing.T, image string) []*unstructured.Unstructured {
 	}
 	name, tag, _ := strings.Cut(image, ":")
 	dir := t.TempDir()
+	// kustomize takes only relative paths to other kustomizations.
+	rel, err := filepath.Rel(dir, base)
+	if err != nil {
+		t.Fatal(err)
+	}
 	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -80,7 +85,7 @@ patches:
       - op: replace
         path: /spec/template/spec/containers/0/args/%d
         value: --proxy-image=%s
-`, base, baseImage, name, tag, arg, image)
+`, rel, baseImage, name, tag, arg, image)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -99,9 +104,7 @@ patches:
 // specs grant), hostPorts go through portmap, the proxy's rules are in the
 // pod's network namespace and not the node's.
 func TestKubeletInstall(t *testing.T) {
-	began := time.Now()
 	c := cluster.ForTest(t, cluster.Options{KubeletNodes: 3, WaitForMachine: 20 * time.Minute})
-	t.Logf("3 kubelet nodes Ready %s after the start (binaries built)", time.Since(began).Round(100*time.Millisecond))
 	ctx := t.Context()
 	cs := c.Client
 	a, err := deploy.NewApplier(c.RESTConfig)
@@ -361,5 +364,49 @@ func createKubeletWeb(ctx context.Context, t *testing.T, cs kubernetes.Interface
 		},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating service: %v", err)
+	}
+}
+
+// TestOverlayBaseOverridesOnlyTheImage checks the install overlay changes
+// the image of every container and the controller's --proxy-image, and
+// nothing else of deploy/base.
+func TestOverlayBaseOverridesOnlyTheImage(t *testing.T) {
+	base, err := deploy.Build(filepath.Join("..", "..", "deploy", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := overlayBase(t, cluster.PulselbImage)
+	if len(over) != len(base) {
+		t.Fatalf("overlay has %d objects, base %d", len(over), len(base))
+	}
+	replaced := 0
+	for i := range base {
+		b, o := base[i], over[i] // changed in place: built for this test only
+		for _, ctrs := range [][2][]map[string]any{
+			{unstructuredSlice(b.Object, "spec", "template", "spec", "containers"), unstructuredSlice(o.Object, "spec", "template", "spec", "containers")},
+			{unstructuredSlice(b.Object, "spec", "template", "spec", "initContainers"), unstructuredSlice(o.Object, "spec", "template", "spec", "initContainers")},
+		} {
+			for j := range ctrs[1] {
+				if img := ctrs[1][j]["image"]; img != cluster.PulselbImage {
+					t.Errorf("%s %s container %v runs %v, want %s", o.GetKind(), o.GetName(), ctrs[1][j]["name"], img, cluster.PulselbImage)
+				}
+				ctrs[1][j]["image"] = ctrs[0][j]["image"]
+				args, _ := ctrs[1][j]["args"].([]any)
+				for k, a := range args {
+					if a == "--proxy-image="+cluster.PulselbImage {
+						args[k] = ctrs[0][j]["args"].([]any)[k]
+						replaced++
+					}
+				}
+			}
+		}
+		bj, _ := b.MarshalJSON()
+		oj, _ := o.MarshalJSON()
+		if string(bj) != string(oj) {
+			t.Errorf("%s %s differs beyond the image:\nbase    %s\noverlay %s", o.GetKind(), o.GetName(), bj, oj)
+		}
+	}
+	if replaced != 1 {
+		t.Errorf("--proxy-image replaced %d times, want once", replaced)
 	}
 }
