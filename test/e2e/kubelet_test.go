@@ -198,7 +198,9 @@ func TestKubeletInstall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(string(log), `"Started proxy" mode="iptables"`) {
+			if !slices.ContainsFunc(strings.Split(string(log), "\n"), func(l string) bool {
+				return strings.Contains(l, `"Started proxy"`) && strings.Contains(l, ` mode="iptables"`)
+			}) {
 				t.Errorf("proxy %s did not start in iptables mode:\n%s", p.Name, tail(string(log), 20))
 			}
 			rules, err := c.PodExec(ctx, systemNamespace, p.Name, "iptables-save", "-t", "nat")
