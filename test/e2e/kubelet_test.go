@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -410,5 +411,47 @@ func TestOverlayBaseOverridesOnlyTheImage(t *testing.T) {
 	}
 	if replaced != 1 {
 		t.Errorf("--proxy-image replaced %d times, want once", replaced)
+	}
+}
+
+// TestChartWithImageMatchesKubeletInstall checks the Helm chart rendered
+// with only image.repository and image.tag set (and the base's namespace
+// value) is, object for object, what TestKubeletInstall installs on real
+// kubelets: a Helm user gets the same install. The one difference is the
+// app.kubernetes.io/version label, which the chart takes from the image tag
+// and a kustomize image override leaves at the chart's appVersion.
+func TestChartWithImageMatchesKubeletInstall(t *testing.T) {
+	name, tag, _ := strings.Cut(cluster.PulselbImage, ":")
+	values := deploy.BaseValues()
+	values["image"] = map[string]any{"repository": name, "tag": tag}
+	docs, err := deploy.Render(filepath.Join("..", "..", "deploy", "helm", "pulselb"), values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(o *unstructured.Unstructured) string {
+		return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+	}
+	versionLabel := regexp.MustCompile(`"app.kubernetes.io/version":"[^"]*"`)
+	normal := func(o *unstructured.Unstructured) string {
+		b, err := o.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return versionLabel.ReplaceAllString(string(b), `"app.kubernetes.io/version":"V"`)
+	}
+	chart := map[string]string{}
+	for _, o := range deploy.Objects(docs) {
+		chart[key(o)] = normal(o)
+	}
+	over := overlayBase(t, cluster.PulselbImage)
+	if len(over) != len(chart) {
+		t.Errorf("chart renders %d objects, the install overlay has %d", len(chart), len(over))
+	}
+	for _, o := range over {
+		if got, ok := chart[key(o)]; !ok {
+			t.Errorf("%s is installed but not rendered by the chart", key(o))
+		} else if want := normal(o); got != want {
+			t.Errorf("%s differs:\nchart   %s\noverlay %s", key(o), got, want)
+		}
 	}
 }
