@@ -451,10 +451,9 @@ func teardownKubeletNode(ctx context.Context, it item) error {
 	}
 	dir, root, network, shimDir := it.Name, it.Args[0], it.Args[1], it.Args[2]
 	var errs []error
-	hs, err := cgroupHierarchies()
-	if err != nil {
-		return err
-	}
+	// On a machine where the node never got its cgroups (cgroup v2: Start
+	// failed), there are none to empty; the rest is still removed.
+	hs, _ := cgroupHierarchies()
 	procs := func() []int {
 		var pids []int
 		for _, h := range hs {
