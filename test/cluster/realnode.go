@@ -679,3 +679,49 @@ func (c *Cluster) realContainerLog(namespace, pod, container string) ([]byte, er
 	}
 	return out, nil
 }
+
+// kubeletLeftovers lists what kubelet nodes of the cluster in dir left on
+// the machine: processes started from the node directories (shims,
+// containerd), mounts under dir, node cgroups, kubelet log links, CNI
+// results and shim socket directories.
+func kubeletLeftovers(dir string) []string {
+	var left []string
+	if procs, err := os.ReadDir("/proc"); err == nil {
+		for _, p := range procs {
+			pid, err := strconv.Atoi(p.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			cmd, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+			if strings.Contains(string(cmd), dir+"/nodes/") {
+				left = append(left, fmt.Sprintf("process %d %s", pid, strings.ReplaceAll(string(cmd), "\x00", " ")))
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(unescapeMount(f[4]), dir+"/") {
+				left = append(left, "mount "+f[4])
+			}
+		}
+	}
+	hs, _ := cgroupHierarchies()
+	for _, h := range hs {
+		if m, _ := filepath.Glob(filepath.Join(h, "pulselb-kubelet-*")); len(m) > 0 {
+			left = append(left, m...)
+		}
+	}
+	if links, err := os.ReadDir("/var/log/containers"); err == nil {
+		for _, l := range links {
+			if target, err := os.Readlink(filepath.Join("/var/log/containers", l.Name())); err == nil && strings.HasPrefix(target, dir+"/") {
+				left = append(left, "log link "+l.Name())
+			}
+		}
+	}
+	for _, pattern := range []string{"/var/lib/cni/results/plt-kubelet-*", filepath.Join(stateDir, "kubelet-*")} {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			left = append(left, m...)
+		}
+	}
+	return left
+}

@@ -281,5 +281,5 @@ func Leftovers(dir string) []string {
 			}
 		}
 	}
-	return left
+	return append(left, kubeletLeftovers(dir)...)
 }

@@ -279,6 +279,18 @@ func TestKubeletInstall(t *testing.T) {
 			poll(ctx, t, 30*time.Second, "a UDP echo from "+addr, func() bool { return udpEcho(addr, "after "+ip) == nil })
 		}
 	})
+
+	t.Run("CleanedUp", func(t *testing.T) {
+		dir := c.Dir
+		if err := c.Stop(context.Background()); err != nil {
+			t.Fatalf("stopping: %v", err)
+		}
+		// Containers, mounts, cgroups, kubelet's log links, CNI results,
+		// shim sockets: cluster.Leftovers covers kubelet nodes.
+		if left := cluster.Leftovers(dir); len(left) > 0 {
+			t.Errorf("left behind after Stop: %v", left)
+		}
+	})
 }
 
 // hostPortRule reports whether iptables-save output has a portmap DNAT
