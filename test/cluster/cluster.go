@@ -44,6 +44,11 @@ type Options struct {
 	// LightNodes is the number of nodes without namespaces: heartbeats only,
 	// pods reported Running without processes.
 	LightNodes int
+	// KubeletNodes is the number of real kubelet nodes, kubelet-1, ...:
+	// network namespaces like the namespace nodes (after them in the
+	// addressing), each with the upstream kubelet, its own containerd and
+	// CNI, running pods as containers (see realnode.go). Needs cgroup v1.
+	KubeletNodes int
 	// ExternalIPs gives every namespace node an ExternalIP 198.18.2.N.
 	ExternalIPs bool
 	// IPFamilies are the cluster's IP families, primary first: IPv4 (the
@@ -116,14 +121,17 @@ type Cluster struct {
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	opts.defaults()
 	logger := klog.FromContext(ctx)
-	if opts.Nodes > maxNetNodes {
-		return nil, fmt.Errorf("at most %d namespace nodes, asked for %d", maxNetNodes, opts.Nodes)
+	if opts.Nodes+opts.KubeletNodes > maxNetNodes {
+		return nil, fmt.Errorf("at most %d namespace and kubelet nodes, asked for %d", maxNetNodes, opts.Nodes+opts.KubeletNodes)
 	}
 	if opts.LightNodes > maxLightNodes {
 		return nil, fmt.Errorf("at most %d light nodes, asked for %d", maxLightNodes, opts.LightNodes)
 	}
 	if err := validIPFamilies(opts.IPFamilies); err != nil {
 		return nil, err
+	}
+	if opts.KubeletNodes > 0 && opts.hasIPv6() {
+		return nil, errors.New("kubelet nodes are IPv4 only: start them on a cluster without IPv6 families")
 	}
 	if os.Geteuid() != 0 {
 		return nil, ErrNotRoot
@@ -247,10 +255,25 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return c, err
 		}
 	}
+	if opts.KubeletNodes > 0 {
+		images, err := writeImages(dir, bin)
+		if err != nil {
+			return c, err
+		}
+		for i := 1; i <= opts.KubeletNodes; i++ {
+			if err := c.kubelet.addRealNode(runCtx, fmt.Sprintf("kubelet-%d", i), opts.Nodes+i, images); err != nil {
+				return c, err
+			}
+		}
+		// Imported: the archives (85 MB) are not needed any more.
+		if err := os.RemoveAll(filepath.Join(dir, "images")); err != nil {
+			return c, fmt.Errorf("removing image archives: %w", err)
+		}
+	}
 	if err := c.WaitNodesReady(ctx, 60*time.Second); err != nil {
 		return c, err
 	}
-	logger.Info("Test cluster up", "dir", dir, "nodes", opts.Nodes, "lightNodes", opts.LightNodes, "took", time.Since(began).Round(time.Millisecond))
+	logger.Info("Test cluster up", "dir", dir, "nodes", opts.Nodes, "lightNodes", opts.LightNodes, "kubeletNodes", opts.KubeletNodes, "took", time.Since(began).Round(time.Millisecond))
 	return c, nil
 }
 

@@ -105,6 +105,8 @@ func (cp *controlPlane) credentials() error {
 		// The kubelet simulator writes Nodes, Leases and pod status for
 		// every node; system:masters keeps it simple and it is not under test.
 		{"kubelet", "pulselb-test-kubelet", "system:masters"},
+		// The API server's client certificate for kubelets (logs, exec).
+		{"apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters"},
 	}
 	for _, u := range users {
 		var orgs []string
@@ -158,7 +160,13 @@ func (cp *controlPlane) start(ctx context.Context) error {
 		"--tls-cert-file=" + p("apiserver.crt"),
 		"--tls-private-key-file=" + p("apiserver.key"),
 		"--client-ca-file=" + p("ca.crt"),
-		"--authorization-mode=RBAC",
+		// Real kubelets (kubelet nodes) are authorized as nodes, as on a
+		// kubeadm cluster.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--kubelet-client-certificate=" + p("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + p("apiserver-kubelet-client.key"),
 		"--service-cluster-ip-range=" + cp.opts.serviceCIDRs(),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + p("sa.pub"),

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,6 +46,9 @@ func (c *Cluster) NodeUp(ctx context.Context, name string) error {
 		n.upCh = nil
 	}
 	n.mu.Unlock()
+	if n.real != nil {
+		return nil // its kubelet reconnects by itself
+	}
 	if err := c.kubelet.beat(ctx, n, true); err != nil {
 		return err
 	}
@@ -187,7 +191,7 @@ func (c *Cluster) PodExec(ctx context.Context, namespace, pod string, argv ...st
 	rt := c.kubelet.pods[uid]
 	c.kubelet.mu.Unlock()
 	if !ok || rt == nil || rt.netns == "" {
-		return nil, fmt.Errorf("pod %s/%s is not running on a namespace node", namespace, pod)
+		return c.realPodExec(ctx, namespace, pod, argv...)
 	}
 	return execIn(ctx, rt.netns, argv...)
 }
@@ -252,6 +256,11 @@ func (c *Cluster) ContainerPID(namespace, pod, container string) (int, error) {
 // all its restarts.
 func (c *Cluster) ContainerLog(namespace, pod, container string) ([]byte, error) {
 	b, err := os.ReadFile(filepath.Join(c.Dir, "logs", fmt.Sprintf("pod-%s-%s-%s.log", namespace, pod, container)))
+	if errors.Is(err, os.ErrNotExist) {
+		if b, rerr := c.realContainerLog(namespace, pod, container); rerr == nil {
+			return b, nil
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading log of %s/%s/%s: %w", namespace, pod, container, err)
 	}

@@ -33,7 +33,7 @@ var everything = labels.Everything()
 // Labels the harness puts on its nodes.
 const (
 	LabelZone     = "topology.kubernetes.io/zone"
-	LabelNodeKind = "pulselb.io/test-node-kind" // "netns" or "light"
+	LabelNodeKind = "pulselb.io/test-node-kind" // "netns", "light" or "kubelet"
 )
 
 // kubelet simulates the kubelets of every node: Node objects, Lease
@@ -75,6 +75,7 @@ type simNode struct {
 	lastStatus                    time.Time
 	proxy                         *process
 	usedIPs                       map[string]bool
+	real                          *realNode // a real kubelet's node (realnode.go); nil when simulated
 }
 
 func newKubelet(c *Cluster, client kubernetes.Interface) *kubelet {
@@ -144,6 +145,9 @@ func (k *kubelet) stop(ctx context.Context) {
 	for _, n := range nodes {
 		if n.proxy != nil {
 			_ = n.proxy.stop(5 * time.Second)
+		}
+		if n.real != nil {
+			n.real.stop()
 		}
 	}
 }
@@ -221,17 +225,14 @@ func (k *kubelet) addNode(ctx context.Context, name string, index int, light boo
 			}
 		}
 		// Pod CIDRs are routed between nodes and from the root namespace.
-		for _, o := range k.nodeList() {
-			if o.light {
-				continue
-			}
-			if err := c.net.routePodCIDR(ctx, n.ns, o.index); err != nil {
-				return err
-			}
-			if err := c.net.routePodCIDR(ctx, o.ns, index); err != nil {
-				return err
-			}
-			if c.opts.hasIPv6() {
+		if err := k.routeNode(ctx, n); err != nil {
+			return err
+		}
+		if c.opts.hasIPv6() {
+			for _, o := range k.nodeList() {
+				if o.light {
+					continue
+				}
 				if err := c.net.routePodCIDR6(ctx, n.ns, o.index); err != nil {
 					return err
 				}
@@ -239,11 +240,6 @@ func (k *kubelet) addNode(ctx context.Context, name string, index int, light boo
 					return err
 				}
 			}
-		}
-		if err := c.net.routePodCIDR(ctx, "", index); err != nil {
-			return err
-		}
-		if c.opts.hasIPv6() {
 			if err := c.net.routePodCIDR6(ctx, "", index); err != nil {
 				return err
 			}

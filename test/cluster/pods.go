@@ -113,8 +113,8 @@ func (k *kubelet) syncPod(ctx context.Context, key string) error {
 		k.mu.Lock()
 	}
 	k.mu.Unlock()
-	if n == nil {
-		return nil
+	if n == nil || n.real != nil {
+		return nil // not ours, or a real kubelet's
 	}
 	n.mu.Lock()
 	down := n.down

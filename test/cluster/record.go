@@ -34,7 +34,7 @@ var stateDir = "/run/pulselb-testcluster"
 
 // item is one thing the harness made.
 type item struct {
-	Kind string `json:"kind"` // harness, process, netns, link, route, command
+	Kind string `json:"kind"` // harness, process, netns, link, route, command, kubelet-node
 	// Name is the namespace or link name, or for route and iptables the
 	// arguments that delete it.
 	Name string   `json:"name,omitempty"`
@@ -142,6 +142,10 @@ func Teardown(ctx context.Context, dir string) error {
 				if err := run(ctx, "ip", "link", "delete", it.Name); err != nil {
 					errs = append(errs, err)
 				}
+			}
+		case "kubelet-node":
+			if err := teardownKubeletNode(ctx, it); err != nil {
+				errs = append(errs, err)
 			}
 		case "route", "iptables", "command":
 			// Deleting what is already gone fails harmlessly.
@@ -281,5 +285,5 @@ func Leftovers(dir string) []string {
 			}
 		}
 	}
-	return left
+	return append(left, kubeletLeftovers(dir)...)
 }

@@ -1,7 +1,7 @@
 // Command pulselb-testcluster starts and stops the test cluster of package
 // github.com/pulselb/pulselb/test/cluster by hand:
 //
-//	pulselb-testcluster up --nodes N [--light M] [--external-ips] [--ip-families=ipv4|ipv4,ipv6|ipv6,ipv4|ipv6] [--dir DIR]
+//	pulselb-testcluster up --nodes N [--light M] [--kubelet-nodes K] [--external-ips] [--ip-families=ipv4|ipv4,ipv6|ipv6,ipv4|ipv6] [--dir DIR]
 //	pulselb-testcluster down [--dir DIR]
 //	pulselb-testcluster status [--dir DIR]
 //	pulselb-testcluster kubeconfig [--dir DIR]
@@ -62,6 +62,7 @@ func run(args []string) error {
 	dir := fs.String("dir", defaultDir, "cluster directory")
 	nodes := fs.Int("nodes", 3, "nodes with network namespaces (up)")
 	light := fs.Int("light", 0, "light nodes without namespaces (up)")
+	kubeletNodes := fs.Int("kubelet-nodes", 0, "real kubelet nodes with containerd (up)")
 	ext := fs.Bool("external-ips", false, "give nodes ExternalIPs 198.18.2.N (up)")
 	grace := fs.Duration("node-grace-period", 0, "node monitor grace period (up; default 8s)")
 	bin := fs.String("bin", "", "directory of prebuilt binaries (up; default: build them)")
@@ -78,7 +79,7 @@ func run(args []string) error {
 			fmt.Fprintf(os.Stderr, "pulselb-testcluster %s: --ip-families: %v\n", cmd, err)
 			os.Exit(2)
 		}
-		opts := cluster.Options{Dir: *dir, Nodes: *nodes, LightNodes: *light, ExternalIPs: *ext, NodeGracePeriod: *grace, BinDir: *bin,
+		opts := cluster.Options{Dir: *dir, Nodes: *nodes, LightNodes: *light, KubeletNodes: *kubeletNodes, ExternalIPs: *ext, NodeGracePeriod: *grace, BinDir: *bin,
 			IPFamilies: fams}
 		if cmd == "serve" {
 			return serve(ctx, opts)

@@ -1,0 +1,19 @@
+// Command kubelet is the upstream Kubernetes node agent built from
+// k8s.io/kubernetes; the test harness runs one per real kubelet node
+// (cluster.Options.KubeletNodes), each with its own containerd.
+package main
+
+import (
+	"context"
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kubelet/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewKubeletCommand(context.Background())))
+}

@@ -1,0 +1,469 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/deploy"
+)
+
+// kubeletFailoverTarget bounds how long a blackholed proxy node's IP may
+// stay in the status on real kubelets. The benchmark's target is a 3 s
+// maximum on a quiet machine; this leaves room for a shared CI machine.
+const kubeletFailoverTarget = 10 * time.Second
+
+// baseImage is the image deploy/base ships.
+const baseImage = "ghcr.io/pulselb/pulselb"
+
+// overlayBase builds deploy/base as a user overriding only the image would:
+// a kustomization with deploy/base as its resource, an `images:` entry for
+// the controller and prober, and a patch of the controller's --proxy-image
+// argument (deploy/base/kustomization.yaml says to patch it).
+func overlayBase(t *testing.T, image string) []*unstructured.Unstructured {
+	t.Helper()
+	base, err := filepath.Abs(filepath.Join("..", "..", "deploy", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := deploy.Build(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arg := -1
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" || o.GetName() != "pulselb-controller" {
+			continue
+		}
+		ctrs := unstructuredSlice(o.Object, "spec", "template", "spec", "containers")
+		if len(ctrs) == 0 {
+			t.Fatal("pulselb-controller has no containers")
+		}
+		args, _ := ctrs[0]["args"].([]any)
+		for i, a := range args {
+			if s, _ := a.(string); strings.HasPrefix(s, "--proxy-image=") {
+				arg = i
+			}
+		}
+	}
+	if arg < 0 {
+		t.Fatal("deploy/base's controller has no --proxy-image argument")
+	}
+	name, tag, _ := strings.Cut(image, ":")
+	dir := t.TempDir()
+	// kustomize takes only relative paths to other kustomizations.
+	rel, err := filepath.Rel(dir, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+images:
+  - name: %s
+    newName: %s
+    newTag: %s
+patches:
+  - target: {kind: Deployment, name: pulselb-controller}
+    patch: |-
+      - op: replace
+        path: /spec/template/spec/containers/0/args/%d
+        value: --proxy-image=%s
+`, rel, baseImage, name, tag, arg, image)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err = deploy.Build(dir)
+	if err != nil {
+		t.Fatalf("building the overlay of deploy/base: %v", err)
+	}
+	return objs
+}
+
+// TestKubeletInstall installs pulselb from deploy/base, with only the image
+// overridden, on three real kubelet nodes (containerd, runc, CNI bridge and
+// portmap), with the pulselb image built from this checkout as the
+// Dockerfile builds it. What the simulator cannot show: the image runs
+// (iptables works in it, as user 65532 and with the capabilities the pod
+// specs grant), hostPorts go through portmap, the proxy's rules are in the
+// pod's network namespace and not the node's.
+func TestKubeletInstall(t *testing.T) {
+	c := cluster.ForTest(t, cluster.Options{KubeletNodes: 3, WaitForMachine: 20 * time.Minute})
+	ctx := t.Context()
+	cs := c.Client
+	a, err := deploy.NewApplier(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed := time.Now()
+	if err := a.Install(ctx, overlayBase(t, cluster.PulselbImage)); err != nil {
+		t.Fatalf("installing deploy/base: %v", err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("pods in %s: %s", systemNamespace, describePods(ctx, cs, systemNamespace))
+			t.Logf("controller logs:\n%s", controllerLogs(ctx, t, c))
+		}
+	}()
+
+	t.Run("ComponentsRunUnderTheirServiceAccounts", func(t *testing.T) {
+		poll(ctx, t, 120*time.Second, "2 controllers and 3 probers running and ready", func() bool {
+			return len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-controller")) == 2 &&
+				len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-prober")) == 3
+		})
+		t.Logf("pulselb running and ready %s after kubectl apply", time.Since(installed).Round(100*time.Millisecond))
+		for sel, sa := range map[string]string{
+			"app.kubernetes.io/name=pulselb-controller": "pulselb-controller",
+			"app.kubernetes.io/name=pulselb-prober":     "pulselb-prober",
+		} {
+			for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
+				if p.Spec.ServiceAccountName != sa {
+					t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, sa)
+				}
+				for _, st := range p.Status.ContainerStatuses {
+					if st.Image != cluster.PulselbImage && !strings.HasSuffix(st.Image, "/"+cluster.PulselbImage) {
+						t.Errorf("pod %s container %s runs image %q, want %s", p.Name, st.Name, st.Image, cluster.PulselbImage)
+					}
+					if !strings.HasPrefix(st.ContainerID, "containerd://") {
+						t.Errorf("pod %s container %s has ID %q: not run by containerd", p.Name, st.Name, st.ContainerID)
+					}
+				}
+			}
+		}
+		poll(ctx, t, 45*time.Second, "one controller leading", func() bool { return len(leaderPods(ctx, t, c)) == 1 })
+	})
+
+	const ns = "shop"
+	if err := c.CreateNamespaces(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	createKubeletWeb(ctx, t, cs, ns)
+	nodeOf := map[string]string{}
+	for n, ip := range c.NodeIPs() {
+		nodeOf[ip] = n
+	}
+
+	var ingress []string
+	t.Run("ProxiesPublishedThroughPortmap", func(t *testing.T) {
+		poll(ctx, t, 90*time.Second, "shop/web with 2 ingress IPs of kubelet nodes", func() bool {
+			ingress = ingressIPs(ctx, cs, ns, "web")
+			return len(ingress) == 2
+		})
+		for _, ip := range ingress {
+			node, ok := nodeOf[ip]
+			if !ok {
+				t.Fatalf("ingress %s is not a node IP (%v)", ip, nodeOf)
+			}
+			// The CNI portmap plugin's DNAT for the proxy's hostPorts, in
+			// the node's namespace.
+			out, err := c.Exec(ctx, node, "iptables-save", "-t", "nat")
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			for _, want := range []string{"-p tcp -m tcp --dport 80 ", "-p udp -m udp --dport 5353 "} {
+				if !hostPortRule(string(out), want) {
+					t.Errorf("node %s has no CNI-DN hostPort rule with %q:\n%s", node, want, out)
+				}
+			}
+		}
+		t.Logf("status.loadBalancer.ingress = %v", ingress)
+	})
+	if len(ingress) != 2 {
+		t.Fatal("no ingress")
+	}
+
+	t.Run("ProxyRunsIptablesModeInItsOwnNamespace", func(t *testing.T) {
+		pods := readyPods(ctx, t, cs, systemNamespace, proxyAppSelector)
+		if len(pods) != 2 {
+			t.Fatalf("%d proxy pods ready, want 2", len(pods))
+		}
+		for _, p := range pods {
+			log, err := c.ContainerLog(systemNamespace, p.Name, p.Spec.Containers[0].Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(strings.Split(string(log), "\n"), func(l string) bool {
+				return strings.Contains(l, `"Started proxy"`) && strings.Contains(l, ` mode="iptables"`)
+			}) {
+				t.Errorf("proxy %s did not start in iptables mode:\n%s", p.Name, tail(string(log), 20))
+			}
+			rules, err := c.PodExec(ctx, systemNamespace, p.Name, "iptables-save", "-t", "nat")
+			if err != nil {
+				t.Fatalf("%v: %s", err, rules)
+			}
+			if !strings.Contains(string(rules), ":PULSELB-PREROUTING") {
+				t.Errorf("proxy pod %s's namespace has no PULSELB-PREROUTING chain:\n%s", p.Name, rules)
+			}
+			node, err := c.Exec(ctx, p.Spec.NodeName, "iptables-save", "-t", "nat")
+			if err != nil {
+				t.Fatalf("%v: %s", err, node)
+			}
+			if strings.Contains(string(node), "PULSELB") {
+				t.Errorf("node %s's nat table holds pulselb rules:\n%s", p.Spec.NodeName, node)
+			}
+		}
+	})
+
+	t.Run("ClientReachesBackendOverTCPAndUDP", func(t *testing.T) {
+		clientReachesWeb(ctx, t, c, ingress)
+		for _, ip := range ingress {
+			addr := net.JoinHostPort(ip, "5353")
+			poll(ctx, t, 30*time.Second, "a UDP echo from "+addr+" in the client namespace", func() bool {
+				return udpEcho(addr, "pulselb "+ip) == nil
+			})
+		}
+	})
+
+	t.Run("BlackholedNodeLeavesStatusAndProxyMoves", func(t *testing.T) {
+		leaderNodes := map[string]bool{}
+		for _, p := range leaderPods(ctx, t, c) {
+			leaderNodes[p.Spec.NodeName] = true
+		}
+		var victim, victimIP string
+		for _, ip := range ingress {
+			if !leaderNodes[nodeOf[ip]] {
+				victim, victimIP = nodeOf[ip], ip
+				break
+			}
+		}
+		if victim == "" {
+			t.Fatalf("every proxy node runs the leader (%v)", leaderNodes)
+		}
+		if err := c.NodeBlackhole(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		t.Cleanup(func() { _ = c.NodeHeal(context.WithoutCancel(ctx), victim) })
+		poll(ctx, t, kubeletFailoverTarget, victimIP+" ("+victim+") gone from shop/web's status", func() bool {
+			return !slices.Contains(ingressIPs(ctx, cs, ns, "web"), victimIP)
+		})
+		t.Logf("failover: %s (%s) left status.loadBalancer.ingress %s after it was blackholed", victim, victimIP, time.Since(start).Round(10*time.Millisecond))
+		var now []string
+		poll(ctx, t, 90*time.Second, "shop/web back to 2 ingress IPs without "+victimIP, func() bool {
+			now = ingressIPs(ctx, cs, ns, "web")
+			return len(now) == 2 && !slices.Contains(now, victimIP)
+		})
+		t.Logf("replacement: status %v %s after the blackhole", now, time.Since(start).Round(10*time.Millisecond))
+		var onNodes []string
+		for _, p := range readyPods(ctx, t, cs, systemNamespace, proxyAppSelector) {
+			onNodes = append(onNodes, p.Spec.NodeName)
+		}
+		if slices.Contains(onNodes, victim) || len(onNodes) != 2 {
+			t.Errorf("ready proxy pods on %v, want 2 off %s", onNodes, victim)
+		}
+		for _, ip := range now {
+			url := fmt.Sprintf("http://%s:80/", ip)
+			poll(ctx, t, 30*time.Second, "an echo pod answering "+url, func() bool {
+				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
+				name, _ := field(string(out), "name")
+				return err == nil && strings.HasPrefix(name, "shop/web-")
+			})
+			addr := net.JoinHostPort(ip, "5353")
+			poll(ctx, t, 30*time.Second, "a UDP echo from "+addr, func() bool { return udpEcho(addr, "after "+ip) == nil })
+		}
+	})
+
+	t.Run("CleanedUp", func(t *testing.T) {
+		dir := c.Dir
+		if err := c.Stop(context.Background()); err != nil {
+			t.Fatalf("stopping: %v", err)
+		}
+		// Containers, mounts, cgroups, kubelet's log links, CNI results,
+		// shim sockets: cluster.Leftovers covers kubelet nodes.
+		if left := cluster.Leftovers(dir); len(left) > 0 {
+			t.Errorf("left behind after Stop: %v", left)
+		}
+	})
+}
+
+// hostPortRule reports whether iptables-save output has a portmap DNAT
+// rule (chain CNI-DN-...) matching spec.
+func hostPortRule(save, spec string) bool {
+	for _, l := range strings.Split(save, "\n") {
+		if strings.HasPrefix(l, "-A CNI-DN-") && strings.Contains(l, spec) && strings.Contains(l, "DNAT") {
+			return true
+		}
+	}
+	return false
+}
+
+// udpEcho sends msg to addr from the client namespace and checks the
+// answer is msg.
+func udpEcho(addr, msg string) error {
+	return cluster.RunInNamespace(cluster.ClientNamespace, func() error {
+		conn, err := net.DialTimeout("udp", addr, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if err := conn.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+			return err
+		}
+		if _, err := conn.Write([]byte(msg)); err != nil {
+			return err
+		}
+		buf := make([]byte, 512)
+		n, err := conn.Read(buf)
+		if err != nil {
+			return err
+		}
+		if string(buf[:n]) != msg {
+			return fmt.Errorf("udp echo from %s: %q, want %q", addr, buf[:n], msg)
+		}
+		return nil
+	})
+}
+
+// createKubeletWeb creates Deployment "web" in ns of two pulselb-echo
+// containers (HTTP on 8080, UDP echo on 5353; a kubelet passes no ports, so
+// they are arguments) and LoadBalancer Service "web" on ports 80/TCP and
+// 5353/UDP in front of them.
+func createKubeletWeb(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	labels := map[string]string{"app": "web"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "echo", Image: cluster.KubeletEchoImage,
+					Args: []string{"--name=$(POD_NAMESPACE)/$(POD_NAME)", "--tcp=8080", "--udp=5353"},
+					Env: []corev1.EnvVar{
+						{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+						{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+					},
+					Ports: []corev1.ContainerPort{
+						{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
+						{Name: "echo-udp", ContainerPort: 5353, Protocol: corev1.ProtocolUDP},
+					},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromString("http")}}, PeriodSeconds: 1},
+				}}},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating deployment: %v", err)
+	}
+	created := time.Now()
+	poll(ctx, t, 60*time.Second, "2 web pods running and ready", func() bool { return len(readyPods(ctx, t, cs, ns, "app=web")) == 2 })
+	t.Logf("2 web pods ready %s after the Deployment was created", time.Since(created).Round(100*time.Millisecond))
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: labels,
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")},
+				{Name: "echo-udp", Port: 5353, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("echo-udp")},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating service: %v", err)
+	}
+}
+
+// TestOverlayBaseOverridesOnlyTheImage checks the install overlay changes
+// the image of every container and the controller's --proxy-image, and
+// nothing else of deploy/base.
+func TestOverlayBaseOverridesOnlyTheImage(t *testing.T) {
+	base, err := deploy.Build(filepath.Join("..", "..", "deploy", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := overlayBase(t, cluster.PulselbImage)
+	if len(over) != len(base) {
+		t.Fatalf("overlay has %d objects, base %d", len(over), len(base))
+	}
+	replaced := 0
+	for i := range base {
+		b, o := base[i], over[i] // changed in place: built for this test only
+		for _, ctrs := range [][2][]map[string]any{
+			{unstructuredSlice(b.Object, "spec", "template", "spec", "containers"), unstructuredSlice(o.Object, "spec", "template", "spec", "containers")},
+			{unstructuredSlice(b.Object, "spec", "template", "spec", "initContainers"), unstructuredSlice(o.Object, "spec", "template", "spec", "initContainers")},
+		} {
+			for j := range ctrs[1] {
+				if img := ctrs[1][j]["image"]; img != cluster.PulselbImage {
+					t.Errorf("%s %s container %v runs %v, want %s", o.GetKind(), o.GetName(), ctrs[1][j]["name"], img, cluster.PulselbImage)
+				}
+				ctrs[1][j]["image"] = ctrs[0][j]["image"]
+				args, _ := ctrs[1][j]["args"].([]any)
+				for k, a := range args {
+					if a == "--proxy-image="+cluster.PulselbImage {
+						args[k] = ctrs[0][j]["args"].([]any)[k]
+						replaced++
+					}
+				}
+			}
+		}
+		bj, _ := b.MarshalJSON()
+		oj, _ := o.MarshalJSON()
+		if string(bj) != string(oj) {
+			t.Errorf("%s %s differs beyond the image:\nbase    %s\noverlay %s", o.GetKind(), o.GetName(), bj, oj)
+		}
+	}
+	if replaced != 1 {
+		t.Errorf("--proxy-image replaced %d times, want once", replaced)
+	}
+}
+
+// TestChartWithImageMatchesKubeletInstall checks the Helm chart rendered
+// with only image.repository and image.tag set (and the base's namespace
+// value) is, object for object, what TestKubeletInstall installs on real
+// kubelets: a Helm user gets the same install. The one difference is the
+// app.kubernetes.io/version label, which the chart takes from the image tag
+// and a kustomize image override leaves at the chart's appVersion.
+func TestChartWithImageMatchesKubeletInstall(t *testing.T) {
+	name, tag, _ := strings.Cut(cluster.PulselbImage, ":")
+	values := deploy.BaseValues()
+	values["image"] = map[string]any{"repository": name, "tag": tag}
+	docs, err := deploy.Render(filepath.Join("..", "..", "deploy", "helm", "pulselb"), values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(o *unstructured.Unstructured) string {
+		return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+	}
+	versionLabel := regexp.MustCompile(`"app.kubernetes.io/version":"[^"]*"`)
+	normal := func(o *unstructured.Unstructured) string {
+		b, err := o.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return versionLabel.ReplaceAllString(string(b), `"app.kubernetes.io/version":"V"`)
+	}
+	chart := map[string]string{}
+	for _, o := range deploy.Objects(docs) {
+		chart[key(o)] = normal(o)
+	}
+	over := overlayBase(t, cluster.PulselbImage)
+	if len(over) != len(chart) {
+		t.Errorf("chart renders %d objects, the install overlay has %d", len(chart), len(over))
+	}
+	for _, o := range over {
+		if got, ok := chart[key(o)]; !ok {
+			t.Errorf("%s is installed but not rendered by the chart", key(o))
+		} else if want := normal(o); got != want {
+			t.Errorf("%s differs:\nchart   %s\noverlay %s", key(o), got, want)
+		}
+	}
+}
