@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,6 +149,11 @@ func TestExternalVantages(t *testing.T) {
 		}
 		poll(ctx, t, 10*time.Second, "ExternalPathDown Events on both Services", func() bool {
 			return hasEventOn(ctx, t, cs, "shop", "web-adv", "ExternalPathDown") && hasEventOn(ctx, t, cs, "shop", "web-req", "ExternalPathDown")
+		})
+		// The dashboard of the leading controller shows the external
+		// vantage's column, Down for the victim, outside the verdict.
+		poll(ctx, t, 10*time.Second, "the dashboard's external-vps column Down on "+victim+" for shop/web-adv", func() bool {
+			return externalColumnState(ctx, t, c, "shop/web-adv", victim, "external-vps") == "Down"
 		})
 		if got := reason("web-adv"); got != "False/Unreachable" {
 			t.Errorf("web-adv condition %s, want False/Unreachable", got)
@@ -393,4 +401,59 @@ func (p *vantageProcess) alive(t *testing.T) {
 		t.Fatalf("external vantage exited (%v): %s", p.err, tail(string(b), 20))
 	default:
 	}
+}
+
+// externalColumnState returns the state in the leading controller's
+// dashboard (/api/v1/state on its pod's port 9471) of vantage's column for
+// service's target on node, "" when the dashboard does not show it as an
+// external vantage's.
+func externalColumnState(ctx context.Context, t *testing.T, c *cluster.Cluster, service, node, vantage string) string {
+	t.Helper()
+	leaders := leaderPods(ctx, t, c)
+	if len(leaders) != 1 || leaders[0].Status.PodIP == "" {
+		return ""
+	}
+	url := "http://" + net.JoinHostPort(leaders[0].Status.PodIP, "9471") + "/api/v1/state"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var st struct {
+		ExternalVantages []string `json:"externalVantages"`
+		Services         []struct {
+			Name    string `json:"name"`
+			Targets []struct {
+				Node     string `json:"node"`
+				Vantages []struct {
+					Vantage  string `json:"vantage"`
+					External bool   `json:"external"`
+					State    string `json:"state"`
+				} `json:"vantages"`
+			} `json:"targets"`
+		} `json:"services"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || !slices.Contains(st.ExternalVantages, vantage) {
+		return ""
+	}
+	for _, svc := range st.Services {
+		if svc.Name != service {
+			continue
+		}
+		for _, tg := range svc.Targets {
+			if tg.Node != node {
+				continue
+			}
+			for _, v := range tg.Vantages {
+				if v.Vantage == vantage && v.External {
+					return v.State
+				}
+			}
+		}
+	}
+	return ""
 }
