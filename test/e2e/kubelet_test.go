@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -124,30 +125,7 @@ func TestKubeletInstall(t *testing.T) {
 	}()
 
 	t.Run("ComponentsRunUnderTheirServiceAccounts", func(t *testing.T) {
-		poll(ctx, t, 120*time.Second, "2 controllers and 3 probers running and ready", func() bool {
-			return len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-controller")) == 2 &&
-				len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-prober")) == 3
-		})
-		t.Logf("pulselb running and ready %s after kubectl apply", time.Since(installed).Round(100*time.Millisecond))
-		for sel, sa := range map[string]string{
-			"app.kubernetes.io/name=pulselb-controller": "pulselb-controller",
-			"app.kubernetes.io/name=pulselb-prober":     "pulselb-prober",
-		} {
-			for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
-				if p.Spec.ServiceAccountName != sa {
-					t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, sa)
-				}
-				for _, st := range p.Status.ContainerStatuses {
-					if st.Image != cluster.PulselbImage && !strings.HasSuffix(st.Image, "/"+cluster.PulselbImage) {
-						t.Errorf("pod %s container %s runs image %q, want %s", p.Name, st.Name, st.Image, cluster.PulselbImage)
-					}
-					if !strings.HasPrefix(st.ContainerID, "containerd://") {
-						t.Errorf("pod %s container %s has ID %q: not run by containerd", p.Name, st.Name, st.ContainerID)
-					}
-				}
-			}
-		}
-		poll(ctx, t, 45*time.Second, "one controller leading", func() bool { return len(leaderPods(ctx, t, c)) == 1 })
+		kubeletComponentsRun(ctx, t, c, installed)
 	})
 
 	const ns = "shop"
@@ -222,16 +200,21 @@ func TestKubeletInstall(t *testing.T) {
 	})
 
 	t.Run("ClientReachesBackendOverTCPAndUDP", func(t *testing.T) {
-		clientReachesWeb(ctx, t, c, ingress)
-		for _, ip := range ingress {
-			addr := net.JoinHostPort(ip, "5353")
-			poll(ctx, t, 30*time.Second, "a UDP echo from "+addr+" in the client namespace", func() bool {
-				return udpEcho(addr, "pulselb "+ip) == nil
-			})
-		}
+		clientReachesWebOverTCPAndUDP(ctx, t, c, ingress)
 	})
 
 	t.Run("BlackholedNodeLeavesStatusAndProxyMoves", func(t *testing.T) {
+		// CleanedUp stops the cluster: say what went wrong while it is up.
+		defer func() {
+			if t.Failed() {
+				t.Logf("pods in %s: %s", systemNamespace, describePods(ctx, cs, systemNamespace))
+				t.Logf("controller logs:\n%s", controllerLogs(ctx, t, c))
+				for _, p := range listPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-prober") {
+					log, _ := c.ContainerLog(systemNamespace, p.Name, p.Spec.Containers[0].Name)
+					t.Logf("prober %s on %s:\n%s", p.Name, p.Spec.NodeName, tail(string(log), 30))
+				}
+			}
+		}()
 		leaderNodes := map[string]bool{}
 		for _, p := range leaderPods(ctx, t, c) {
 			leaderNodes[p.Spec.NodeName] = true
@@ -246,6 +229,28 @@ func TestKubeletInstall(t *testing.T) {
 		if victim == "" {
 			t.Fatalf("every proxy node runs the leader (%v)", leaderNodes)
 		}
+		// The failover target is for a steady cluster: every proxy node
+		// probed Up by both of its vantages (the other two nodes) first.
+		dyn, err := dynamic.NewForConfig(c.RESTConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, 60*time.Second, "shop/web:80 Up in both vantages' reports on every proxy node", func() bool {
+			reports := listReports(ctx, t, dyn)
+			for _, ip := range ingress {
+				if upVotes(reports, "shop/web", 80, nodeOf[ip]) < 2 {
+					return false
+				}
+			}
+			return true
+		})
+		defer func() {
+			if t.Failed() {
+				for _, r := range listReports(ctx, t, dyn) {
+					t.Logf("report %s: %+v", r.name, r.Status.Results)
+				}
+			}
+		}()
 		if err := c.NodeBlackhole(ctx, victim); err != nil {
 			t.Fatal(err)
 		}
@@ -291,6 +296,53 @@ func TestKubeletInstall(t *testing.T) {
 			t.Errorf("left behind after Stop: %v", left)
 		}
 	})
+}
+
+// kubeletComponentsRun waits for pulselb's 2 controllers and 3 probers to
+// run and be ready (installed is when they were applied), each under its own
+// ServiceAccount, in the test image, run by containerd, and for one
+// controller to lead.
+func kubeletComponentsRun(ctx context.Context, t *testing.T, c *cluster.Cluster, installed time.Time) {
+	t.Helper()
+	cs := c.Client
+	poll(ctx, t, 120*time.Second, "2 controllers and 3 probers running and ready", func() bool {
+		return len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-controller")) == 2 &&
+			len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-prober")) == 3
+	})
+	t.Logf("pulselb running and ready %s after the install", time.Since(installed).Round(100*time.Millisecond))
+	for sel, sa := range map[string]string{
+		"app.kubernetes.io/name=pulselb-controller": "pulselb-controller",
+		"app.kubernetes.io/name=pulselb-prober":     "pulselb-prober",
+	} {
+		for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
+			if p.Spec.ServiceAccountName != sa {
+				t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, sa)
+			}
+			for _, st := range p.Status.ContainerStatuses {
+				if st.Image != cluster.PulselbImage && !strings.HasSuffix(st.Image, "/"+cluster.PulselbImage) {
+					t.Errorf("pod %s container %s runs image %q, want %s", p.Name, st.Name, st.Image, cluster.PulselbImage)
+				}
+				if !strings.HasPrefix(st.ContainerID, "containerd://") {
+					t.Errorf("pod %s container %s has ID %q: not run by containerd", p.Name, st.Name, st.ContainerID)
+				}
+			}
+		}
+	}
+	poll(ctx, t, 45*time.Second, "one controller leading", func() bool { return len(leaderPods(ctx, t, c)) == 1 })
+}
+
+// clientReachesWebOverTCPAndUDP checks a client in the client namespace gets
+// answers from shop/web's backends on every ingress IP, over TCP (port 80)
+// and UDP (port 5353).
+func clientReachesWebOverTCPAndUDP(ctx context.Context, t *testing.T, c *cluster.Cluster, ingress []string) {
+	t.Helper()
+	clientReachesWeb(ctx, t, c, ingress)
+	for _, ip := range ingress {
+		addr := net.JoinHostPort(ip, "5353")
+		poll(ctx, t, 30*time.Second, "a UDP echo from "+addr+" in the client namespace", func() bool {
+			return udpEcho(addr, "pulselb "+ip) == nil
+		})
+	}
 }
 
 // hostPortRule reports whether iptables-save output has a portmap DNAT
