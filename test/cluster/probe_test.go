@@ -162,7 +162,7 @@ func TestProbeOnce(t *testing.T) {
 		{"grpc not serving", &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: grpcPort, Service: ptrString("down")}}}, false},
 		{"no handler", &corev1.Probe{}, false},
 	}
-	rt := &podRuntime{ip: "127.0.0.1", node: &simNode{}}
+	rt := &podRuntime{k: ipv4Kubelet, ip: "127.0.0.1", node: &simNode{}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -283,7 +283,7 @@ func TestStartupProbeGates(t *testing.T) {
 			// Readiness passes at once, but must wait for startup.
 			c := corev1.Container{Name: "app", StartupProbe: tt.startup, ReadinessProbe: tcp(open.Addr().(*net.TCPAddr).Port, 1)}
 			st := &containerState{running: true}
-			rt := &podRuntime{key: "default/p", ip: "127.0.0.1", node: &simNode{}, containers: map[string]*containerState{"app": st}}
+			rt := &podRuntime{k: ipv4Kubelet, key: "default/p", ip: "127.0.0.1", node: &simNode{}, containers: map[string]*containerState{"app": st}}
 			pctx, cancel := context.WithTimeout(ctx, 8*time.Second)
 			defer cancel()
 			done := make(chan struct{})
@@ -339,7 +339,7 @@ func TestStatusReadyFollowsProbes(t *testing.T) {
 		gated.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: "example.com/lb"}}
 		up := containerState{running: true, started: true, ready: true}
 		a, b := up, up
-		rt := &podRuntime{ip: "198.18.129.2", node: &simNode{internalIP: "198.18.1.1"}, initDone: true,
+		rt := &podRuntime{k: ipv4Kubelet, ip: "198.18.129.2", node: &simNode{internalIP: "198.18.1.1"}, initDone: true,
 			containers: map[string]*containerState{"a": &a, "b": &b}}
 		for _, gate := range []corev1.ConditionStatus{"", corev1.ConditionFalse, corev1.ConditionTrue} {
 			gated.Status.Conditions = nil
@@ -360,7 +360,7 @@ func TestStatusReadyFollowsProbes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, b := tt.a, tt.b
-			rt := &podRuntime{ip: "198.18.129.2", node: &simNode{internalIP: "198.18.1.1"}, initDone: true,
+			rt := &podRuntime{k: ipv4Kubelet, ip: "198.18.129.2", node: &simNode{internalIP: "198.18.1.1"}, initDone: true,
 				containers: map[string]*containerState{"a": &a, "b": &b}}
 			st := rt.status(pod)
 			var ready corev1.ConditionStatus
@@ -428,7 +428,7 @@ func startProbes(ctx context.Context, t *testing.T, c corev1.Container, p *proce
 // newTestRuntime is a runtime of a pod on a node with the given
 // containers, for tests that call its methods directly.
 func newTestRuntime(containers map[string]*containerState) *podRuntime {
-	return &podRuntime{key: "default/p", ip: "127.0.0.1", node: &simNode{internalIP: "198.18.1.1"}, initDone: true,
+	return &podRuntime{k: ipv4Kubelet, key: "default/p", ip: "127.0.0.1", node: &simNode{internalIP: "198.18.1.1"}, initDone: true,
 		terminating: make(chan struct{}), kill: make(chan struct{}), containers: containers}
 }
 
@@ -465,3 +465,7 @@ func acceptingListener(t *testing.T) net.Listener {
 	}()
 	return l
 }
+
+// ipv4Kubelet is the simulator of an IPv4-only cluster (the default
+// Options) that the podRuntimes under test belong to.
+var ipv4Kubelet = &kubelet{c: &Cluster{}}
