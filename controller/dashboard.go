@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/status"
 )
@@ -387,19 +388,25 @@ func vantageResults(reports status.Reports, t healthTarget) []dashboard.VantageR
 			continue
 		}
 		vr.Stale = !fresh
-		if obs := reports.Observation(v, t.Target); obs != nil {
-			vr.State, vr.Outcome, vr.Message = string(obs.State), obs.Outcome, obs.Message
-			if obs.Latency != nil {
-				vr.LatencySeconds = obs.Latency.Seconds()
-			}
-			if obs.LastChange != nil {
-				vr.LastChange = obs.LastChange.Time
-			}
-		}
+		setObservation(&vr, reports.Observation(v, t.Target))
 		out = append(out, vr)
 	}
 	slices.SortFunc(out, func(a, b dashboard.VantageResult) int { return strings.Compare(a.Vantage, b.Vantage) })
 	return out
+}
+
+// setObservation fills vr with what a vantage observed, if anything.
+func setObservation(vr *dashboard.VantageResult, obs *v1alpha1.Observation) {
+	if obs == nil {
+		return
+	}
+	vr.State, vr.Outcome, vr.Message = string(obs.State), obs.Outcome, obs.Message
+	if obs.Latency != nil {
+		vr.LatencySeconds = obs.Latency.Seconds()
+	}
+	if obs.LastChange != nil {
+		vr.LastChange = obs.LastChange.Time
+	}
 }
 
 // externalResults returns what each external vantage in names reported
@@ -410,15 +417,7 @@ func externalResults(reports status.Reports, t healthTarget, names []string) []d
 		vr := dashboard.VantageResult{Vantage: v, External: true, State: status.VerdictUnknown.String()}
 		fresh, _ := reports.Vantage(v)
 		vr.Stale = !fresh
-		if obs := reports.Observation(v, t.Target); obs != nil {
-			vr.State, vr.Outcome, vr.Message = string(obs.State), obs.Outcome, obs.Message
-			if obs.Latency != nil {
-				vr.LatencySeconds = obs.Latency.Seconds()
-			}
-			if obs.LastChange != nil {
-				vr.LastChange = obs.LastChange.Time
-			}
-		}
+		setObservation(&vr, reports.Observation(v, t.Target))
 		out = append(out, vr)
 	}
 	return out
