@@ -577,6 +577,27 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
+// TagImage gives the image src the reference dst on every kubelet node,
+// as a registry serves a new tag of the same build: a pod spec moved to
+// dst rolls its pods, and each kubelet finds dst without a pull.
+func (c *Cluster) TagImage(ctx context.Context, src, dst string) error {
+	tagged := 0
+	for _, n := range c.kubelet.nodeList() {
+		if n.real == nil {
+			continue
+		}
+		if _, err := output(ctx, filepath.Join(c.bin, "ctr"), "--address", n.real.socket, "--namespace", "k8s.io",
+			"images", "tag", "--force", src, dst); err != nil {
+			return fmt.Errorf("tagging %s as %s on node %s: %w", src, dst, n.name, err)
+		}
+		tagged++
+	}
+	if tagged == 0 {
+		return errors.New("tagging images: the cluster has no kubelet nodes")
+	}
+	return nil
+}
+
 // stop stops the kubelet, then containerd; their containers run on until
 // teardown kills what is left in the node's cgroups.
 func (rn *realNode) stop() {

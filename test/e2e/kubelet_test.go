@@ -203,6 +203,14 @@ func TestKubeletInstall(t *testing.T) {
 		clientReachesWebOverTCPAndUDP(ctx, t, c, ingress)
 	})
 
+	t.Run("RollingUpgradeLosesNoRequest", func(t *testing.T) {
+		kubeletRollingUpgrade(ctx, t, c, a, ns)
+	})
+	// The upgrade may have moved proxies.
+	if ingress = ingressIPs(ctx, cs, ns, "web"); len(ingress) != 2 {
+		t.Fatalf("after the upgrade, web's status is %v", ingress)
+	}
+
 	t.Run("BlackholedNodeLeavesStatusAndProxyMoves", func(t *testing.T) {
 		// CleanedUp stops the cluster: say what went wrong while it is up.
 		defer func() {

@@ -25,8 +25,9 @@ type Options struct {
 	Name string
 	// Port is the Service's TCP port; it answers HTTP.
 	Port int
-	// Resolver resolves Name.
-	Resolver *Resolver
+	// Resolver resolves Name: a *Resolver asks DNS servers; a test may
+	// give another source of addresses, such as a Service's status.
+	Resolver Lookuper
 	// Timeout bounds one request, connection included; default 1 s.
 	Timeout time.Duration
 	// MaxRequests and MaxDuration bound the run; defaults 100,000 and
@@ -39,6 +40,13 @@ type Options struct {
 	// Run runs the request loop, for example on a thread in another
 	// network namespace (cluster.RunInNamespace); default: in place.
 	Run func(func() error) error
+}
+
+// Lookuper resolves a name to the addresses a client sends to, with
+// answers cached as a stub resolver caches them. The client calls it from
+// its one request loop.
+type Lookuper interface {
+	Lookup(name string) (addrs []netip.Addr, fresh bool, err error)
 }
 
 // Request is one request the client sent.
