@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/pulselb/pulselb/test/cluster"
@@ -169,7 +170,7 @@ func TestRBAC(t *testing.T) {
 			own, err = res.Get(ctx, "node-1", metav1.GetOptions{})
 			return err == nil
 		})
-		if _, err := res.Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		if err := dryRunReportUpdate(ctx, res, res, "node-1"); err != nil {
 			t.Errorf("the node-1 prober's token updating node-1's report: %v", err)
 		}
 
@@ -192,7 +193,7 @@ func TestRBAC(t *testing.T) {
 
 		// A token not bound to a pod carries no node: refused even for node-1.
 		unbound := proberClient(ctx, t, c, nil).Resource(probeReportResource).Namespace(sys)
-		_, err := unbound.Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		err := dryRunReportUpdate(ctx, res, unbound, own.GetName())
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "no node-name claim") {
 			t.Errorf("an unbound prober token updating node-1's report: %v, want Forbidden for the missing claim", err)
 		}
@@ -219,7 +220,7 @@ func TestRBAC(t *testing.T) {
 		if own.Spec.HolderIdentity == nil || *own.Spec.HolderIdentity != "node-1" || own.Labels["app.kubernetes.io/name"] != "pulselb-prober" {
 			t.Errorf("node-1's Lease: holder %v, labels %v; want node-1 and the prober's labels", own.Spec.HolderIdentity, own.Labels)
 		}
-		if _, err := leases.Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		if err := dryRunLeaseUpdate(ctx, cs, leases, own.Name); err != nil {
 			t.Errorf("the node-1 prober's token updating node-1's Lease: %v", err)
 		}
 
@@ -231,8 +232,8 @@ func TestRBAC(t *testing.T) {
 		})
 		for _, name := range []string{"pulselb-prober-node-2", "pulselb-prober-node-2-forged", "node-1", "pulselb-controller"} {
 			var err error
-			if cur, getErr := cs.CoordinationV1().Leases(sys).Get(ctx, name, metav1.GetOptions{}); getErr == nil {
-				_, err = leases.Update(ctx, cur, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			if _, getErr := cs.CoordinationV1().Leases(sys).Get(ctx, name, metav1.GetOptions{}); getErr == nil {
+				err = dryRunLeaseUpdate(ctx, cs, leases, name)
 			} else {
 				_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: sys}},
 					metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -247,7 +248,7 @@ func TestRBAC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = unbound.CoordinationV1().Leases(sys).Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		err = dryRunLeaseUpdate(ctx, cs, unbound.CoordinationV1().Leases(sys), own.Name)
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "no node-name claim") {
 			t.Errorf("an unbound prober token updating node-1's Lease: %v, want Forbidden for the missing claim", err)
 		}
@@ -317,4 +318,39 @@ func proberClient(ctx context.Context, t *testing.T, c *cluster.Cluster, obj *au
 		t.Fatal(err)
 	}
 	return d
+}
+
+// dryRunLeaseUpdate sends, as the client as, a dry-run update of the Lease name as it
+// is now, read by admin. The Lease's holder renews it every few seconds, and
+// the API server answers a stale resourceVersion with a Conflict before
+// admission sees the request: a Conflict is retried with the Lease read
+// again, so the answer is the one about who may write.
+func dryRunLeaseUpdate(ctx context.Context, admin kubernetes.Interface, as coordinationv1client.LeaseInterface, name string) error {
+	var err error
+	for range 10 {
+		var cur *coordinationv1.Lease
+		if cur, err = admin.CoordinationV1().Leases(systemNamespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if _, err = as.Update(ctx, cur, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// dryRunReportUpdate is dryRunLeaseUpdate for the ProbeReport name, read
+// through get, which the prober rewrites on every change.
+func dryRunReportUpdate(ctx context.Context, get, as dynamic.ResourceInterface, name string) error {
+	var err error
+	for range 10 {
+		var cur *unstructured.Unstructured
+		if cur, err = get.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if _, err = as.Update(ctx, cur, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
 }
