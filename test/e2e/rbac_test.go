@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/pulselb/pulselb/test/cluster"
 )
@@ -320,37 +321,31 @@ func proberClient(ctx context.Context, t *testing.T, c *cluster.Cluster, obj *au
 	return d
 }
 
-// dryRunLeaseUpdate sends, as the client as, a dry-run update of the Lease name as it
-// is now, read by admin. The Lease's holder renews it every few seconds, and
-// the API server answers a stale resourceVersion with a Conflict before
-// admission sees the request: a Conflict is retried with the Lease read
-// again, so the answer is the one about who may write.
+// dryRunLeaseUpdate sends, as the client as, a dry-run update of the
+// Lease name as admin reads it now. The Lease's holder renews it every few
+// seconds, and the API server answers a stale resourceVersion with a
+// Conflict before admission sees the request: after a Conflict the Lease is
+// read again, so the answer is the one about who may write.
 func dryRunLeaseUpdate(ctx context.Context, admin kubernetes.Interface, as coordinationv1client.LeaseInterface, name string) error {
-	var err error
-	for range 10 {
-		var cur *coordinationv1.Lease
-		if cur, err = admin.CoordinationV1().Leases(systemNamespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := admin.CoordinationV1().Leases(systemNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
 			return err
 		}
-		if _, err = as.Update(ctx, cur, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsConflict(err) {
-			return err
-		}
-	}
-	return err
+		_, err = as.Update(ctx, cur, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 }
 
 // dryRunReportUpdate is dryRunLeaseUpdate for the ProbeReport name, read
 // through get, which the prober rewrites on every change.
 func dryRunReportUpdate(ctx context.Context, get, as dynamic.ResourceInterface, name string) error {
-	var err error
-	for range 10 {
-		var cur *unstructured.Unstructured
-		if cur, err = get.Get(ctx, name, metav1.GetOptions{}); err != nil {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := get.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
 			return err
 		}
-		if _, err = as.Update(ctx, cur, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsConflict(err) {
-			return err
-		}
-	}
-	return err
+		_, err = as.Update(ctx, cur, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 }
