@@ -98,6 +98,12 @@ type Config struct {
 	// Scheduler tunes the probe scheduler; OnChange is the agent's own and
 	// is overwritten.
 	Scheduler prober.Config
+	// SourceAddrs are the addresses probes are sent from, at most one per
+	// IP family: a target is probed from the one of its family, or from
+	// the address the kernel picks when there is none (the default). A
+	// benchmark running many agents on one host gives each its own node
+	// address, as each prober pod has on its node.
+	SourceAddrs []netip.Addr
 }
 
 // Reports is where the agent writes its report; *v1alpha1.Client is one.
@@ -136,7 +142,8 @@ type Agent struct {
 	mu sync.Mutex
 	// meta describes each target the scheduler probes.
 	meta map[string]report.Target
-	// probers caches built probers by key and spec text.
+	// probers caches built probers by target key, spec text and source
+	// address, for the targets of the last refresh.
 	probers map[string]builtProber
 
 	// last is the report as last read or written; written is the status
@@ -372,6 +379,11 @@ func (a *Agent) refresh(ctx context.Context) {
 	}
 	a.mu.Lock()
 	a.meta = meta
+	for key := range a.probers {
+		if _, ok := meta[key]; !ok {
+			delete(a.probers, key) // its target is gone
+		}
+	}
 	a.mu.Unlock()
 	a.sched.Set(targets)
 	klog.FromContext(ctx).V(2).Info("Updated probe targets", "count", len(targets))
@@ -414,7 +426,7 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 		if v.Node == self || !addr[v.Node].IsValid() || !mine(key, v.Node) {
 			continue
 		}
-		p, err := a.prober(ctx, key, string(prober.TCP), "")
+		p, err := a.prober(key, string(prober.TCP), "", addr[v.Node])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -446,10 +458,6 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 			if _, dup := meta[key]; dup || port.Port <= 0 || port.Port > 65535 || !mine(key, node) {
 				continue
 			}
-			p, err := a.prober(ctx, key, pr.Text, svc.Namespace)
-			if err != nil {
-				return nil, nil, err
-			}
 			// One target per family the Service is published in, each on
 			// the node's own address of that family: a dual-stack
 			// Service's IPv6 is probed over IPv6. The vantages are the
@@ -459,6 +467,10 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 				tkey := key
 				if i > 0 {
 					tkey = key + "|" + ip.String()
+				}
+				p, err := a.prober(tkey, pr.Text, svc.Namespace, ip)
+				if err != nil {
+					return nil, nil, err
 				}
 				t := prober.Target{Key: tkey, Addr: netip.AddrPortFrom(ip, uint16(port.Port)), Protocol: pr.Spec.Protocol, Prober: p,
 					Interval: pr.Interval, Timeout: pr.Timeout, Rise: pr.Rise, Fall: pr.Fall}
@@ -471,18 +483,21 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 }
 
 // prober returns the cached prober of key for spec text, building it when
-// the text changed. Its Secrets resolve only for namespace.
-func (a *Agent) prober(_ context.Context, key, text, namespace string) (prober.Prober, error) {
+// the text changed. Its Secrets resolve only for namespace; it probes
+// from the source address for target (Config.SourceAddrs).
+func (a *Agent) prober(key, text, namespace string, target netip.Addr) (prober.Prober, error) {
+	src := a.source(target)
+	id := text + "\x00" + namespace + "\x00" + src.String()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if b, ok := a.probers[key]; ok && b.spec == text+"\x00"+namespace {
+	if b, ok := a.probers[key]; ok && b.spec == id {
 		return b.prober, nil
 	}
 	spec, err := prober.Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("parsing probe spec of %s: %w", key, err)
 	}
-	opts := prober.Options{Secrets: Secrets{Lister: a.secrets, Namespace: namespace}}
+	opts := prober.Options{Secrets: Secrets{Lister: a.secrets, Namespace: namespace}, LocalAddr: src}
 	if a.cfg.External {
 		// An external vantage reads no Secrets: a mysql probe logs in as a
 		// user that does not exist, whose refusal (1045) says the server is
@@ -498,8 +513,19 @@ func (a *Agent) prober(_ context.Context, key, text, namespace string) (prober.P
 	}
 	// A new prober makes the scheduler forget the certificate the old one
 	// saw, which may have come from another name or port.
-	a.probers[key] = builtProber{spec: text + "\x00" + namespace, prober: p}
+	a.probers[key] = builtProber{spec: id, prober: p}
 	return p, nil
+}
+
+// source is the address of Config.SourceAddrs in target's family, or the
+// zero Addr (the kernel's choice) when it has none.
+func (a *Agent) source(target netip.Addr) netip.Addr {
+	for _, s := range a.cfg.SourceAddrs {
+		if s.Unmap().Is4() == target.Unmap().Is4() {
+			return s
+		}
+	}
+	return netip.Addr{}
 }
 
 // Report returns the report status the agent would write now.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -536,5 +537,70 @@ func TestTargetsPerFamily(t *testing.T) {
 		if !slices.Equal(got[svc], w) {
 			t.Errorf("%s probed on %v, want %v", svc, got[svc], w)
 		}
+	}
+}
+
+// TestSourceAddrs: probes leave from the source address of their target's
+// family, and a target that is gone takes its prober with it.
+func TestSourceAddrs(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	src := netip.MustParseAddr("127.0.0.5")
+	from := make(chan netip.Addr, 16)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyLn := serve(t, ln, func(c net.Conn) {
+		select {
+		case from <- netip.MustParseAddrPort(c.RemoteAddr().String()).Addr():
+		default:
+		}
+		c.Close()
+	})
+	port := int32(netip.MustParseAddrPort(proxyLn.Addr().String()).Port())
+	web := service("web", map[string]string{contract.AnnotationProbeInterval: "100ms", contract.AnnotationRise: "1", contract.AnnotationFall: "1"},
+		corev1.ServicePort{Name: "http", Port: port, Protocol: corev1.ProtocolTCP})
+	f := newFixture(t, ctx, "n2", Config{
+		SourceAddrs:      []netip.Addr{netip.MustParseAddr("fd00:198:18::9"), src},
+		MinWriteInterval: 20 * time.Millisecond,
+		Scheduler:        prober.Config{Interval: 100 * time.Millisecond, Rise: 1, Fall: 1},
+	}, true, web, node("n1", "127.0.0.1", ""), node("n2", "127.0.0.2", ""), proberPod("n1"), proberPod("n2"), proxyPod(web, "n1"))
+	a := f.agent
+	if got := a.source(netip.MustParseAddr("fd00:198:18::1")); got != netip.MustParseAddr("fd00:198:18::9") {
+		t.Errorf("source of an IPv6 target %v, want the IPv6 source", got)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+
+	key := contract.TargetKey("shop/web", "TCP", port, "n1")
+	waitReport(t, ctx, f.reports, "n2", "target Up", func(r *v1alpha1.ProbeReport) bool {
+		res := resultsByTarget(r)[key]
+		return res != nil && res.State == v1alpha1.StateUp
+	})
+	if got := <-from; got != src {
+		t.Errorf("probe came from %v, want %v", got, src)
+	}
+
+	// The proxy pod goes: its target's prober is dropped; the beacon's stays.
+	if err := f.client.CoreV1().Pods(systemNS).Delete(ctx, "pulselb-web-n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		_, target := a.probers[key]
+		_, beacon := a.probers[contract.BeaconKey("n1")]
+		return !target && beacon, nil
+	})
+	if err != nil {
+		a.mu.Lock()
+		t.Errorf("probers after the proxy pod left: %v", slices.Collect(maps.Keys(a.probers)))
+		a.mu.Unlock()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -57,7 +57,7 @@ func (a *Agent) externalTargets(ctx context.Context) ([]prober.Target, map[strin
 				if port.Port <= 0 || port.Port > 65535 {
 					continue
 				}
-				p, err := a.prober(ctx, key, pr.Text, svc.Namespace)
+				p, err := a.prober(key, pr.Text, svc.Namespace, ip)
 				if err != nil {
 					return nil, nil, err
 				}
