@@ -50,6 +50,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -417,8 +418,12 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	memo := &prober.VantageMemo{}
 	var as []*agent.Agent
 	for i := range nodes {
+		// Each agent probes from its own node's address, as a prober pod
+		// does: from one address, 1,000 agents' probes would share one
+		// range of ephemeral ports and fill it with TIME-WAIT sockets.
 		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: prober.DefaultVantages, VantageMemo: memo, BeaconPort: beaconPort, Metrics: agentMetrics,
-			Scheduler: prober.Config{Interval: *beaconInterval, Metrics: probeMetrics}}
+			Scheduler:   prober.Config{Interval: *beaconInterval, Metrics: probeMetrics},
+			SourceAddrs: []netip.Addr{netip.MustParseAddr(nodeIP(i))}}
 		if mode == "lease" {
 			cfg.Leases = cs.CoordinationV1().Leases(systemNS)
 		}
