@@ -219,7 +219,7 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		reportName: reportName,
 		leaseName:  leaseName,
 	}
-	informers := []cache.SharedIndexInformer{cluster.Core().V1().Services().Informer(), cluster.Core().V1().Nodes().Informer()}
+	informers := []cache.SharedIndexInformer{cluster.Core().V1().Services().Informer()}
 	if !cfg.External {
 		a.pods = system.Core().V1().Pods().Lister().Pods(cfg.Namespace)
 		a.secrets = system.Core().V1().Secrets().Lister().Secrets(cfg.Namespace)
@@ -244,6 +244,17 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		}
 		a.synced = append(a.synced, inf.HasSynced)
 	}
+	nodes := cluster.Core().V1().Nodes().Informer()
+	nodeTrigger := trigger
+	nodeTrigger.UpdateFunc = func(oldObj, newObj any) {
+		if nodeUpdateMatters(oldObj, newObj) {
+			poke(a.changed)
+		}
+	}
+	if _, err := nodes.AddEventHandler(nodeTrigger); err != nil {
+		return nil, fmt.Errorf("adding event handler: %w", err)
+	}
+	a.synced = append(a.synced, nodes.HasSynced)
 	klog.FromContext(ctx).V(2).Info("Set up prober agent", "node", cfg.Node, "external", cfg.External, "vantages", cfg.Vantages, "beaconPort", cfg.BeaconPort)
 	return a, nil
 }
@@ -372,6 +383,7 @@ func ServeBeacon(ctx context.Context, ln net.Listener, linger time.Duration) err
 
 // refresh recomputes the targets and hands them to the scheduler.
 func (a *Agent) refresh(ctx context.Context) {
+	a.cfg.Metrics.refreshes.Inc()
 	targets, meta, err := a.targets(ctx)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Computing probe targets failed")
@@ -594,6 +606,24 @@ func nodeAddrOf(n *corev1.Node, family corev1.IPFamily) netip.Addr {
 		}
 	}
 	return netip.Addr{}
+}
+
+// nodeUpdateMatters reports whether a Node update can change the targets,
+// which read of a node its addresses, its Ready condition and its zone
+// label. The rest of a Node changes often in a large cluster and changes
+// no target: the kubelet's periodic status (heartbeat times), the
+// controller's pulselb.io/unhealthy label, taints and other labels. Each
+// such update would otherwise make every prober of the cluster recompute
+// its targets at the same moment.
+func nodeUpdateMatters(oldObj, newObj any) bool {
+	o, ok := oldObj.(*corev1.Node)
+	n, ok2 := newObj.(*corev1.Node)
+	if !ok || !ok2 {
+		return true
+	}
+	return o.Labels[corev1.LabelTopologyZone] != n.Labels[corev1.LabelTopologyZone] ||
+		contract.NodeReady(o) != contract.NodeReady(n) ||
+		!slices.Equal(o.Status.Addresses, n.Status.Addresses)
 }
 
 // familyAddrs returns the addresses a Service port on node n is probed on:

@@ -604,3 +604,87 @@ func TestSourceAddrs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNodeUpdatesThatChangeNoTarget: a Node update that changes none of
+// what the targets read (addresses, Ready, zone) does not make the prober
+// recompute its targets; one that does, does.
+func TestNodeUpdatesThatChangeNoTarget(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n1 := node("n1", "127.0.0.1", "z1")
+	f := newFixture(t, ctx, "n2", Config{}, true, n1, node("n2", "127.0.0.2", "z1"), proberPod("n1"), proberPod("n2"))
+	a := f.agent
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	refreshes := func() float64 { return testutil.ToFloat64(a.cfg.Metrics.refreshes) }
+	// The start's refresh, and the informers' adds that may queue one more.
+	waitReport(t, ctx, f.reports, "n2", "the first report", func(*v1alpha1.ProbeReport) bool { return true })
+	settled := func() float64 {
+		t.Helper()
+		var last float64 = -1
+		for range 50 {
+			cur := refreshes()
+			if cur == last {
+				return cur
+			}
+			last = cur
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("refreshes still growing: %v", last)
+		return 0
+	}
+	before := settled()
+
+	update := func(what string, change func(*corev1.Node)) {
+		t.Helper()
+		cur, err := f.client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(cur)
+		if _, err := f.client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	update("unhealthy label", func(n *corev1.Node) { n.Labels[contract.LabelUnhealthy] = "true" })
+	update("heartbeat", func(n *corev1.Node) { n.Status.Conditions[0].LastHeartbeatTime = metav1.Now() })
+	update("taint", func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}} })
+	// The informer delivers in order: once a later, relevant update has
+	// been handled, the three above have been too.
+	update("not Ready", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse })
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return refreshes() > before, nil
+	})
+	if err != nil {
+		t.Fatalf("a node going not Ready did not recompute the targets")
+	}
+	if got := settled(); got != before+1 {
+		t.Errorf("%v recomputations after four Node updates, want 1 (for Ready only)", got-before)
+	}
+
+	for _, tc := range []struct {
+		what   string
+		change func(*corev1.Node)
+		want   bool
+	}{
+		{"zone", func(n *corev1.Node) { n.Labels[corev1.LabelTopologyZone] = "z2" }, true},
+		{"address", func(n *corev1.Node) { n.Status.Addresses[0].Address = "127.0.0.9" }, true},
+		{"second address", func(n *corev1.Node) {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00:198:18::1"})
+		}, true},
+		{"Ready", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown }, true},
+		{"other label", func(n *corev1.Node) { n.Labels["x"] = "y" }, false},
+		{"unschedulable", func(n *corev1.Node) { n.Spec.Unschedulable = true }, false},
+	} {
+		cur := n1.DeepCopy()
+		tc.change(cur)
+		if got := nodeUpdateMatters(n1, cur); got != tc.want {
+			t.Errorf("a change of %s matters: %v, want %v", tc.what, got, tc.want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -13,6 +13,7 @@ type Metrics struct {
 	reportWrites  *prometheus.CounterVec
 	reportReasons *prometheus.CounterVec
 	leaseWrites   *prometheus.CounterVec
+	refreshes     prometheus.Counter
 }
 
 // NewMetrics returns unregistered agent metrics.
@@ -33,6 +34,11 @@ func NewMetrics() *Metrics {
 			Name: "lease_writes_total",
 			Help: "Writes of this prober's Lease (its heartbeat), by verb (create, update) and result (ok, error).",
 		}, []string{"verb", "result"}),
+		refreshes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "pulselb", Subsystem: "prober",
+			Name: "target_refreshes_total",
+			Help: "Recomputations of this prober's targets, each set off by a change of a Service, a Node's addresses, Ready condition or zone, a pulselb pod or a probe Secret.",
+		}),
 	}
 }
 
@@ -40,7 +46,7 @@ func NewMetrics() *Metrics {
 // main, never from init.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.reportWrites, m.reportReasons, m.leaseWrites} {
+	for _, c := range []prometheus.Collector{m.reportWrites, m.reportReasons, m.leaseWrites, m.refreshes} {
 		if err := r.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -178,6 +178,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	procsBefore := processCPU()
+	reqBefore, err := apiRequests(ctx, c.Client)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := createServices(ctx, createClient, tr, nil); err != nil {
 		return err
@@ -212,6 +217,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	procsAfter := processCPU()
+	reqAfter, err := apiRequests(ctx, c.Client)
+	if err != nil {
+		return err
+	}
 	cpu := sampler.cpu() - cpuBefore
 	peak := sampler.peakMiB()
 	loadavg := loadAverage()
@@ -240,6 +250,8 @@ func run() error {
 	fmt.Printf("  controller peak RSS        %8d MiB (target %d MiB) %s\n", peak, *targetRSS, verdict(peak <= int64(*targetRSS)))
 	fmt.Printf("  machine CPU busy           %8.0f %% of %d CPUs over the run; load average after: %s\n",
 		machineAfter.BusyPercent(machineBefore), runtime.NumCPU(), loadavg)
+	fmt.Printf("  CPU by process over the run: %s\n", cpuByProcess(procsBefore, procsAfter))
+	fmt.Printf("  API server requests over the run: %s\n", reqAfter.summary(reqBefore))
 	if anchorOK {
 		anchor := anchorEnd.Sub(anchorStart)
 		fmt.Printf("  anchor: proxy Deployments all ready %8.1f s after the first was created (kube-controller-manager + scheduler)\n", anchor.Seconds())
@@ -392,6 +404,10 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 		return err
 	}
 	procsBefore := processCPU()
+	reqBefore, err := apiRequests(ctx, c.Client)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := createServices(ctx, createClient, tr, createDeployment); err != nil {
 		return err
@@ -420,6 +436,10 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 		return err
 	}
 	procsAfter := processCPU()
+	reqAfter, err := apiRequests(ctx, c.Client)
+	if err != nil {
+		return err
+	}
 	loadavg := loadAverage()
 	_, last, _ := tr.deploymentSpan(*services)
 	total := last.Sub(start)
@@ -435,6 +455,7 @@ func runFloor(ctx context.Context, c *cluster.Cluster, tr *tracker) error {
 	fmt.Printf("  machine CPU busy           %8.0f %% of %d CPUs over the run; load average after: %s\n",
 		machineAfter.BusyPercent(machineBefore), runtime.NumCPU(), loadavg)
 	fmt.Printf("  CPU by process over the run: %s\n", cpuByProcess(procsBefore, procsAfter))
+	fmt.Printf("  API server requests over the run: %s\n", reqAfter.summary(reqBefore))
 	if idle != "" {
 		fmt.Printf("  idle harness before the creations: %s\n", idle)
 	}
