@@ -376,10 +376,13 @@ type result struct {
 	// steadyReasons and failoverReasons count the agents' report writes
 	// in each window by reason (pulselb_prober_report_write_reasons_total).
 	steadyReasons, failoverReasons map[string]float64
-	failoverTime                   time.Duration
-	controllerCPU                  float64 // cores, over the steady window
-	heapPerAgent, rssBase          uint64
-	rssAgents                      uint64
+	// steadyRefreshes and failoverRefreshes count the agents' target
+	// recomputations in each window (pulselb_prober_target_refreshes_total).
+	steadyRefreshes, failoverRefreshes float64
+	failoverTime                       time.Duration
+	controllerCPU                      float64 // cores, over the steady window
+	heapPerAgent, rssBase              uint64
+	rssAgents                          uint64
 }
 
 // measure runs the agents in mode and measures the steady state and a
@@ -397,7 +400,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	if err := agentMetrics.RegisterMetrics(agentRegistry); err != nil {
 		return r, err
 	}
-	reasons := func() map[string]float64 { return writeReasons(agentRegistry) }
+	counts := func() (map[string]float64, float64) { return agentCounts(agentRegistry) }
 	actx, stop := context.WithCancel(ctx)
 	cluster := informers.NewSharedInformerFactory(cs, 0)
 	system := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(systemNS))
@@ -477,21 +480,22 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	if err != nil {
 		return r, err
 	}
-	reasons0 := reasons()
+	reasons0, refreshes0 := counts()
 	time.Sleep(*window) // the measurement window
 	after, err := scrape(ctx, cs)
 	if err != nil {
 		return r, err
 	}
-	r.steadyReasons = subReasons(reasons(), reasons0)
+	reasons1, refreshes1 := counts()
+	r.steadyReasons, r.steadyRefreshes = subReasons(reasons1, reasons0), refreshes1-refreshes0
 	cpu1, err := procstat.CPUSeconds(ctlPid)
 	if err != nil {
 		return r, fmt.Errorf("reading the controller's CPU time: %w", err)
 	}
 	r.controllerCPU = (cpu1 - cpu0) / window.Seconds()
 	// Logged at once: a later step may fail and lose the rest.
-	log.Printf("%s: steady %+v; controller %.3f cores; report writes by reason %v", mode, after.sub(before).minus(base).pick(),
-		r.controllerCPU, r.steadyReasons)
+	log.Printf("%s: steady %+v; controller %.3f cores; report writes by reason %v; target recomputations %.0f", mode, after.sub(before).minus(base).pick(),
+		r.controllerCPU, r.steadyReasons, r.steadyRefreshes)
 	r.steady = after.sub(before).minus(base)
 
 	// Failover: node 0 stops answering; its 3 beacon vantages see it.
@@ -500,7 +504,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	if err != nil {
 		return r, err
 	}
-	reasons0 = reasons()
+	reasons0, refreshes0 = counts()
 	t0 := time.Now()
 	victim.blackhole()
 	log.Printf("%s: blackholed %s (%s)", mode, nodeName(0), victim.ip)
@@ -519,8 +523,9 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 		return r, err
 	}
 	r.failover = after.sub(before).minus(base)
-	r.failoverReasons = subReasons(reasons(), reasons0)
-	log.Printf("%s: failover %+v; report writes by reason %v", mode, r.failover.pick(), r.failoverReasons)
+	reasons1, refreshes1 = counts()
+	r.failoverReasons, r.failoverRefreshes = subReasons(reasons1, reasons0), refreshes1-refreshes0
+	log.Printf("%s: failover %+v; report writes by reason %v; target recomputations %.0f", mode, r.failover.pick(), r.failoverReasons, r.failoverRefreshes)
 	log.Printf("%s: 2 of 3 vantages reported %s Down after %s", mode, nodeName(0), r.failoverTime.Round(time.Millisecond))
 	if err := victim.listen(ctx); err != nil {
 		return r, err
@@ -700,11 +705,11 @@ func printResults(base rates, results []result) {
 			float64(r.heapPerAgent)/1024, r.rssBase>>20, r.rssAgents>>20)
 	}
 	fmt.Println()
-	fmt.Println("| mode | window | report writes by the agents' reason (start, heartbeat, retry; or what changed: targets, state, detail) |")
-	fmt.Println("|---|---|---|")
+	fmt.Println("| mode | window | target recomputations per agent | report writes by the agents' reason (start, heartbeat, retry; or what changed: targets, state, detail) |")
+	fmt.Println("|---|---|---|---|")
 	for _, r := range results {
-		fmt.Printf("| %s | steady | %s |\n", r.mode, formatReasons(r.steadyReasons))
-		fmt.Printf("| %s | failover | %s |\n", r.mode, formatReasons(r.failoverReasons))
+		fmt.Printf("| %s | steady | %.2f | %s |\n", r.mode, r.steadyRefreshes/float64(*agents), formatReasons(r.steadyReasons))
+		fmt.Printf("| %s | failover | %.2f | %s |\n", r.mode, r.failoverRefreshes/float64(*agents), formatReasons(r.failoverReasons))
 	}
 }
 
@@ -778,27 +783,32 @@ func raiseFileLimit() error {
 	return nil
 }
 
-// writeReasons reads the agents' report writes by reason from reg.
-func writeReasons(reg *prometheus.Registry) map[string]float64 {
-	out := map[string]float64{}
+// agentCounts reads from reg the agents' report writes by reason and
+// their target recomputations, summed over the agents.
+func agentCounts(reg *prometheus.Registry) (reasons map[string]float64, refreshes float64) {
+	reasons = map[string]float64{}
 	mfs, err := reg.Gather()
 	if err != nil {
 		log.Printf("reading agent metrics: %v", err)
-		return out
+		return reasons, 0
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "pulselb_prober_report_write_reasons_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
+		switch mf.GetName() {
+		case "pulselb_prober_report_write_reasons_total":
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" {
+						reasons[l.GetValue()] += m.GetCounter().GetValue()
+					}
 				}
+			}
+		case "pulselb_prober_target_refreshes_total":
+			for _, m := range mf.GetMetric() {
+				refreshes += m.GetCounter().GetValue()
 			}
 		}
 	}
-	return out
+	return reasons, refreshes
 }
 
 // subReasons returns a - b by reason, leaving out zeros.
