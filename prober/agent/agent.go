@@ -219,7 +219,7 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		reportName: reportName,
 		leaseName:  leaseName,
 	}
-	informers := []cache.SharedIndexInformer{cluster.Core().V1().Services().Informer()}
+	informers := []cache.SharedIndexInformer{cluster.Core().V1().Services().Informer(), cluster.Core().V1().Nodes().Informer()}
 	if !cfg.External {
 		a.pods = system.Core().V1().Pods().Lister().Pods(cfg.Namespace)
 		a.secrets = system.Core().V1().Secrets().Lister().Secrets(cfg.Namespace)
@@ -234,8 +234,12 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 	a.sched = prober.NewScheduler(sc)
 
 	trigger := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke(a.changed) },
-		UpdateFunc: func(any, any) { poke(a.changed) },
+		AddFunc: func(any) { poke(a.changed) },
+		UpdateFunc: func(oldObj, newObj any) {
+			if nodeUpdateMatters(oldObj, newObj) {
+				poke(a.changed)
+			}
+		},
 		DeleteFunc: func(any) { poke(a.changed) },
 	}
 	for _, inf := range informers {
@@ -244,17 +248,6 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		}
 		a.synced = append(a.synced, inf.HasSynced)
 	}
-	nodes := cluster.Core().V1().Nodes().Informer()
-	nodeTrigger := trigger
-	nodeTrigger.UpdateFunc = func(oldObj, newObj any) {
-		if nodeUpdateMatters(oldObj, newObj) {
-			poke(a.changed)
-		}
-	}
-	if _, err := nodes.AddEventHandler(nodeTrigger); err != nil {
-		return nil, fmt.Errorf("adding event handler: %w", err)
-	}
-	a.synced = append(a.synced, nodes.HasSynced)
 	klog.FromContext(ctx).V(2).Info("Set up prober agent", "node", cfg.Node, "external", cfg.External, "vantages", cfg.Vantages, "beaconPort", cfg.BeaconPort)
 	return a, nil
 }
@@ -608,13 +601,14 @@ func nodeAddrOf(n *corev1.Node, family corev1.IPFamily) netip.Addr {
 	return netip.Addr{}
 }
 
-// nodeUpdateMatters reports whether a Node update can change the targets,
-// which read of a node its addresses, its Ready condition and its zone
-// label. The rest of a Node changes often in a large cluster and changes
-// no target: the kubelet's periodic status (heartbeat times), the
-// controller's pulselb.io/unhealthy label, taints and other labels. Each
-// such update would otherwise make every prober of the cluster recompute
-// its targets at the same moment.
+// nodeUpdateMatters reports whether an update can change the targets:
+// any update but a Node's that leaves what the targets read of a node as
+// it was (its addresses, its Ready condition and its zone label). The
+// rest of a Node changes often in a large cluster and changes no target:
+// the kubelet's periodic status (heartbeat times), the controller's
+// pulselb.io/unhealthy label, taints and other labels. Each such update
+// would otherwise make every prober of the cluster recompute its targets
+// at the same moment.
 func nodeUpdateMatters(oldObj, newObj any) bool {
 	o, ok := oldObj.(*corev1.Node)
 	n, ok2 := newObj.(*corev1.Node)

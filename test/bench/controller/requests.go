@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/pulselb/pulselb/test/bench/apimetrics"
 )
 
 // requests are the API server's requests served so far
@@ -18,32 +17,23 @@ import (
 // "PUT services/status".
 type requests map[string]float64
 
-// apiRequests reads the API server's request counters from its /metrics.
+// apiRequests reads the API server's request counters.
 func apiRequests(ctx context.Context, cs kubernetes.Interface) (requests, error) {
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	metrics, err := apimetrics.Read(ctx, cs)
 	if err != nil {
-		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+		return nil, err
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("parsing the API server's metrics: %w", err)
-	}
-	out := requests{}
-	fam := families["apiserver_request_total"]
-	if fam == nil {
+	samples, ok := metrics["apiserver_request_total"]
+	if !ok {
 		return nil, fmt.Errorf("the API server's metrics have no apiserver_request_total")
 	}
-	for _, m := range fam.GetMetric() {
-		l := map[string]string{}
-		for _, p := range m.GetLabel() {
-			l[p.GetName()] = p.GetValue()
+	out := requests{}
+	for _, m := range samples {
+		res := m.Labels["resource"]
+		if m.Labels["subresource"] != "" {
+			res += "/" + m.Labels["subresource"]
 		}
-		res := l["resource"]
-		if l["subresource"] != "" {
-			res += "/" + l["subresource"]
-		}
-		out[l["verb"]+" "+res] += m.GetCounter().GetValue()
+		out[m.Labels["verb"]+" "+res] += m.Value
 	}
 	return out, nil
 }

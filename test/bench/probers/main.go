@@ -41,8 +41,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -53,7 +51,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -80,6 +77,7 @@ import (
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/agent"
+	"github.com/pulselb/pulselb/test/bench/apimetrics"
 	"github.com/pulselb/pulselb/test/bench/procstat"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
@@ -592,60 +590,32 @@ type snapshot struct {
 // rates are counters per second by resource.
 type rates map[string]counters
 
-var (
-	labelRe = regexp.MustCompile(`(\w+)="([^"]*)"`)
-)
-
-// scrape reads the API server's /metrics.
+// scrape reads the API server's counters by resource.
 func scrape(ctx context.Context, cs kubernetes.Interface) (snapshot, error) {
 	at := time.Now()
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	metrics, err := apimetrics.Read(ctx, cs)
 	if err != nil {
-		return snapshot{}, fmt.Errorf("reading the API server's metrics: %w", err)
+		return snapshot{}, err
 	}
 	out := snapshot{at: at, res: map[string]counters{}}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok {
-			continue
-		}
-		labelText, valueText, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(valueText), 64)
-		if err != nil {
-			continue
-		}
-		l := map[string]string{}
-		for _, m := range labelRe.FindAllStringSubmatch(labelText, -1) {
-			l[m[1]] = m[2]
-		}
-		res := l["resource"]
-		if res == "" {
-			continue
-		}
-		c := out.res[res]
-		switch name {
-		case "apiserver_request_total":
-			if (l["verb"] == "POST" || l["verb"] == "PUT" || l["verb"] == "PATCH") && l["subresource"] == "" {
-				c.writes += v
+	add := func(name string, keep func(l map[string]string) bool, field func(*counters) *float64) {
+		for _, m := range metrics[name] {
+			res := m.Labels["resource"]
+			if res == "" || (keep != nil && !keep(m.Labels)) {
+				continue
 			}
-		case "apiserver_request_body_size_bytes_sum":
-			c.bodyBytes += v
-		case "apiserver_watch_events_total":
-			c.watchEvents += v
-		case "apiserver_watch_events_sizes_sum":
-			c.watchBytes += v
-		default:
-			continue
+			c := out.res[res]
+			*field(&c) += m.Value
+			out.res[res] = c
 		}
-		out.res[res] = c
 	}
-	return out, sc.Err()
+	add("apiserver_request_total", func(l map[string]string) bool {
+		return (l["verb"] == "POST" || l["verb"] == "PUT" || l["verb"] == "PATCH") && l["subresource"] == ""
+	}, func(c *counters) *float64 { return &c.writes })
+	add("apiserver_request_body_size_bytes", nil, func(c *counters) *float64 { return &c.bodyBytes })
+	add("apiserver_watch_events_total", nil, func(c *counters) *float64 { return &c.watchEvents })
+	add("apiserver_watch_events_sizes", nil, func(c *counters) *float64 { return &c.watchBytes })
+	return out, nil
 }
 
 // sub returns the rates from before to s, over the time between the two
