@@ -17,7 +17,7 @@ func TestRuleCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := BuildRules(netip.MustParseAddr("198.19.0.10"), ports, ranges, NodePortTarget{})
+	rs := BuildRules(netip.MustParseAddr("198.19.0.10"), ports, AllowList{Ranges: ranges}, NodePortTarget{})
 	m := newRuleManager(IPv4, ipt, rs)
 	if _, err := m.ensure(); err != nil {
 		t.Fatal(err)

@@ -107,6 +107,8 @@ func (p *Proxy) keepUpFor(ctx context.Context, d time.Duration) {
 // the pod's own stack, where no socket listens, and is refused. The
 // resync keeps the remaining rules, and retries a family that failed here.
 func (p *Proxy) stopNewIPTables(ctx context.Context) {
+	p.rulesMu.Lock()
+	defer p.rulesMu.Unlock()
 	for _, m := range p.rules {
 		// The DNAT rule's counts since the last check would go with it.
 		p.readCounters(ctx, m)

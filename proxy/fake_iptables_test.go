@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -159,10 +160,21 @@ func (f *fakeIPTables) Delete(table, chain string, spec ...string) error {
 	}
 	c := Chain{table, chain}
 	i := slices.Index(f.chains[c], strings.Join(spec, " "))
+	if n, err := strconv.Atoi(strings.Join(spec, " ")); err == nil {
+		// iptables -D CHAIN N deletes the Nth rule.
+		i = n - 1
+		if n < 1 || n > len(f.chains[c]) {
+			i = -1
+		}
+	}
 	if i < 0 {
 		return fmt.Errorf("no such rule in %s/%s", table, chain)
 	}
 	f.chains[c] = slices.Delete(f.chains[c], i, i+1)
+	if i < len(f.counters[c]) {
+		// A rule's counters go with it.
+		f.counters[c] = slices.Delete(f.counters[c], i, i+1)
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/coreos/go-iptables/iptables"
 )
@@ -119,19 +120,32 @@ func (m *ruleManager) replace(want RuleSet) error {
 	return nil
 }
 
-// fill flushes one own chain and appends its wanted rules.
+// fill replaces one own chain's rules with the wanted ones without a
+// moment in which the chain is empty: the wanted rules are appended after
+// whatever is there, then the rules that were there are deleted by
+// position, last first. While it runs, a packet meets the old rules first
+// and the new ones after: a source allowed by both lists is never dropped,
+// and the filter is never open to all, as a flush and refill would leave it
+// (FORWARD's policy accepts).
 func (m *ruleManager) fill(c Chain) error {
 	delete(m.installed, c)
 	delete(m.lastCounts, c) // new rules count from zero
-	if err := m.ipt.ClearChain(c.Table, c.Name); err != nil {
-		return fmt.Errorf("flushing chain %s/%s: %w", c.Table, c.Name, err)
+	before, err := m.ipt.List(c.Table, c.Name)
+	if err != nil {
+		return fmt.Errorf("listing chain %s/%s: %w", c.Table, c.Name, err)
 	}
+	old := len(before) - 1 // the first line declares the chain
 	for _, r := range m.want.Rules {
 		if r.Chain != c {
 			continue
 		}
 		if err := m.ipt.Append(r.Table, r.Name, r.Spec...); err != nil {
 			return fmt.Errorf("adding rule %s: %w", r, err)
+		}
+	}
+	for i := old; i >= 1; i-- {
+		if err := m.ipt.Delete(c.Table, c.Name, strconv.Itoa(i)); err != nil {
+			return fmt.Errorf("deleting old rule %d of %s/%s: %w", i, c.Table, c.Name, err)
 		}
 	}
 	got, err := m.ipt.List(c.Table, c.Name)

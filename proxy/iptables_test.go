@@ -14,7 +14,7 @@ func testRuleSet(t *testing.T) RuleSet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return BuildRules(netip.MustParseAddr("10.96.0.10"), ports, SourceRanges{netip.MustParsePrefix("192.0.2.0/24")}, NodePortTarget{})
+	return BuildRules(netip.MustParseAddr("10.96.0.10"), ports, AllowList{Ranges: SourceRanges{netip.MustParsePrefix("192.0.2.0/24")}}, NodePortTarget{})
 }
 
 func TestEnsureIsIdempotent(t *testing.T) {

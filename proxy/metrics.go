@@ -52,6 +52,17 @@ type Metrics struct {
 	// RuleErrors is pulselb_proxy_rule_errors_total{family}: failed checks or
 	// repairs of the iptables rules.
 	RuleErrors *prometheus.CounterVec
+	// AllowList is pulselb_proxy_allow_list_info{hash}: 1 for the hash of
+	// the allow-list in force (AllowList.Hash: "all", "closed" or 16 hex
+	// digits); the series of an earlier list is removed.
+	AllowList *prometheus.GaugeVec
+	// AllowListSources is pulselb_proxy_allow_list_sources{kind}: how many
+	// ranges and prober addresses the list in force holds.
+	AllowListSources *prometheus.GaugeVec
+	// AllowListUpdates is pulselb_proxy_allow_list_updates_total{result}:
+	// lists applied ("applied") or refused ("rejected": unreadable or not
+	// installable, which closes the proxy).
+	AllowListUpdates *prometheus.CounterVec
 }
 
 const (
@@ -71,17 +82,22 @@ func NewMetrics() *Metrics {
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help}, labels)
 	}
 	m := &Metrics{
-		Mode:         gauge("mode", "1 for the data-plane mode in use (iptables or userspace).", "mode"),
-		Phase:        gauge("phase", "1 for the phase the proxy is in: serving; delay (shutting down, still forwarding new connections); drain (refusing new connections, open ones finishing).", "phase"),
-		Bytes:        counter("bytes_total", "Bytes forwarded, by protocol and direction (in: client to backend); IP packet bytes in iptables mode.", "protocol", "direction"),
-		Connections:  counter("connections_total", "TCP connections and UDP sessions forwarded.", "protocol"),
-		Active:       gauge("active", "Open TCP connections and UDP sessions in userspace mode.", "protocol"),
-		Refused:      counter("refused_total", "Clients refused in userspace mode, by protocol and reason.", "protocol", "reason"),
-		AcceptErrors: counter("accept_errors_total", "Failed accepts of TCP connections in userspace mode, by reason: fd-limit (out of file descriptors) or other.", "protocol", "reason"),
-		IdleClosed:   counter("idle_closed_total", "TCP connections closed in userspace mode after the idle timeout without data.", "protocol"),
-		RuleRepairs:  counter("rule_repairs_total", "iptables chains or jumps found changed or missing and restored.", "family"),
-		RuleErrors:   counter("rule_errors_total", "Failed checks or repairs of the iptables rules.", "family"),
+		Mode:             gauge("mode", "1 for the data-plane mode in use (iptables or userspace).", "mode"),
+		Phase:            gauge("phase", "1 for the phase the proxy is in: serving; delay (shutting down, still forwarding new connections); drain (refusing new connections, open ones finishing).", "phase"),
+		Bytes:            counter("bytes_total", "Bytes forwarded, by protocol and direction (in: client to backend); IP packet bytes in iptables mode.", "protocol", "direction"),
+		Connections:      counter("connections_total", "TCP connections and UDP sessions forwarded.", "protocol"),
+		Active:           gauge("active", "Open TCP connections and UDP sessions in userspace mode.", "protocol"),
+		Refused:          counter("refused_total", "Clients refused in userspace mode, by protocol and reason.", "protocol", "reason"),
+		AcceptErrors:     counter("accept_errors_total", "Failed accepts of TCP connections in userspace mode, by reason: fd-limit (out of file descriptors) or other.", "protocol", "reason"),
+		IdleClosed:       counter("idle_closed_total", "TCP connections closed in userspace mode after the idle timeout without data.", "protocol"),
+		RuleRepairs:      counter("rule_repairs_total", "iptables chains or jumps found changed or missing and restored.", "family"),
+		RuleErrors:       counter("rule_errors_total", "Failed checks or repairs of the iptables rules.", "family"),
+		AllowList:        gauge("allow_list_info", "1 for the hash of the allow-list in force: all, closed, or a hash of its ranges and probers that the controller writes on the workload as pulselb.io/allowed-sources-hash.", "hash"),
+		AllowListSources: gauge("allow_list_sources", "Ranges and prober addresses in the allow-list in force.", "kind"),
+		AllowListUpdates: counter("allow_list_updates_total", "Allow-lists applied, or rejected (unreadable or not installable; the proxy then refuses every new client).", "result"),
 	}
+	m.AllowListUpdates.WithLabelValues("applied")
+	m.AllowListUpdates.WithLabelValues("rejected")
 	// Every series a dashboard plots exists from the start, so it shows 0
 	// rather than no data.
 	for _, mode := range []Mode{ModeIPTables, ModeUserspace} {
@@ -110,7 +126,8 @@ func NewMetrics() *Metrics {
 // never from init, so tests choose their own registry.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.Mode, m.Phase, m.Bytes, m.Connections, m.Active, m.Refused, m.AcceptErrors, m.IdleClosed, m.RuleRepairs, m.RuleErrors} {
+	for _, c := range []prometheus.Collector{m.Mode, m.Phase, m.Bytes, m.Connections, m.Active, m.Refused, m.AcceptErrors, m.IdleClosed, m.RuleRepairs, m.RuleErrors,
+		m.AllowList, m.AllowListSources, m.AllowListUpdates} {
 		if err := r.Register(c); err != nil {
 			errs = append(errs, err)
 		}
@@ -124,6 +141,18 @@ func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 // setMode marks mode as the one in use.
 func (m *Metrics) setMode(mode Mode) {
 	setOneOf(m.Mode, []Mode{ModeIPTables, ModeUserspace}, mode)
+}
+
+// setAllowList records a as the allow-list in force and counts an update
+// with result ("applied" or "rejected"); an empty result counts nothing.
+func (m *Metrics) setAllowList(a AllowList, result string) {
+	m.AllowList.Reset()
+	m.AllowList.WithLabelValues(a.Hash()).Set(1)
+	m.AllowListSources.WithLabelValues("ranges").Set(float64(len(a.Ranges)))
+	m.AllowListSources.WithLabelValues("probers").Set(float64(len(a.Probers)))
+	if result != "" {
+		m.AllowListUpdates.WithLabelValues(result).Inc()
+	}
 }
 
 // setPhase marks ph as the phase the proxy is in.

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -42,8 +43,13 @@ type Config struct {
 	// NodeIPs are the node's addresses, at most one per family; with
 	// NodePorts, one is needed for the family of every ClusterIP.
 	NodeIPs []netip.Addr
-	// SourceRanges limits the clients; empty allows all.
+	// SourceRanges limits the clients; empty allows all. It is the
+	// allow-list until SetAllowList replaces it.
 	SourceRanges SourceRanges
+	// AwaitAllowList starts the proxy closed, refusing every client,
+	// until SetAllowList gives it the current list (which a watcher reads
+	// from the API); SourceRanges is then ignored.
+	AwaitAllowList bool
 	// Mode is the requested mode; zero means ModeAuto.
 	Mode Mode
 
@@ -115,10 +121,18 @@ type Proxy struct {
 	tcp   []*tcpRelay    // userspace mode
 	udp   []*udpRelay    // userspace mode
 
+	// allow is the allow-list in force; the relays read it for every new
+	// client.
+	allow atomic.Pointer[AllowList]
+	// rulesMu serialises changes to the iptables rules: the resync, the
+	// drain and SetAllowList.
+	rulesMu sync.Mutex
+
 	mu        sync.Mutex
 	mode      Mode // set once by Start
 	phase     Phase
 	healthErr error
+	allowErr  error
 }
 
 // New checks cfg and fills in its defaults. metrics may be nil.
@@ -169,7 +183,15 @@ func New(cfg Config, metrics *Metrics) (*Proxy, error) {
 	if metrics == nil {
 		metrics = NewMetrics()
 	}
-	return &Proxy{cfg: cfg, metrics: metrics}, nil
+	p := &Proxy{cfg: cfg, metrics: metrics}
+	allow := AllowList{Ranges: cfg.SourceRanges}
+	if cfg.AwaitAllowList {
+		allow = ClosedAllowList
+		p.allowErr = errors.New("waiting for the allow-list")
+	}
+	p.allow.Store(&allow)
+	metrics.setAllowList(allow, "")
+	return p, nil
 }
 
 // checkNodePorts checks the node-port target against the ports and the
@@ -245,7 +267,13 @@ func (p *Proxy) Healthy() error {
 	if p.mode == "" {
 		return errors.New("not started")
 	}
-	return p.healthErr
+	return errors.Join(p.healthErr, p.allowErr)
+}
+
+func (p *Proxy) setAllowErr(err error) {
+	p.mu.Lock()
+	p.allowErr = err
+	p.mu.Unlock()
 }
 
 func (p *Proxy) setHealth(err error) {
@@ -277,7 +305,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.metrics.setMode(mode)
 	p.setPhase(PhaseServing)
 	logger.Info("Started proxy", "mode", mode, "reason", reason,
-		"clusterIPs", p.cfg.ClusterIPs, "ports", portStrings(p.cfg.Ports), "sourceRanges", p.cfg.SourceRanges.String(),
+		"clusterIPs", p.cfg.ClusterIPs, "ports", portStrings(p.cfg.Ports), "allow", p.AllowListNow().String(),
 		"nodePortTarget", nodePortStrings(p.cfg.NodePorts), "nodeIPs", p.cfg.NodeIPs)
 	return nil
 }
@@ -300,7 +328,7 @@ func (p *Proxy) startIPTables() error {
 		f := familyOf(cip)
 		ipt, err := p.cfg.NewIPTables(f)
 		if err == nil {
-			m := newRuleManager(f, ipt, BuildRules(cip, p.cfg.Ports, p.cfg.SourceRanges, p.target(f)))
+			m := newRuleManager(f, ipt, p.ruleSet(f))
 			managers = append(managers, m)
 			_, err = m.ensure()
 		}
@@ -330,7 +358,7 @@ func (p *Proxy) startUserspace(ctx context.Context) error {
 			var ln net.Listener
 			if ln, err = net.Listen("tcp", addr); err == nil {
 				p.tcp = append(p.tcp, &tcpRelay{
-					ln: ln.(*net.TCPListener), port: port, ranges: p.cfg.SourceRanges, backend: p.backend(port),
+					ln: ln.(*net.TCPListener), port: port, allow: &p.allow, backend: p.backend(port),
 					dialTimeout: p.cfg.DialTimeout, idleTimeout: p.cfg.TCPIdleTimeout, metrics: p.metrics,
 					conns:  map[*net.TCPConn]*relayedConn{},
 					served: make(chan struct{}),
@@ -340,7 +368,7 @@ func (p *Proxy) startUserspace(ctx context.Context) error {
 			var pc net.PacketConn
 			if pc, err = net.ListenPacket("udp", addr); err == nil {
 				p.udp = append(p.udp, &udpRelay{
-					conn: pc.(*net.UDPConn), port: port, ranges: p.cfg.SourceRanges, backend: p.backend(port),
+					conn: pc.(*net.UDPConn), port: port, allow: &p.allow, backend: p.backend(port),
 					idleTimeout: p.cfg.UDPIdleTimeout, maxSessions: p.cfg.UDPMaxSessions, metrics: p.metrics,
 					sessions: map[netip.AddrPort]*udpSession{},
 				})
@@ -405,6 +433,8 @@ func (p *Proxy) Run(ctx context.Context) error {
 // resync checks and repairs every family's rules once.
 func (p *Proxy) resync(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	p.rulesMu.Lock()
+	defer p.rulesMu.Unlock()
 	var errs []error
 	for _, m := range p.rules {
 		fam := m.family.String()

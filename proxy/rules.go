@@ -125,10 +125,10 @@ func (t NodePortTarget) destination(clusterIP netip.Addr, p Port) netip.AddrPort
 
 // BuildRules returns the rules that forward ports arriving at this network
 // namespace to clusterIP, or for the ports of target to the node's IP at
-// their NodePorts, for clusterIP's family. ranges is the whole
-// allow-list; only its prefixes of clusterIP's family are used, and when the
-// list is not empty but has none of this family, every client of this family
-// is dropped.
+// their NodePorts, for clusterIP's family. allow is the whole
+// allow-list; only its sources of clusterIP's family are used, and when the
+// list restricts clients but has none of this family, every client of this
+// family is dropped (a closed list drops every client).
 //
 // For each port:
 //   - nat PREROUTING: traffic addressed to a local address on the port is
@@ -140,10 +140,10 @@ func (t NodePortTarget) destination(clusterIP netip.Addr, p Port) netip.AddrPort
 //   - filter FORWARD: DNATed packets from an allowed source are accepted, as
 //     are the backend's replies; other DNATed packets to the port are
 //     dropped. Traffic that is not DNATed by pulselb falls through untouched.
-func BuildRules(clusterIP netip.Addr, ports []Port, ranges SourceRanges, target NodePortTarget) RuleSet {
+func BuildRules(clusterIP netip.Addr, ports []Port, allow AllowList, target NodePortTarget) RuleSet {
 	fam := familyOf(clusterIP)
-	allowed := ranges.family(fam)
-	restricted := len(ranges) > 0
+	allowed := allow.family(fam)
+	restricted := allow.restricted()
 
 	rs := RuleSet{Chains: ownChains, Jumps: jumps}
 	var counts Counts

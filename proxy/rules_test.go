@@ -86,7 +86,7 @@ func TestBuildRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rs := BuildRules(netip.MustParseAddr(tt.clusterIP), tt.ports, ranges, tt.target)
+			rs := BuildRules(netip.MustParseAddr(tt.clusterIP), tt.ports, AllowList{Ranges: ranges}, tt.target)
 			var got []string
 			for _, r := range rs.Rules {
 				got = append(got, r.String())
@@ -113,7 +113,7 @@ func TestBuildRulesManyPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := BuildRules(netip.MustParseAddr("10.96.0.10"), ports, SourceRanges{netip.MustParsePrefix("192.0.2.0/24")}, NodePortTarget{})
+	rs := BuildRules(netip.MustParseAddr("10.96.0.10"), ports, AllowList{Ranges: SourceRanges{netip.MustParsePrefix("192.0.2.0/24")}}, NodePortTarget{})
 	var dnat int
 	lastAccept, firstDrop := map[string]int{}, map[string]int{}
 	for i, r := range rs.Rules {

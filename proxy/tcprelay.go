@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,7 +28,7 @@ type tcpListener interface {
 type tcpRelay struct {
 	ln          tcpListener
 	port        Port
-	ranges      SourceRanges
+	allow       *atomic.Pointer[AllowList]
 	backend     func(client netip.Addr) netip.AddrPort
 	dialTimeout time.Duration
 	// idleTimeout, when positive, closes a connection that carried no data
@@ -186,6 +187,25 @@ func (r *tcpRelay) sweepIdle(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
+// cutDisallowed closes the connections of clients a does not allow; the
+// relay's copies then fail and close the backend's ends too.
+func (r *tcpRelay) cutDisallowed(ctx context.Context, a AllowList) {
+	var cut []*net.TCPConn
+	r.mu.Lock()
+	for c, rc := range r.conns {
+		if rc.client && !a.Allows(tcpAddrPort(c.RemoteAddr()).Addr()) {
+			cut = append(cut, c)
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range cut {
+		r.metrics.Refused.WithLabelValues(string(TCP), "source-range").Inc()
+		klog.FromContext(ctx).V(4).Info("Closing connection of a client the allow-list no longer allows", "client", tcpAddrPort(c.RemoteAddr()), "port", r.port.String())
+		_ = c.SetLinger(0)
+		c.Close()
+	}
+}
+
 // idleFor returns how long c has carried no data in either direction, or
 // zero when the kernel does not say.
 func idleFor(c *net.TCPConn) time.Duration {
@@ -215,9 +235,9 @@ func (r *tcpRelay) untrack(c *net.TCPConn) {
 func (r *tcpRelay) relay(ctx context.Context, client *net.TCPConn) {
 	proto := string(TCP)
 	src := tcpAddrPort(client.RemoteAddr())
-	if !r.ranges.Allows(src.Addr()) {
+	if !allows(r.allow, src.Addr()) {
 		r.metrics.Refused.WithLabelValues(proto, "source-range").Inc()
-		klog.FromContext(ctx).V(4).Info("Refused client outside source ranges", "client", src, "port", r.port.String())
+		klog.FromContext(ctx).V(4).Info("Refused client outside the allow-list", "client", src, "port", r.port.String())
 		// A reset rather than a FIN, so the client sees a refusal, not an
 		// empty answer.
 		_ = client.SetLinger(0)

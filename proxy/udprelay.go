@@ -23,7 +23,7 @@ const maxDatagram = 65535
 type udpRelay struct {
 	conn        *net.UDPConn
 	port        Port
-	ranges      SourceRanges
+	allow       *atomic.Pointer[AllowList]
 	backend     func(client netip.Addr) netip.AddrPort
 	idleTimeout time.Duration
 	maxSessions int
@@ -83,9 +83,9 @@ func (r *udpRelay) session(ctx context.Context, client netip.AddrPort) *udpSessi
 		return nil
 	}
 	src := client.Addr().Unmap()
-	if !r.ranges.Allows(src) {
+	if !allows(r.allow, src) {
 		r.metrics.Refused.WithLabelValues(proto, "source-range").Inc()
-		klog.FromContext(ctx).V(4).Info("Refused client outside source ranges", "client", client, "port", r.port.String())
+		klog.FromContext(ctx).V(4).Info("Refused client outside the allow-list", "client", client, "port", r.port.String())
 		return nil
 	}
 	if len(r.sessions) >= r.maxSessions {
@@ -175,6 +175,21 @@ func (r *udpRelay) shutdown(drain time.Duration) {
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
+}
+
+// cutDisallowed ends the sessions of clients a does not allow.
+func (r *udpRelay) cutDisallowed(ctx context.Context, a AllowList) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for client, s := range r.sessions {
+		if !a.Allows(client.Addr()) {
+			r.metrics.Refused.WithLabelValues(string(UDP), "source-range").Inc()
+			klog.FromContext(ctx).V(4).Info("Ending session of a client the allow-list no longer allows", "client", client, "port", r.port.String())
+			delete(r.sessions, client)
+			r.metrics.Active.WithLabelValues(string(UDP)).Dec()
+			s.upstream.Close()
+		}
+	}
 }
 
 func (r *udpRelay) sessionCount() int {
