@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -47,6 +48,14 @@ type Config struct {
 	// DrainTimeout is how long a proxy lets open connections finish once
 	// its drain delay is over (default DefaultDrainTimeout).
 	DrainTimeout time.Duration
+	// ServiceAccount runs the proxy pods (default DefaultProxyServiceAccount):
+	// it may read the proxy workloads in Namespace, where each proxy finds
+	// its allow-list.
+	ServiceAccount string
+	// ProbeSources are the addresses pulselb's probers probe from (their
+	// pods' and nodes' addresses), sorted. A Service with source ranges lets
+	// them through: without them its proxies could never be probed.
+	ProbeSources []netip.Addr
 	// ReadinessGate makes proxy pods Ready only once the controller has
 	// set contract.PodConditionProbed, on probers' verdicts; set it when
 	// the controller judges health from ProbeReports.
@@ -56,10 +65,12 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultPriorityClassName = "system-cluster-critical"
-	DefaultHealthPort        = 9470
-	DefaultProxyMode         = "auto"
-	DefaultDNSTTL            = 5
-	DefaultDrainTimeout      = 10 * time.Second
+	// DefaultProxyServiceAccount is the proxy pods' ServiceAccount.
+	DefaultProxyServiceAccount = "pulselb-proxy"
+	DefaultHealthPort          = 9470
+	DefaultProxyMode           = "auto"
+	DefaultDNSTTL              = 5
+	DefaultDrainTimeout        = 10 * time.Second
 	// terminationMargin is added to a proxy's drain delay and timeout for
 	// its pod's terminationGracePeriodSeconds: the proxy's own shutdown
 	// after the drain, so that the kubelet never kills it mid-drain.
@@ -85,6 +96,11 @@ const (
 	// --drain-timeout, as environment variables for the same reason.
 	EnvDrainDelay   = "PULSELB_DRAIN_DELAY"
 	EnvDrainTimeout = "PULSELB_DRAIN_TIMEOUT"
+	// EnvAllowListFrom names the proxy's workload ("deployment/NAME"),
+	// whose annotations carry the allow-list (contract.AllowListAnnotations),
+	// and EnvNamespace its namespace: the proxy follows the list in place.
+	EnvAllowListFrom = "PULSELB_ALLOW_LIST_FROM"
+	EnvNamespace     = "PULSELB_NAMESPACE"
 )
 
 // deploymentTolerationSeconds is how long a Deployment proxy stays on a
@@ -165,15 +181,20 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 			Default: "proxies on any eligible node, published only where a ready endpoint runs"})
 	}
 	w.NodePortTarget = local
+	ranges, rangeProblems := contract.SourceRanges(svc)
+	problems = append(problems, rangeProblems...)
 
 	cfg = withDefaults(cfg)
-	pod := podTemplate(svc, s, cfg, ports, clusterIPs, nodePorts)
+	pod := podTemplate(svc, s, cfg, ports, clusterIPs, nodePorts, w.Name)
 	objMeta := metav1.ObjectMeta{
 		Name:        w.Name,
 		Namespace:   cfg.Namespace,
 		Labels:      workloadLabels(svc),
 		Annotations: map[string]string{contract.AnnotationService: svc.Namespace + "/" + svc.Name},
 	}
+	// The allow-list goes on the workload, not its pod template: a change
+	// reaches the running proxies, which watch it, without a rollout.
+	allow := contract.AllowListAnnotations(ranges, cfg.ProbeSources)
 	selector := &metav1.LabelSelector{MatchLabels: contract.ProxySelector(svc)}
 	switch s.Mode {
 	case contract.ModeDaemonSet:
@@ -194,7 +215,8 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 				RevisionHistoryLimit: ptr.To[int32](2),
 			},
 		}
-		ds.Annotations[contract.AnnotationSpecHash] = specHash(ds.Labels, ds.Spec)
+		maps.Copy(ds.Annotations, allow)
+		ds.Annotations[contract.AnnotationSpecHash] = specHash(ds.Labels, workloadSpec{ds.Spec, allow})
 		ds.Annotations[contract.AnnotationTemplateHash] = specHash(nil, ds.Spec.Template)
 		w.DaemonSet = ds
 	default:
@@ -234,12 +256,21 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 				RevisionHistoryLimit: ptr.To[int32](2),
 			},
 		}
-		d.Annotations[contract.AnnotationSpecHash] = specHash(d.Labels, d.Spec)
+		maps.Copy(d.Annotations, allow)
+		d.Annotations[contract.AnnotationSpecHash] = specHash(d.Labels, workloadSpec{d.Spec, allow})
 		d.Annotations[contract.AnnotationTemplateHash] = specHash(nil, d.Spec.Template)
 		w.Deployment = d
 		w.Budget = budget(objMeta, selector)
 	}
 	return w, problems
+}
+
+// workloadSpec is what a workload's spec hash covers: its spec and its
+// allow-list annotations, which the controller writes without touching the
+// pod template.
+type workloadSpec struct {
+	Spec  any
+	Allow map[string]string `json:",omitempty"`
 }
 
 // maxUnavailable is a proxy Deployment's rollout maxUnavailable. A new pod
@@ -281,6 +312,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.HealthPort == 0 {
 		cfg.HealthPort = DefaultHealthPort
+	}
+	if cfg.ServiceAccount == "" {
+		cfg.ServiceAccount = DefaultProxyServiceAccount
 	}
 	if cfg.ImagePullPolicy == "" {
 		cfg.ImagePullPolicy = corev1.PullIfNotPresent
@@ -393,7 +427,7 @@ func healthPort(ports []corev1.ServicePort, want int32) int32 {
 	return want
 }
 
-func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []corev1.ServicePort, clusterIPs, nodePorts []string) corev1.PodTemplateSpec {
+func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []corev1.ServicePort, clusterIPs, nodePorts []string, workload string) corev1.PodTemplateSpec {
 	var portFlags []string
 	var containerPorts []corev1.ContainerPort
 	for _, p := range ports {
@@ -407,12 +441,9 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 		"--ports=" + strings.Join(portFlags, ","),
 		"--mode=" + cfg.ProxyMode,
 	}
-	if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
-		ranges := make([]string, 0, len(svc.Spec.LoadBalancerSourceRanges))
-		for _, r := range svc.Spec.LoadBalancerSourceRanges {
-			ranges = append(ranges, strings.TrimSpace(r))
-		}
-		args = append(args, "--source-ranges="+strings.Join(ranges, ","))
+	kind := "deployment"
+	if s.Mode == contract.ModeDaemonSet {
+		kind = "daemonset"
 	}
 	hp := healthPort(ports, cfg.HealthPort)
 	delay := s.DrainDelay(cfg.DNSTTL)
@@ -420,6 +451,9 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 		{Name: EnvHealthAddress, Value: ":" + strconv.Itoa(int(hp))},
 		{Name: EnvDrainDelay, Value: delay.String()},
 		{Name: EnvDrainTimeout, Value: cfg.DrainTimeout.String()},
+		{Name: EnvAllowListFrom, Value: kind + "/" + workload},
+		{Name: EnvNamespace, ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
 	}
 	if len(nodePorts) > 0 {
 		env = append(env,
@@ -477,7 +511,10 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 			Annotations: map[string]string{contract.AnnotationService: svc.Namespace + "/" + svc.Name},
 		},
 		Spec: corev1.PodSpec{
-			AutomountServiceAccountToken:  ptr.To(false),
+			// The token lets the proxy read its workload's allow-list, and
+			// nothing else (the ServiceAccount's Role).
+			ServiceAccountName:            cfg.ServiceAccount,
+			AutomountServiceAccountToken:  ptr.To(true),
 			EnableServiceLinks:            ptr.To(false),
 			PriorityClassName:             cfg.PriorityClassName,
 			TerminationGracePeriodSeconds: ptr.To(int64((delay + cfg.DrainTimeout + terminationMargin + time.Second - 1) / time.Second)),

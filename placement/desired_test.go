@@ -2,6 +2,7 @@ package placement
 
 import (
 	"maps"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -175,8 +176,8 @@ func TestDesired(t *testing.T) {
 				if got := containerArg(w, "--cluster-ips="); got != "--cluster-ips=10.96.0.10,fd00::10" {
 					t.Errorf("cluster-ips flag = %q", got)
 				}
-				if got := containerArg(w, "--source-ranges="); got != "--source-ranges=192.0.2.0/24,2001:db8::/32" {
-					t.Errorf("source-ranges flag = %q", got)
+				if got := w.Deployment.Annotations[contract.AnnotationSourceRanges]; got != "192.0.2.0/24,2001:db8::/32" {
+					t.Errorf("source-ranges annotation = %q", got)
 				}
 				if args := w.Deployment.Spec.Template.Spec.InitContainers[0].Args; !slices.Contains(args, "--ipv6") {
 					t.Errorf("proxy-init args = %q, want --ipv6", args)
@@ -296,8 +297,8 @@ func checkInvariants(t *testing.T, svc *corev1.Service, w Workload) {
 		t.Errorf("no spec hash annotation")
 	}
 	ps := spec.Spec
-	if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
-		t.Errorf("automountServiceAccountToken must be false")
+	if ps.ServiceAccountName != DefaultProxyServiceAccount || ps.AutomountServiceAccountToken == nil || !*ps.AutomountServiceAccountToken {
+		t.Errorf("service account %q, automount %v: want %s's token, which reads only proxy workloads", ps.ServiceAccountName, ps.AutomountServiceAccountToken, DefaultProxyServiceAccount)
 	}
 	if ps.PriorityClassName != DefaultPriorityClassName {
 		t.Errorf("priority class %q", ps.PriorityClassName)
@@ -457,5 +458,87 @@ func TestDesiredPlannedChanges(t *testing.T) {
 	}
 	if w, _ := Desired(service(annotate(contract.AnnotationProxyMode, "daemonset")), three, Config{}); w.Budget != nil {
 		t.Errorf("daemonset mode has budget %v; a drain leaves daemon pods alone", w.Budget.Name)
+	}
+}
+
+// TestAllowListOnWorkload: source ranges and the probers' addresses go on
+// the workload, never into the pod template, so that a change of either
+// updates the workload (its spec hash) without rolling the proxies out, and
+// every proxy is told where its workload is.
+func TestAllowListOnWorkload(t *testing.T) {
+	nodes := []*corev1.Node{node("n1"), node("n2"), node("n3")}
+	probers := []netip.Addr{netip.MustParseAddr("198.18.129.5"), netip.MustParseAddr("198.18.1.2")}
+	cfg := Config{Namespace: "pulselb-system", Image: "pulselb:test", ProbeSources: probers}
+	desired := func(cfg Config, mut func(*corev1.Service)) Workload {
+		t.Helper()
+		var opts []svcOpt
+		if mut != nil {
+			opts = append(opts, mut)
+		}
+		w, problems := Desired(service(opts...), nodes, cfg)
+		if len(problems) > 0 {
+			t.Fatalf("problems: %v", problems)
+		}
+		return w
+	}
+	open := desired(cfg, nil)
+	if a := open.Deployment.Annotations; a[contract.AnnotationSourceRanges] != "" || a[contract.AnnotationProbeSources] != "" {
+		t.Errorf("a Service without ranges has allow-list annotations %v", a)
+	}
+	if got := containerArg(open, "--source-ranges"); got != "" {
+		t.Errorf("pod template carries %q", got)
+	}
+	env := map[string]string{}
+	for _, e := range open.Deployment.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env[EnvAllowListFrom] != "deployment/"+open.Name {
+		t.Errorf("%s = %q, want deployment/%s", EnvAllowListFrom, env[EnvAllowListFrom], open.Name)
+	}
+
+	ranged := desired(cfg, func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"198.18.3.1/24"} })
+	a := ranged.Deployment.Annotations
+	if a[contract.AnnotationSourceRanges] != "198.18.3.0/24" || a[contract.AnnotationProbeSources] != "198.18.129.5,198.18.1.2" ||
+		a[contract.AnnotationAllowListHash] != contract.AllowListHash([]netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")}, probers) {
+		t.Errorf("allow-list annotations %v", a)
+	}
+	changed := desired(cfg, func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"198.18.4.0/24"} })
+	moreProbers := cfg
+	moreProbers.ProbeSources = append(slices.Clone(probers), netip.MustParseAddr("198.18.130.9"))
+	prober := desired(moreProbers, func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"198.18.3.1/24"} })
+	for name, w := range map[string]Workload{"ranges added": ranged, "ranges changed": changed, "a prober added": prober} {
+		base := open
+		if name != "ranges added" {
+			base = ranged
+		}
+		if w.Deployment.Annotations[contract.AnnotationSpecHash] == base.Deployment.Annotations[contract.AnnotationSpecHash] {
+			t.Errorf("%s: spec hash unchanged, the controller would not write the new list", name)
+		}
+		if w.Deployment.Annotations[contract.AnnotationTemplateHash] != base.Deployment.Annotations[contract.AnnotationTemplateHash] {
+			t.Errorf("%s: pod template changed, the proxies would roll out", name)
+		}
+	}
+	// Probers do not matter while every client is allowed.
+	if got := desired(moreProbers, nil); got.Deployment.Annotations[contract.AnnotationSpecHash] != open.Deployment.Annotations[contract.AnnotationSpecHash] {
+		t.Errorf("a new prober changed a Service without ranges")
+	}
+	// The beta annotation counts when the field is empty, as in kube-proxy.
+	beta := desired(cfg, func(s *corev1.Service) {
+		s.Annotations = map[string]string{contract.AnnotationBetaSourceRanges: "198.18.5.0/24, 198.18.6.0/24"}
+	})
+	if got := beta.Deployment.Annotations[contract.AnnotationSourceRanges]; got != "198.18.5.0/24,198.18.6.0/24" {
+		t.Errorf("beta annotation gave %q", got)
+	}
+	ds := desired(cfg, func(s *corev1.Service) {
+		s.Annotations = map[string]string{contract.AnnotationProxyMode: "daemonset"}
+		s.Spec.LoadBalancerSourceRanges = []string{"198.18.3.0/24"}
+	})
+	if ds.DaemonSet == nil || ds.DaemonSet.Annotations[contract.AnnotationSourceRanges] != "198.18.3.0/24" {
+		t.Fatalf("daemonset without the allow-list")
+	}
+	for _, e := range ds.DaemonSet.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == EnvAllowListFrom && e.Value != "daemonset/"+ds.Name {
+			t.Errorf("%s = %q", EnvAllowListFrom, e.Value)
+		}
 	}
 }

@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -12,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 // AllowList is who may use a proxy: the clients inside Ranges (every client
@@ -88,30 +88,25 @@ func (a AllowList) String() string {
 	return fmt.Sprintf("%s and %d probers", a.Ranges, len(a.Probers))
 }
 
-// Hash identifies the list: "closed", "all", or 16 hex digits of the
-// sha256 of its sorted ranges and probers. The controller writes the same
-// hash of the list it wants (contract.SourcesHash computes it alike), so an
-// operator can see from pulselb_proxy_allow_list_info that every proxy
-// applies it.
+// Hash identifies the list: "closed", else contract.AllowListHash ("all"
+// or 16 hex digits), which the controller writes on the workload as
+// contract.AnnotationAllowListHash, so an operator can see from
+// pulselb_proxy_allow_list_info that every proxy applies the list wanted.
 func (a AllowList) Hash() string {
-	switch {
-	case a.Closed:
+	if a.Closed {
 		return "closed"
-	case len(a.Ranges) == 0:
-		return "all"
 	}
-	ranges := make([]string, len(a.Ranges))
-	for i, p := range a.Ranges {
-		ranges[i] = p.String()
+	return contract.AllowListHash(a.Ranges, a.Probers)
+}
+
+// AllowListFrom reads the allow-list from a proxy workload's annotations
+// (contract.ParseAllowList).
+func AllowListFrom(annotations map[string]string) (AllowList, error) {
+	ranges, probers, err := contract.ParseAllowList(annotations)
+	if err != nil {
+		return AllowList{}, err
 	}
-	probers := make([]string, len(a.Probers))
-	for i, p := range a.Probers {
-		probers[i] = p.String()
-	}
-	slices.Sort(ranges)
-	slices.Sort(probers)
-	sum := sha256.Sum256([]byte(strings.Join(ranges, ",") + ";" + strings.Join(probers, ",")))
-	return hex.EncodeToString(sum[:])[:16]
+	return AllowList{Ranges: ranges, Probers: probers}, nil
 }
 
 // AllowListNow returns the list the proxy applies.

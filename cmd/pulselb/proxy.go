@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/proxy"
@@ -50,7 +51,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	clusterIPs := fs.String("cluster-ips", "", "the Service's ClusterIPs: one, or an IPv4 and an IPv6 separated by a comma")
 	ports := fs.String("ports", "", "ports to forward, PROTOCOL:PORT separated by commas (TCP:80,UDP:53)")
-	sourceRanges := fs.String("source-ranges", "", "CIDRs of allowed clients separated by commas (loadBalancerSourceRanges); empty allows all")
+	sourceRanges := fs.String("source-ranges", "", "CIDRs of allowed clients separated by commas (loadBalancerSourceRanges); empty allows all; ignored with --allow-list-from")
+	allowFrom := fs.String("allow-list-from", "", "read the allow-list (source ranges and probers' addresses) from this proxy workload's annotations, deployment/NAME or daemonset/NAME in --namespace, and follow its changes; the proxy refuses every client until it has read it")
+	namespace := fs.String("namespace", "pulselb-system", "namespace of the --allow-list-from workload")
+	kube := addKubeFlags(fs, 5, 10)
 	mode := fs.String("mode", string(proxy.ModeAuto), "auto, iptables or userspace")
 	healthAddr := fs.String("health-address", "127.0.0.1:9470", "address for /healthz and /metrics; empty disables")
 	resync := fs.Duration("resync-interval", proxy.DefaultResyncInterval, "how often iptables rules are checked and restored")
@@ -108,6 +112,13 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.SourceRanges, err = proxy.ParseSourceRanges(*sourceRanges); err != nil {
 		return bad("source-ranges", *sourceRanges, err)
+	}
+	var ref workloadRef
+	if *allowFrom != "" {
+		if ref, err = parseWorkloadRef(*allowFrom); err != nil {
+			return bad("allow-list-from", *allowFrom, err)
+		}
+		cfg.AwaitAllowList = true
 	}
 	if cfg.Mode, err = proxy.ParseMode(*mode); err != nil {
 		return bad("mode", *mode, err)
@@ -183,6 +194,19 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer closeHealth()
+	}
+	if ref != (workloadRef{}) {
+		kcfg, err := kube.config("pulselb-proxy")
+		if err == nil {
+			var client *kubernetes.Clientset
+			if client, err = kubernetes.NewForConfig(kcfg); err == nil {
+				go watchAllowList(ctx, client, *namespace, ref, p)
+			}
+		}
+		if err != nil {
+			// Closed, and unhealthy with the reason: the kubelet restarts it.
+			p.RejectAllowList(ctx, fmt.Errorf("API client for the allow-list: %w", err))
+		}
 	}
 	if err := p.Run(ctx); err != nil {
 		logger.Error(err, "Removing proxy rules failed")

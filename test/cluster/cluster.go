@@ -328,11 +328,17 @@ func (c *Cluster) NodeIPs() map[string]string {
 	return ips
 }
 
-// CreateNamespaces creates the namespaces names.
+// CreateNamespaces creates the namespaces names. SystemNamespace gets the
+// proxy pods' ServiceAccount and Role from deploy/base with it.
 func (c *Cluster) CreateNamespaces(ctx context.Context, names ...string) error {
 	for _, ns := range names {
 		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+		if ns == SystemNamespace {
+			if err := c.installProxyRBAC(ctx, ns); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
