@@ -23,6 +23,25 @@ type fakeIPTables struct {
 	// counters are the packet and byte counters of each chain's rules, by
 	// position; flushing a chain zeroes them, like the kernel.
 	counters map[Chain][]iptables.Stat
+	// observe, when set, is called with the lock held after every
+	// ClearChain, Append and Delete.
+	observe func(op string, c Chain)
+	// failAppendMatching makes an Append whose spec contains it fail.
+	failAppendMatching string
+}
+
+// set changes the fake's hooks under its lock.
+func (f *fakeIPTables) set(fn func(f *fakeIPTables)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+// chain returns the rules of c.
+func (f *fakeIPTables) chain(c Chain) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.chains[c])
 }
 
 func newFakeIPTables() *fakeIPTables {
@@ -79,6 +98,9 @@ func (f *fakeIPTables) ClearChain(table, chain string) error {
 	// Like go-iptables, ClearChain creates a missing chain.
 	f.chains[Chain{table, chain}] = nil
 	delete(f.counters, Chain{table, chain})
+	if f.observe != nil {
+		f.observe("ClearChain", Chain{table, chain})
+	}
 	return nil
 }
 
@@ -118,11 +140,17 @@ func (f *fakeIPTables) Append(table, chain string, spec ...string) error {
 	if err := f.mutate("Append"); err != nil {
 		return err
 	}
+	if f.failAppendMatching != "" && strings.Contains(strings.Join(spec, " "), f.failAppendMatching) {
+		return fmt.Errorf("fake Append: refused %s", f.failAppendMatching)
+	}
 	if err := f.checkTarget(table, spec); err != nil {
 		return err
 	}
 	c := Chain{table, chain}
 	f.chains[c] = append(f.chains[c], strings.Join(spec, " "))
+	if f.observe != nil {
+		f.observe("Append", c)
+	}
 	return nil
 }
 
@@ -174,6 +202,9 @@ func (f *fakeIPTables) Delete(table, chain string, spec ...string) error {
 	if i < len(f.counters[c]) {
 		// A rule's counters go with it.
 		f.counters[c] = slices.Delete(f.counters[c], i, i+1)
+	}
+	if f.observe != nil {
+		f.observe("Delete", c)
 	}
 	return nil
 }
