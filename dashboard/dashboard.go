@@ -42,6 +42,13 @@ const (
 	DefaultWriteTimeout = 10 * time.Second
 )
 
+// MaxClientsFor returns the event streams a Dashboard may hold on a server
+// that holds maxConns connections: half of them, so that pages, scrapes
+// and peer polls keep the other half, and at most DefaultMaxClients.
+func MaxClientsFor(maxConns int) int {
+	return max(1, min(DefaultMaxClients, maxConns/2))
+}
+
 // Paths the Dashboard serves, relative to where it is mounted.
 const (
 	PathPage     = "/"

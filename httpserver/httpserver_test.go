@@ -5,10 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -270,5 +275,56 @@ func TestCloseWhileAtCap(t *testing.T) {
 	}
 	if _, err := closedBy(waiting, time.Now().Add(within)); err != nil {
 		t.Errorf("the connection waiting for a slot: %v", err)
+	}
+}
+
+// TestEveryServerIsBuiltHere: no package of the module builds an
+// http.Server of its own, so that every port pulselb serves HTTP on has
+// the timeouts and the connection cap of New.
+func TestEveryServerIsBuiltHere(t *testing.T) {
+	root := ".."
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("the module's root: %v", err)
+	}
+	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			switch e.Name() {
+			// test/ is a module of its own; this package is the home.
+			case ".git", "testdata", "test", "httpserver":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			var typ ast.Expr
+			switch n := n.(type) {
+			case *ast.CompositeLit:
+				typ = n.Type
+			case *ast.CallExpr:
+				if id, ok := n.Fun.(*ast.Ident); ok && id.Name == "new" && len(n.Args) == 1 {
+					typ = n.Args[0]
+				}
+			}
+			if sel, ok := typ.(*ast.SelectorExpr); ok && sel.Sel.Name == "Server" {
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "http" {
+					t.Errorf("%s builds an http.Server of its own; use httpserver.New", path)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/dnsexport"
+	"github.com/pulselb/pulselb/httpserver"
 	"github.com/pulselb/pulselb/prober"
 )
 
@@ -43,6 +44,10 @@ const (
 	MaxConfigBytes = 4 << 20
 	// maxTokenBytes caps token-file, for the same reason.
 	maxTokenBytes = 64 << 10
+	// minHTTPConnections leaves room for a page, a scrape and the peers'
+	// polls beside the dashboard's event streams; maxHTTPConnections is
+	// more than any file descriptor limit would let the server hold.
+	minHTTPConnections, maxHTTPConnections = 8, 1 << 16
 )
 
 // Config is a parsed, checked configuration file.
@@ -123,6 +128,10 @@ type DNSConfig struct {
 // HTTPConfig configures the dashboard, report and metrics server.
 type HTTPConfig struct {
 	Listen string
+	// MaxConnections is how many connections the server holds at once;
+	// more wait until one closes. The dashboard's event streams take at
+	// most half of them.
+	MaxConnections int
 }
 
 // Timing is how often and how patiently targets are probed.
@@ -300,7 +309,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	d := &decoder{file: file, dir: filepath.Dir(file)}
 	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL, RateLimit: dnsexport.DefaultRateLimit},
-		HTTP: HTTPConfig{Listen: DefaultHTTPListen}, Timing: Timing{Interval: DefaultInterval, Rise: prober.DefaultRise, Fall: prober.DefaultFall},
+		HTTP: HTTPConfig{Listen: DefaultHTTPListen, MaxConnections: httpserver.DefaultMaxConns}, Timing: Timing{Interval: DefaultInterval, Rise: prober.DefaultRise, Fall: prober.DefaultFall},
 		PublishWhen: contract.PublishAllPorts, AllDown: contract.AllDownPublishAll}
 	if len(doc.Content) == 0 {
 		d.errorf(&doc, "", "the file is empty")
@@ -555,9 +564,14 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	}
 	httpListenSet := false
 	if n := m["http"]; n != nil {
-		if hm, _, ok := d.mapping(n, "http", "listen"); ok && hm["listen"] != nil {
-			cfg.HTTP.Listen = d.listenAddr(hm["listen"], "http.listen")
-			httpListenSet = true
+		if hm, _, ok := d.mapping(n, "http", "listen", "max-connections"); ok {
+			if hm["listen"] != nil {
+				cfg.HTTP.Listen = d.listenAddr(hm["listen"], "http.listen")
+				httpListenSet = true
+			}
+			if n := hm["max-connections"]; n != nil {
+				cfg.HTTP.MaxConnections, _ = d.integer(n, "http.max-connections", minHTTPConnections, maxHTTPConnections)
+			}
 		}
 	}
 	if n := m["metrics"]; n != nil {

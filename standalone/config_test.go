@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/httpserver"
 )
 
 func TestLoadExample(t *testing.T) {
@@ -20,7 +21,7 @@ func TestLoadExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Instance != "a" || cfg.Zone != "lb.example.test." || cfg.DNS.Listen != "127.0.0.1:5353" || cfg.DNS.TTL != 5 ||
-		cfg.HTTP.Listen != "127.0.0.1:8080" || !cfg.Metrics {
+		cfg.HTTP.Listen != "127.0.0.1:8080" || cfg.HTTP.MaxConnections != 512 || !cfg.Metrics {
 		t.Errorf("top level = %+v", cfg)
 	}
 	if cfg.Interval != 2*time.Second || cfg.Timeout != 500*time.Millisecond || cfg.Rise != 3 || cfg.Fall != 2 {
@@ -73,7 +74,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Zone != "lb.example.test." || cfg.Interval != DefaultInterval || cfg.HTTP.Listen != "127.0.0.1:9471" ||
+	if cfg.Zone != "lb.example.test." || cfg.Interval != DefaultInterval || cfg.HTTP.Listen != "127.0.0.1:9471" || cfg.HTTP.MaxConnections != httpserver.DefaultMaxConns ||
 		cfg.DNS.TTL != 5 || cfg.AllDown != contract.AllDownPublishAll || cfg.PublishWhen != contract.PublishAllPorts {
 		t.Errorf("defaults = %+v", cfg)
 	}
@@ -110,6 +111,8 @@ func TestConfigErrors(t *testing.T) {
 			[]string{`pulselb.yaml:9: services[0].ports[0].protocol: "SCTP" is not TCP or UDP`}},
 		{"duplicate port", head + svc + "      - {port: 80}\n      - {port: 80}\n",
 			[]string{`pulselb.yaml:10: services[0].ports[1]: port TCP/80 is listed twice`}},
+		{"too few http connections", head + "http: {max-connections: 4}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:4: http.max-connections: 4 is out of range: want 8 to 65536`}},
 		{"bad interval", "interval: 10ms\n" + head + svc + "      - {port: 80}\n",
 			[]string{`pulselb.yaml:1: interval: 10ms is out of range: want 100ms to 1h0m0s`}},
 		{"bad all-down", head + "all-down: publish-nne\n" + svc + "      - {port: 80}\n",

@@ -101,6 +101,8 @@ type instance struct {
 	override map[string]string
 	peers    []Peer
 	extra    string
+	// maxConns is http.max-connections; 0 leaves it out.
+	maxConns int
 }
 
 func (in instance) yaml(port uint16) string {
@@ -109,7 +111,12 @@ func (in instance) yaml(port uint16) string {
 	if iv == 0 {
 		iv = 200 * time.Millisecond
 	}
-	fmt.Fprintf(&b, "instance: %s\nzone: lb.example.test.\ndns: {listen: \"127.0.0.1:0\", ttl: 5}\nhttp: {listen: \"127.0.0.1:0\"}\n", in.name)
+	fmt.Fprintf(&b, "instance: %s\nzone: lb.example.test.\ndns: {listen: \"127.0.0.1:0\", ttl: 5}\n", in.name)
+	if in.maxConns > 0 {
+		fmt.Fprintf(&b, "http: {listen: \"127.0.0.1:0\", max-connections: %d}\n", in.maxConns)
+	} else {
+		b.WriteString("http: {listen: \"127.0.0.1:0\"}\n")
+	}
 	fmt.Fprintf(&b, "interval: %s\ntoken-file: token\n%s", iv, in.extra)
 	if len(in.peers) > 0 {
 		b.WriteString("peers:\n")

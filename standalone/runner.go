@@ -23,6 +23,7 @@ import (
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
+	"github.com/pulselb/pulselb/httpserver"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/report"
 	"github.com/pulselb/pulselb/status"
@@ -38,6 +39,9 @@ type Options struct {
 	OnTransition func(dashboard.Transition)
 	// Title heads the dashboard.
 	Title string
+	// HTTPMetrics receives the HTTP server's metrics, registered by the
+	// caller; nil means new ones, registered in Registry.
+	HTTPMetrics *httpserver.Metrics
 }
 
 // Runner is one standalone instance: probes, verdicts, DNS, dashboard,
@@ -123,9 +127,15 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		saved:          true,
 	}
 	dnsMetrics, dashMetrics := dnsexport.NewMetrics(), dashboard.NewMetrics()
-	r.dash = dashboard.New(dashboard.Options{Title: opts.Title, Metrics: dashMetrics})
+	r.dash = dashboard.New(dashboard.Options{Title: opts.Title, Metrics: dashMetrics, MaxClients: dashboard.MaxClientsFor(cfg.HTTP.MaxConnections)})
 	if err := errors.Join(r.metrics.RegisterMetrics(reg), r.proberMetrics.RegisterMetrics(reg), dnsMetrics.RegisterMetrics(reg), dashMetrics.RegisterMetrics(reg)); err != nil {
 		return nil, err
+	}
+	if r.opts.HTTPMetrics == nil {
+		r.opts.HTTPMetrics = httpserver.NewMetrics()
+		if err := r.opts.HTTPMetrics.RegisterMetrics(reg); err != nil {
+			return nil, err
+		}
 	}
 	removed, err := removeStaleTemps(cfg.StateFile)
 	if err != nil {
@@ -239,7 +249,8 @@ func (r *Runner) Run(ctx context.Context) error {
 			errs <- fmt.Errorf("dns server: %w", err)
 		}
 	})
-	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	// Requests keep their context through the shutdown grace below.
+	srv := httpserver.New(context.WithoutCancel(ctx), r.Handler(), httpserver.Options{Name: "standalone", MaxConns: r.config().HTTP.MaxConnections, Metrics: r.opts.HTTPMetrics})
 	wg.Go(func() {
 		if err := srv.Serve(r.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("http server: %w", err)
@@ -366,6 +377,7 @@ func withFixed(cur, next *Config, changed func(field string)) *Config {
 	check("dns.serial-file", c.DNS.SerialFile != cur.DNS.SerialFile)
 	check("dns.rate-limit", c.DNS.RateLimit != cur.DNS.RateLimit)
 	check("http.listen", c.HTTP.Listen != cur.HTTP.Listen)
+	check("http.max-connections", c.HTTP.MaxConnections != cur.HTTP.MaxConnections)
 	check("state-file", c.StateFile != cur.StateFile)
 	c.Instance, c.Zone, c.HTTP, c.StateFile = cur.Instance, cur.Zone, cur.HTTP, cur.StateFile
 	c.DNS.Listen, c.DNS.NameServers, c.DNS.Hostmaster, c.DNS.SerialFile = cur.DNS.Listen, cur.DNS.NameServers, cur.DNS.Hostmaster, cur.DNS.SerialFile

@@ -29,6 +29,7 @@ import (
 	"github.com/pulselb/pulselb/controller"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
+	"github.com/pulselb/pulselb/httpserver"
 	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/prober"
 )
@@ -67,6 +68,7 @@ type controllerFlags struct {
 	vantages     int
 	election     electionConfig
 	metricsAddr  string
+	metricsConns int
 	dashboard    bool
 	apiWait      time.Duration
 	verbosity    int
@@ -135,7 +137,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	if f.dashboard && f.metricsAddr != "" {
 		dashMetrics := dashboard.NewMetrics()
 		sets = append(sets, dashMetrics.RegisterMetrics)
-		dash = dashboard.New(dashboard.Options{Title: "pulselb", Metrics: dashMetrics})
+		dash = dashboard.New(dashboard.Options{Title: "pulselb", Metrics: dashMetrics, MaxClients: dashboard.MaxClientsFor(f.metricsConns)})
 		defer dash.Close()
 	}
 	reg, err := newRegistry(sets...)
@@ -146,7 +148,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	if dash != nil {
 		mux.Handle("/", dash)
 	}
-	closeMetrics, err := serveMetrics(f.metricsAddr, mux)
+	closeMetrics, err := serveMetrics(f.metricsAddr, f.metricsConns, mux)
 	if err != nil {
 		return failed(logger, err)
 	}
@@ -227,6 +229,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	fs.DurationVar(&f.election.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
 	fs.DurationVar(&f.election.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew")
 	fs.StringVar(&f.metricsAddr, "metrics-address", ":9471", "address for /metrics and /healthz; empty disables")
+	fs.IntVar(&f.metricsConns, "metrics-max-connections", httpserver.DefaultMaxConns, "connections --metrics-address holds at once, the dashboard's event streams included (at most half of them); more wait until one closes")
 	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the read-only health dashboard at / of --metrics-address on every replica (see docs/dashboard.md)")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity: 2 decisions, 4 detail")
 	fs.DurationVar(&f.apiWait, "api-server-wait", 0, "at start, how long to keep retrying an API server that cannot be reached before exiting with an error; 0 retries until stopped")
@@ -256,6 +259,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 		return nil, 2, false
 	case f.workers < 1:
 		fmt.Fprintln(stderr, "pulselb controller: --workers must be at least 1")
+		return nil, 2, false
+	case f.metricsConns < 1:
+		fmt.Fprintf(stderr, "pulselb controller: --metrics-max-connections=%d: want at least 1\n", f.metricsConns)
 		return nil, 2, false
 	case f.apiWait < 0:
 		fmt.Fprintf(stderr, "pulselb controller: --api-server-wait=%s: want 0 (retry until stopped) or more, such as 5m\n", f.apiWait)

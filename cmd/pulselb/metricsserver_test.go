@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -51,5 +52,22 @@ func TestNewRegistryTwice(t *testing.T) {
 	register := func(r prometheus.Registerer) error { return r.Register(c) }
 	if _, err := newRegistry(register, register); err == nil || !strings.Contains(err.Error(), "Registering metrics failed") {
 		t.Errorf("newRegistry with a metric registered twice: error %v, want the start-up failure", err)
+	}
+}
+
+// TestMetricsMaxConnectionsFlag: a metrics port must hold at least one
+// connection; a bad value stops the role before it starts (exit 2).
+func TestMetricsMaxConnectionsFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"controller", "--proxy-image", "pulselb:test", "--metrics-max-connections", "0"},
+		{"prober", "--node-name", "n1", "--metrics-max-connections", "-1"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(args, &out, &errOut)
+			if want := "--metrics-max-connections=" + args[len(args)-1] + ": want at least 1"; code != 2 || !strings.Contains(errOut.String(), want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, errOut.String(), want)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/httpserver"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/agent"
 )
@@ -55,6 +56,7 @@ func runProber(args []string, _, stderr io.Writer) int {
 	concurrency := fs.Int("concurrency", prober.DefaultConcurrency, "probes in flight at most")
 	classOnly := fs.Bool("class-only", false, "probe only Services with loadBalancerClass "+contract.Class+", as the controller's --class-only")
 	metricsAddr := fs.String("metrics-address", ":9473", "address for /metrics and /healthz; empty disables")
+	metricsConns := fs.Int("metrics-max-connections", httpserver.DefaultMaxConns, "connections --metrics-address holds at once; more wait until one closes")
 	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 detail")
 	if _, code, ok := parseFlags(fs, proberUsage, args, stderr); !ok {
 		return code
@@ -74,6 +76,9 @@ func runProber(args []string, _, stderr io.Writer) int {
 		return 2
 	case *heartbeat < time.Second:
 		fmt.Fprintln(stderr, "pulselb prober: --heartbeat must be at least 1s")
+		return 2
+	case *metricsConns < 1:
+		fmt.Fprintf(stderr, "pulselb prober: --metrics-max-connections=%d: want at least 1\n", *metricsConns)
 		return 2
 	}
 	setVerbosity(*verbosity)
@@ -96,7 +101,7 @@ func runProber(args []string, _, stderr io.Writer) int {
 	if err != nil {
 		return failed(logger, err)
 	}
-	closeMetrics, err := serveMetrics(*metricsAddr, metricsHandler(reg))
+	closeMetrics, err := serveMetrics(*metricsAddr, *metricsConns, metricsHandler(reg))
 	if err != nil {
 		return failed(logger, err)
 	}

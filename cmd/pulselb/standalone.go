@@ -71,7 +71,7 @@ func runStandalone(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failed(logger, err)
 	}
-	r, err := standalone.New(ctx, cfg, standalone.Options{Registry: reg})
+	r, err := standalone.New(ctx, cfg, standalone.Options{Registry: reg, HTTPMetrics: httpMetrics})
 	if err != nil {
 		logger.Error(err, "Starting failed")
 		return 1

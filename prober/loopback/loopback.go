@@ -25,6 +25,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/pulselb/pulselb/httpserver"
 	"github.com/pulselb/pulselb/prober"
 )
 
@@ -66,17 +67,15 @@ func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		srv := &http.Server{
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				_, _ = io.WriteString(w, "ok\n")
-			}),
-			ReadHeaderTimeout: 5 * time.Second,
+		srv := httpserver.New(ctx, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = io.WriteString(w, "ok\n")
+		}), httpserver.Options{
+			Name: "loopback",
 			// A probe that rejects the certificate aborts the handshake;
 			// that is the point of the probe, not a server error to print.
-			ErrorLog:    log.New(io.Discard, "", 0),
-			BaseContext: func(net.Listener) context.Context { return ctx },
-		}
+			ErrorLog: log.New(io.Discard, "", 0),
+		})
 		go func() { _ = srv.Serve(ln) }()
 		return &Server{Addr: addrOf(ln.Addr()), Roots: roots, close: func() { srv.Close() }}, nil
 	case prober.DNS:

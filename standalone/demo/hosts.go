@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
-	"time"
 
+	"github.com/pulselb/pulselb/httpserver"
 	"github.com/pulselb/pulselb/prober/loopback"
 )
 
@@ -33,7 +33,7 @@ type host struct {
 	addr netip.Addr
 
 	mu      sync.Mutex
-	httpSrv *http.Server
+	httpSrv *httpserver.Server
 	tcp     net.Listener
 	udp     net.PacketConn
 }
@@ -117,8 +117,7 @@ func (h *host) listen(ctx context.Context, p ports) error {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "hello from host %s (%s)\n", h.name, h.addr)
 	})
-	h.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0),
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+	h.httpSrv = httpserver.New(ctx, mux, httpserver.Options{Name: "demo", ErrorLog: log.New(io.Discard, "", 0)})
 	h.tcp, h.udp = tcp, udp
 	srv := h.httpSrv
 	go func() { _ = srv.Serve(httpLn) }()
