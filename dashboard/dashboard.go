@@ -19,14 +19,22 @@ type Options struct {
 	// KeepAlive is how often an idle event stream gets a comment, so that
 	// proxies and browsers keep it open (default 15s).
 	KeepAlive time.Duration
-	// MaxClients bounds the event streams open at once; more are refused
-	// with 503 (default 100).
+	// MaxClients bounds the event streams open at once (default 100).
+	// When they are all taken, a new client takes the place of the stream
+	// open longest if that has been open EvictAfter; otherwise it is
+	// refused with 503.
 	MaxClients int
-	// WriteTimeout bounds each write to an event stream; a client that
-	// reads nothing for this long is dropped (default 10s).
+	// EvictAfter is how long a stream keeps its place against new clients
+	// when MaxClients are taken (default 10s). A browser whose stream is
+	// ended reconnects after its retry delay; a client that never reads
+	// does not come back.
+	EvictAfter time.Duration
+	// WriteTimeout bounds each write to an event stream; a client whose
+	// connection takes nothing for this long, its socket buffers full, is
+	// dropped (default 10s).
 	WriteTimeout time.Duration
-	// Now is the clock relative times are rendered against (default
-	// time.Now).
+	// Now is the clock relative times are rendered against and event
+	// streams' ages are measured by (default time.Now).
 	Now func() time.Time
 	// Metrics receives the dashboard's metrics; nil means unregistered
 	// ones of its own.
@@ -39,6 +47,7 @@ type Options struct {
 const (
 	DefaultKeepAlive    = 15 * time.Second
 	DefaultMaxClients   = 100
+	DefaultEvictAfter   = 10 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
 )
 
@@ -98,8 +107,11 @@ type Dashboard struct {
 // client is one event stream. notify holds at most one pending wake-up:
 // a client that falls behind skips to the latest version instead of
 // queueing, so a slow reader never blocks Update or costs memory.
+// evicted is closed when a new client takes its place.
 type client struct {
-	notify chan struct{}
+	notify  chan struct{}
+	evicted chan struct{}
+	opened  time.Time
 }
 
 // New returns a Dashboard showing an empty State until the first Update.
@@ -112,6 +124,9 @@ func New(opts Options) *Dashboard {
 	}
 	if opts.MaxClients <= 0 {
 		opts.MaxClients = DefaultMaxClients
+	}
+	if opts.EvictAfter <= 0 {
+		opts.EvictAfter = DefaultEvictAfter
 	}
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = DefaultWriteTimeout

@@ -32,7 +32,7 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	c := &client{notify: make(chan struct{}, 1)}
+	c := &client{notify: make(chan struct{}, 1), evicted: make(chan struct{}), opened: d.opts.Now()}
 	if !d.add(c) {
 		d.opts.Metrics.sseRejected.Inc()
 		http.Error(w, "too many event stream clients", http.StatusServiceUnavailable)
@@ -42,7 +42,8 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 
 	rc := http.NewResponseController(w)
 	write := func(format string, args ...any) error {
-		// A client that stops reading is dropped after WriteTimeout; a
+		// A client whose connection takes nothing is dropped after
+		// WriteTimeout, whatever the server's own write timeout; a
 		// ResponseWriter without deadlines (tests) just writes.
 		if err := rc.SetWriteDeadline(time.Now().Add(d.opts.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return err
@@ -75,6 +76,8 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-d.done:
 			return
+		case <-c.evicted:
+			return
 		case <-c.notify:
 		case <-keepAlive.C:
 			if write(": keep-alive\n\n") != nil {
@@ -84,13 +87,31 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// add registers c unless MaxClients streams are open or the Dashboard is
-// closed.
+// add registers c unless the Dashboard is closed or MaxClients streams are
+// open, none of them for EvictAfter. A client that reads nothing looks
+// like one that reads until its socket buffers fill, hundreds of
+// kilobytes of events later: handing the longest-open stream's place on
+// is what keeps such clients from holding every place.
 func (d *Dashboard) add(c *client) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed || len(d.clients) >= d.opts.MaxClients {
+	if d.closed {
 		return false
+	}
+	if len(d.clients) >= d.opts.MaxClients {
+		var oldest *client
+		for o := range d.clients {
+			if oldest == nil || o.opened.Before(oldest.opened) {
+				oldest = o
+			}
+		}
+		if oldest == nil || c.opened.Sub(oldest.opened) < d.opts.EvictAfter {
+			return false
+		}
+		delete(d.clients, oldest)
+		close(oldest.evicted)
+		d.opts.Metrics.sseClients.Dec()
+		d.opts.Metrics.sseEvicted.Inc()
 	}
 	d.clients[c] = struct{}{}
 	d.opts.Metrics.sseClients.Inc()

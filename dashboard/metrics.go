@@ -13,8 +13,8 @@ const (
 
 // Metrics are a Dashboard's metrics (Options.Metrics).
 type Metrics struct {
-	sseClients                      prometheus.Gauge
-	sseEvents, sseRejected, updates prometheus.Counter
+	sseClients                                  prometheus.Gauge
+	sseEvents, sseRejected, sseEvicted, updates prometheus.Counter
 }
 
 // NewMetrics returns unregistered dashboard metrics.
@@ -33,7 +33,12 @@ func NewMetrics() *Metrics {
 		sseRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 			Name: "sse_rejected_total",
-			Help: "Event stream connections refused because MaxClients were connected.",
+			Help: "Event stream connections refused because MaxClients were connected, none of them long enough to give way.",
+		}),
+		sseEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "sse_evicted_total",
+			Help: "Event streams ended to make room for a new client while MaxClients were connected.",
 		}),
 		updates: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
@@ -46,7 +51,7 @@ func NewMetrics() *Metrics {
 // RegisterMetrics registers m with r.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.sseClients, m.sseEvents, m.sseRejected, m.updates} {
+	for _, c := range []prometheus.Collector{m.sseClients, m.sseEvents, m.sseRejected, m.sseEvicted, m.updates} {
 		errs = append(errs, r.Register(c))
 	}
 	return errors.Join(errs...)
