@@ -44,9 +44,6 @@ import (
 	"github.com/pulselb/pulselb/status"
 )
 
-// Finalizer stays on a served Service until its proxy workload is gone.
-const Finalizer = "pulselb.io/load-balancer-cleanup"
-
 // Event reasons recorded by the controller itself; status.Decide supplies
 // the others.
 const (
@@ -592,7 +589,7 @@ func (c *Controller) nodeChanged(oldObj, newObj any) {
 		return
 	}
 	for _, svc := range services {
-		if c.wants(svc) || hasFinalizer(svc) {
+		if c.wants(svc) || c.holdsFinalizer(svc) {
 			c.queue.Add(cache.MetaObjectToName(svc))
 		}
 	}

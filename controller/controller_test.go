@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -211,8 +212,8 @@ func TestSyncCreatesWorkloadAndStatus(t *testing.T) {
 		t.Errorf("writes\n got %q\nwant %q", got, want)
 	}
 	got := f.service(ctx, "shop", "web")
-	if !hasFinalizer(got) {
-		t.Errorf("no finalizer: %v", got.Finalizers)
+	if !slices.Equal(got.Finalizers, []string{standardFinalizer}) {
+		t.Errorf("finalizers %q, want the standard %q", got.Finalizers, standardFinalizer)
 	}
 	var ips []string
 	for _, in := range got.Status.LoadBalancer.Ingress {
@@ -271,34 +272,75 @@ func TestSyncCreatesWorkloadAndStatus(t *testing.T) {
 	}
 }
 
+// standardFinalizer is the name Kubernetes' own LoadBalancer e2e spec
+// waits for, spelled out so that the tests pin it.
+const standardFinalizer = "service.kubernetes.io/load-balancer-cleanup"
+
+// TestSyncRelease: a Service pulselb no longer serves loses its workload,
+// and, when pulselb put the finalizer on it, pulselb's status and the
+// finalizer. The standard finalizer is shared with other implementations:
+// on a Service pulselb never wrote to it stays, and so does its status.
 func TestSyncRelease(t *testing.T) {
-	deleting := func(s *corev1.Service) {
-		s.Finalizers = []string{Finalizer}
-		s.DeletionTimestamp = &metav1.Time{Time: testNow}
+	with := func(opts ...func(*corev1.Service)) func(*corev1.Service) {
+		return func(s *corev1.Service) {
+			for _, o := range opts {
+				o(s)
+			}
+		}
 	}
-	otherClass := func(s *corev1.Service) {
-		s.Finalizers = []string{Finalizer}
-		s.Spec.LoadBalancerClass = ptr.To("example.com/other")
+	finalizers := func(f ...string) func(*corev1.Service) {
+		return func(s *corev1.Service) { s.Finalizers = f }
+	}
+	deleting := func(s *corev1.Service) { s.DeletionTimestamp = &metav1.Time{Time: testNow} }
+	class := func(c string) func(*corev1.Service) {
+		return func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr.To(c) }
+	}
+	clusterIP := func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }
+	// An address, which any implementation writes.
+	addressed := func(s *corev1.Service) {
 		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}}
+	}
+	// What pulselb writes besides the address.
+	marked := func(s *corev1.Service) {
 		s.Annotations = map[string]string{contract.AnnotationNodes: "n1"}
+		s.Status.Conditions = []metav1.Condition{{Type: status.ConditionHealthy, Status: metav1.ConditionTrue}}
 	}
-	toClusterIP := func(s *corev1.Service) {
-		s.Finalizers = []string{Finalizer}
-		s.Spec.Type = corev1.ServiceTypeClusterIP
-	}
+	released := []string{"delete deployments", "update services web"}
+	clearedAndReleased := []string{"delete deployments", "update services/status web", "update services web"}
+	untouched := []string{"delete deployments"}
 	tests := []struct {
 		name      string
 		svc       *corev1.Service
 		classOnly bool
 		want      []string
+		// finalizers the Service keeps; release clears status and
+		// annotations exactly when it removes a finalizer.
+		keeps []string
 	}{
-		{"deleted", newService("web", deleting), false, []string{"delete deployments", "update services web"}},
-		{"class changed", newService("web", otherClass), false, []string{"delete deployments", "update services/status web", "update services web"}},
-		{"type changed", newService("web", toClusterIP), false, []string{"delete deployments", "update services web"}},
-		{"no class under --class-only", newService("web", func(s *corev1.Service) { s.Finalizers = []string{Finalizer} }), true,
-			[]string{"delete deployments", "update services web"}},
-		{"other class never served", newService("web", func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr.To("example.com/other") }), false,
-			[]string{"delete deployments"}},
+		{"deleted", newService("web", with(finalizers(standardFinalizer), deleting)), false, released, nil},
+		{"deleted with the finalizer of an earlier version", newService("web", with(finalizers("example.com/keep", LegacyFinalizer), deleting)), false,
+			released, []string{"example.com/keep"}},
+		{"deleted, of pulselb's class, never published", newService("web", with(finalizers(standardFinalizer), class(contract.Class), deleting)), true,
+			released, nil},
+		{"class changed before pulselb released it", newService("web", with(finalizers(standardFinalizer), class("example.com/other"), addressed, marked)), false,
+			clearedAndReleased, nil},
+		{"class changed under the finalizer of an earlier version", newService("web", with(finalizers(LegacyFinalizer), class("example.com/other"), addressed, marked)), false,
+			clearedAndReleased, nil},
+		{"type changed", newService("web", with(finalizers(standardFinalizer), clusterIP, addressed, marked)), false, clearedAndReleased, nil},
+		{"type changed under the finalizer of an earlier version", newService("web", with(finalizers(LegacyFinalizer), clusterIP)), false, released, nil},
+		{"no class under --class-only", newService("web", with(finalizers(standardFinalizer), addressed, marked)), true, clearedAndReleased, nil},
+		{"other class never served", newService("web", class("example.com/other")), false, untouched, nil},
+		// The standard finalizer of another implementation.
+		{"other class with its own finalizer", newService("web", with(finalizers(standardFinalizer), class("example.com/other"), addressed)), false,
+			untouched, []string{standardFinalizer}},
+		{"other class with its own finalizer, deleted", newService("web", with(finalizers(standardFinalizer), class("example.com/other"), addressed, deleting)), false,
+			untouched, []string{standardFinalizer}},
+		{"no class under --class-only, the default implementation's", newService("web", with(finalizers(standardFinalizer), addressed)), true,
+			untouched, []string{standardFinalizer}},
+		{"no class under --class-only, the default implementation's, deleted", newService("web", with(finalizers(standardFinalizer), addressed, deleting)), true,
+			untouched, []string{standardFinalizer}},
+		{"type changed from another class", newService("web", with(finalizers(standardFinalizer), clusterIP, addressed)), false,
+			untouched, []string{standardFinalizer}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,12 +359,21 @@ func TestSyncRelease(t *testing.T) {
 			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
 				t.Errorf("writes\n got %q\nwant %q", got, tt.want)
 			}
-			if tt.svc.DeletionTimestamp != nil || len(tt.svc.Finalizers) == 0 {
+			s := f.service(ctx, "shop", "web")
+			if !slices.Equal(s.Finalizers, tt.keeps) {
+				t.Errorf("finalizers %q, want %q", s.Finalizers, tt.keeps)
+			}
+			if slices.Equal(tt.want, untouched) {
+				if !equality.Semantic.DeepEqual(s, tt.svc) {
+					t.Errorf("a Service that is not pulselb's was changed:\n got %+v\nwant %+v", s, tt.svc)
+				}
 				return
 			}
-			s := f.service(ctx, "shop", "web")
-			if hasFinalizer(s) || len(s.Status.LoadBalancer.Ingress) != 0 || s.Annotations[contract.AnnotationNodes] != "" {
-				t.Errorf("released Service keeps finalizer %v, ingress %v, annotations %v", s.Finalizers, s.Status.LoadBalancer.Ingress, s.Annotations)
+			if tt.svc.DeletionTimestamp == nil && (len(s.Status.LoadBalancer.Ingress) != 0 || len(s.Status.Conditions) != 0) {
+				t.Errorf("released Service keeps its status %+v", s.Status)
+			}
+			if _, ok := s.Annotations[contract.AnnotationNodes]; ok {
+				t.Errorf("released Service keeps pulselb's annotations %v", s.Annotations)
 			}
 		})
 	}

@@ -54,9 +54,12 @@ func TestSyncDNSEndpoints(t *testing.T) {
 		s.Finalizers = []string{Finalizer}
 		s.DeletionTimestamp = &metav1.Time{Time: testNow}
 	}
+	// Served by pulselb, then moved to another class (through another
+	// type) before pulselb released it: its annotations are still there.
 	otherClass := func(s *corev1.Service) {
 		s.Finalizers = []string{Finalizer}
 		s.Spec.LoadBalancerClass = ptr.To("example.com/other")
+		s.Annotations = map[string]string{contract.AnnotationNodes: "n1"}
 	}
 	notOurs := func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr.To("example.com/other") }
 	apiErr := errors.New("connection refused")

@@ -119,7 +119,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		return err
 	}
 	c.failedOver(ctx, svc, r, in.Health)
-	if !hasFinalizer(written) {
+	if !hasFinalizer(written) && !hasLegacyFinalizer(written) {
 		// Nothing written yet, so nothing published: no DNSEndpoint
 		// either, which release could not find without the finalizer.
 		return nil
@@ -135,7 +135,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 // update with the finalizer and the annotations together, and one status
 // write, both when its first proxy is published (settling holds back the
 // conditions of its progress until then). Every update carries the
-// finalizer, so release always finds what pulselb wrote.
+// finalizer, so release always finds what pulselb wrote. A Service that
+// still carries LegacyFinalizer gets Finalizer in its place with the next
+// update, made for that alone if nothing else differs.
 func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r status.Result) (*corev1.Service, error) {
 	logger := klog.FromContext(ctx)
 	key := cache.MetaObjectToName(svc)
@@ -150,12 +152,10 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 		writeStatus = true
 	}
 	var err error
-	if status.AnnotationsDiffer(svc, r) || (writeStatus && !hasFinalizer(svc)) {
+	if status.AnnotationsDiffer(svc, r) || (writeStatus && !hasFinalizer(svc)) || hasLegacyFinalizer(svc) {
 		svc = svc.DeepCopy()
 		status.ApplyAnnotations(svc, r)
-		if !hasFinalizer(svc) {
-			svc.Finalizers = append(svc.Finalizers, Finalizer)
-		}
+		svc.Finalizers = withFinalizer(svc.Finalizers)
 		if svc, err = c.client.CoreV1().Services(svc.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 			return nil, fmt.Errorf("updating annotations and finalizer: %w", err)
 		}
@@ -244,17 +244,22 @@ func (c *Controller) moveLocalProxies(ctx context.Context, own []*corev1.Pod, pr
 // release undoes pulselb's work on a Service that is being deleted or is no
 // longer served (type or class changed, or --class-only): workload first,
 // then the DNSEndpoint, then pulselb's status, annotations and conditions,
-// then the finalizer.
+// then the finalizer. Only a finalizer pulselb put there is removed (see
+// ownsFinalizer), and only such a Service is cleared.
 func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	key := cache.MetaObjectToName(svc)
 	if err := c.deleteWorkloads(ctx, key); err != nil {
 		return err
 	}
-	if !hasFinalizer(svc) {
-		// Never served, or already released: another implementation may
-		// own this Service's status now. No DNSEndpoint lookup either: it
-		// would cost an API request for every non-LoadBalancer Service,
-		// and the garbage collector deletes a DNSEndpoint with its Service.
+	// Decided before anything is cleared: clearing removes the marks
+	// ownsFinalizer may read.
+	legacy, standard := hasLegacyFinalizer(svc), c.ownsFinalizer(svc)
+	if !legacy && !standard {
+		// Never served, already released, or the finalizer is another
+		// implementation's: it may own this Service's status now. No
+		// DNSEndpoint lookup either: it would cost an API request for
+		// every non-LoadBalancer Service, and the garbage collector
+		// deletes a DNSEndpoint with its Service.
 		return nil
 	}
 	// Before the finalizer goes, so that a failure is retried.
@@ -275,7 +280,9 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	}
 	cp := svc.DeepCopy()
 	status.ApplyAnnotations(cp, cleared)
-	cp.Finalizers = slices.DeleteFunc(cp.Finalizers, func(f string) bool { return f == Finalizer })
+	cp.Finalizers = slices.DeleteFunc(cp.Finalizers, func(f string) bool {
+		return f == LegacyFinalizer || (standard && f == Finalizer)
+	})
 	updated, err := c.client.CoreV1().Services(svc.Namespace).Update(ctx, cp, metav1.UpdateOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -287,10 +294,6 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	c.metrics.writes.WithLabelValues("services", "update").Inc()
 	klog.FromContext(ctx).Info("Released service", "deleting", svc.DeletionTimestamp != nil)
 	return nil
-}
-
-func hasFinalizer(svc *corev1.Service) bool {
-	return slices.Contains(svc.Finalizers, Finalizer)
 }
 
 // statusSettle is the least time between two status writes of one Service

@@ -174,7 +174,7 @@ func TestFeedServesOnlyItsClass(t *testing.T) {
 	other := "example.com/other"
 	terminating := withIngress(lbService("leaving", nil, nil), "192.0.2.9")
 	terminating.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	terminating.Finalizers = []string{"pulselb.io/load-balancer-cleanup"}
+	terminating.Finalizers = []string{"service.kubernetes.io/load-balancer-cleanup"}
 	nodePort := withIngress(lbService("nodeport", nil, nil), "192.0.2.8")
 	nodePort.Spec.Type = corev1.ServiceTypeNodePort
 	services := []*corev1.Service{

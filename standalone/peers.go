@@ -26,6 +26,17 @@ const maxReportBytes = 8 << 20
 // ErrUnauthorized is returned when a peer refuses our token.
 var ErrUnauthorized = errors.New("peer refused the token")
 
+// ErrRedirected is returned when a peer answers with a redirect, which is
+// never followed.
+var ErrRedirected = errors.New("peer answered with a redirect")
+
+// newPeerClient returns the client that polls peers. It follows no
+// redirect: the token is for the URL the configuration names, and
+// following would send it, and a Referer, wherever a response points.
+func newPeerClient() *http.Client {
+	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
 // peerState is the last report fetched from one peer.
 type peerState struct {
 	report *v1alpha1.ProbeReport
@@ -78,6 +89,9 @@ func fetchReport(ctx context.Context, client *http.Client, p Peer, token string,
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized:
 		return nil, fmt.Errorf("polling peer %s: %w", p.Name, ErrUnauthorized)
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return nil, fmt.Errorf("polling peer %s: %w (HTTP %s to %.200q); set its url to the address that serves the report",
+			p.Name, ErrRedirected, resp.Status, resp.Header.Get("Location"))
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("polling peer %s: HTTP %s", p.Name, resp.Status)
 	}

@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		metrics:       newMetrics(),
 		proberMetrics: prober.NewMetrics(),
 
-		client:         &http.Client{},
+		client:         newPeerClient(),
 		wake:           make(chan struct{}, 1),
 		cfg:            cfg,
 		probers:        map[string]builtProber{},

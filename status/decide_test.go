@@ -273,6 +273,23 @@ func TestCleared(t *testing.T) {
 	if len(c.Status.LoadBalancer.Ingress) != 0 || len(c.Status.Conditions) != 1 || len(c.Annotations) != 0 {
 		t.Errorf("cleared Service still has %+v %+v %v", c.Status.LoadBalancer, c.Status.Conditions, c.Annotations)
 	}
+	// Marked tells a Service pulselb wrote from one it never did or has
+	// released, whatever its address.
+	if !Marked(s) {
+		t.Errorf("a published Service is not marked as pulselb's")
+	}
+	if Marked(c) {
+		t.Errorf("a cleared Service is still marked as pulselb's: %v %+v", c.Annotations, c.Status.Conditions)
+	}
+	c.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}
+	if Marked(c) {
+		t.Errorf("another implementation's address and condition mark a Service as pulselb's")
+	}
+	conditionOnly := svc()
+	conditionOnly.Status.Conditions = []metav1.Condition{{Type: ConditionProxiesScheduled, Status: metav1.ConditionFalse}}
+	if !Marked(conditionOnly) {
+		t.Errorf("a Service with pulselb's conditions but no annotation is not marked")
+	}
 }
 
 func TestPublish(t *testing.T) {

@@ -51,17 +51,41 @@ func ApplyAnnotations(svc *corev1.Service, r Result) {
 	}
 }
 
+// writtenAnnotations are the annotations pulselb writes on a Service.
+var writtenAnnotations = []string{contract.AnnotationExternalIPs, contract.AnnotationInternalIPs, contract.AnnotationNodes,
+	contract.AnnotationExternalUnreachable}
+
 // Cleared returns the Result of a Service pulselb no longer serves: no
 // ingress, no pulselb annotations or conditions, others' conditions kept.
 func Cleared(svc *corev1.Service) Result {
-	r := Result{Annotations: map[string]string{contract.AnnotationExternalIPs: "", contract.AnnotationInternalIPs: "", contract.AnnotationNodes: "",
-		contract.AnnotationExternalUnreachable: ""}}
+	r := Result{Annotations: make(map[string]string, len(writtenAnnotations))}
+	for _, k := range writtenAnnotations {
+		r.Annotations[k] = ""
+	}
 	for _, c := range svc.Status.Conditions {
 		if !ownCondition(c.Type) {
 			r.Conditions = append(r.Conditions, c)
 		}
 	}
 	return r
+}
+
+// Marked reports whether svc carries an annotation or a condition that
+// pulselb writes: pulselb served it and has not released it yet. The
+// load-balancer address alone says nothing, since every implementation
+// writes one.
+func Marked(svc *corev1.Service) bool {
+	for _, k := range writtenAnnotations {
+		if _, ok := svc.Annotations[k]; ok {
+			return true
+		}
+	}
+	for _, c := range svc.Status.Conditions {
+		if ownCondition(c.Type) {
+			return true
+		}
+	}
+	return false
 }
 
 // ownCondition reports whether conditions of type t are pulselb's.
