@@ -53,3 +53,47 @@ func (c *Controller) proberAddressesChanged(oldObj, newObj any) {
 		}
 	}
 }
+
+// probeAdmission returns, for a Service's targets, whether the prober on a
+// node gets through the allow-list on svc's proxy workload; nil when every
+// prober does (no ranges). A prober the proxies would refuse (a prober
+// that started after the list was written, until the controller adds it)
+// cannot see the target at all: its votes on the Service's targets are not
+// counted, so a refused probe is never a Down vote.
+func (c *Controller) probeAdmission(svc *corev1.Service, proberAddrs map[string][]netip.Addr) func(node string) bool {
+	name := placement.Name(svc.Namespace, svc.Name)
+	var annotations map[string]string
+	if d, err := c.deployments.Get(name); err == nil {
+		annotations = d.Annotations
+	} else if ds, err := c.daemonSets.Get(name); err == nil {
+		annotations = ds.Annotations
+	}
+	ranges, probers, err := contract.ParseAllowList(annotations)
+	if err == nil && len(ranges) == 0 {
+		return nil
+	}
+	return func(node string) bool {
+		if err != nil {
+			// Such a list closes every proxy; nobody gets through.
+			return false
+		}
+		for _, a := range proberAddrs[node] {
+			if slices.Contains(probers, a) || slices.ContainsFunc(ranges, func(p netip.Prefix) bool { return p.Contains(a) }) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// proberAddrsByNode returns the probe source addresses of each node's
+// prober pod.
+func proberAddrsByNode(probers []*corev1.Pod) map[string][]netip.Addr {
+	out := map[string][]netip.Addr{}
+	for _, p := range probers {
+		if p.Spec.NodeName != "" {
+			out[p.Spec.NodeName] = append(out[p.Spec.NodeName], contract.ProbeSourceAddrs([]*corev1.Pod{p})...)
+		}
+	}
+	return out
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -256,8 +257,11 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 		return nil, fmt.Errorf("listing proxy pods: %w", err)
 	}
 	seen := map[string]int{}
-	// windows memoises startWindow per Service for this call.
+	// windows memoises startWindow per Service for this call, admission
+	// probeAdmission.
 	windows := map[cache.ObjectName]map[contract.PortKey]time.Duration{}
+	admission := map[cache.ObjectName]func(string) bool{}
+	var proberAddrs map[string][]netip.Addr
 	now := c.now()
 	for _, p := range proxies {
 		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
@@ -272,6 +276,14 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 			continue
 		}
 		name := cache.MetaObjectToName(svc)
+		admits, ok := admission[name]
+		if !ok {
+			if proberAddrs == nil {
+				proberAddrs = proberAddrsByNode(probers)
+			}
+			admits = c.probeAdmission(svc, proberAddrs)
+			admission[name] = admits
+		}
 		for _, sp := range svc.Spec.Ports {
 			pk := contract.PortKeyOf(sp)
 			tk := pk.TargetKey(name.String(), p.Spec.NodeName)
@@ -287,8 +299,12 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 				continue
 			}
 			seen[tk] = len(out)
+			vs := vantages(tk, p.Spec.NodeName, zone[p.Spec.NodeName])
+			if admits != nil {
+				vs = slices.DeleteFunc(slices.Clone(vs), func(v string) bool { return !admits(v) })
+			}
 			out = append(out, healthTarget{
-				Target: status.Target{Key: tk, Node: p.Spec.NodeName, Vantages: vantages(tk, p.Spec.NodeName, zone[p.Spec.NodeName]),
+				Target: status.Target{Key: tk, Node: p.Spec.NodeName, Vantages: vs,
 					Starting: starting},
 				service: name,
 				port:    pk,

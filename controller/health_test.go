@@ -3,12 +3,15 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +25,7 @@ import (
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
 )
@@ -692,4 +696,63 @@ func TestVantagesFollowProbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("n3's prober not ready", []prober.Vantage{{Node: "n1"}, {Node: "n2"}, {Node: "n4"}})
+}
+
+// TestRefusedProbeIsNotADownVote: a prober that a Service's allow-list
+// does not let through (its address not yet on the proxy workload) cannot
+// see the Service's targets; its Down votes do not count, so two probers
+// that see the target Up and one refused cannot fail it, while the same
+// votes without source ranges do.
+func TestRefusedProbeIsNotADownVote(t *testing.T) {
+	for _, ranged := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ranges=%v", ranged), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			svc := published(newService("web"), "n1,n2")
+			if ranged {
+				svc.Spec.LoadBalancerSourceRanges = []string{"198.18.3.0/24"}
+			}
+			objs := cluster(svc)
+			addrs := map[string]string{"n1": "10.244.1.5", "n2": "10.244.2.5", "n3": "10.244.3.5", "n4": "10.244.4.5"}
+			for i, o := range objs {
+				if p, ok := o.(*corev1.Pod); ok && p.Labels[contract.LabelAppName] == contract.ProberAppName {
+					p = p.DeepCopy()
+					p.Status.PodIPs = []corev1.PodIP{{IP: addrs[p.Spec.NodeName]}}
+					objs[i] = p
+				}
+			}
+			// n4's prober is not on the list yet.
+			var probers []netip.Addr
+			for _, n := range []string{"n1", "n2", "n3"} {
+				probers = append(probers, netip.MustParseAddr(addrs[n]))
+			}
+			var ranges []netip.Prefix
+			if ranged {
+				ranges = []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")}
+			}
+			objs = append(objs, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: placement.Name("shop", "web"),
+				Labels: contract.ProxySelector(svc), Annotations: contract.AllowListAnnotations(ranges, probers)}})
+			f := newFixture(t, objs...)
+			c := f.healthController(ctx,
+				withResult(report("n2", 0), svc, 80, "n1", v1alpha1.StateDown),
+				withResult(report("n3", 0), svc, 80, "n1", v1alpha1.StateUp),
+				withResult(report("n4", 0), svc, 80, "n1", v1alpha1.StateDown))
+			targets, err := c.healthTargets()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk := contract.PortKeyOf(svc.Spec.Ports[0]).TargetKey("shop/web", "n1")
+			for _, tg := range targets {
+				if tg.Key == tk && slices.Contains(tg.Vantages, "n4") == ranged {
+					t.Errorf("%s judged by %v: n4's prober is refused by the allow-list", tk, tg.Vantages)
+				}
+			}
+			if err := c.evaluate(ctx, healthKey); err != nil {
+				t.Fatal(err)
+			}
+			down := c.verdicts.Verdict(tk).Verdict == status.VerdictDown
+			if down == ranged {
+				t.Errorf("%s: Down = %v (%s); want Down only when n4's vote counts", tk, down, c.verdicts.Verdict(tk).Summary())
+			}
+		})
+	}
 }
