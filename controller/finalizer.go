@@ -40,16 +40,18 @@ func (c *Controller) holdsFinalizer(svc *corev1.Service) bool {
 // ownsFinalizer reports whether svc carries Finalizer and pulselb put it
 // there. Other implementations hold the same name on their own Services,
 // and stripping it would let such a Service go before its load balancer is
-// cleaned up, so pulselb claims it only where it provably served:
+// cleaned up, so pulselb claims it only on a Service it serves or has
+// served:
 //   - a Service it serves, deletion aside: of pulselb's class, or without a
 //     class unless --class-only. The class cannot change while the type
 //     stays LoadBalancer, and the cloud-provider service controller serves
 //     no Service that has a class.
 //   - any other Service only while it carries pulselb's annotations or
 //     conditions (status.Marked), which pulselb writes only on a Service
-//     that holds the finalizer and clears when it releases it: a Service whose
-//     type changed (which clears the class, and may set another one
-//     before pulselb has released it), or that --class-only now excludes.
+//     that holds the finalizer and clears when it releases it: a Service
+//     whose type changed (which clears the class; a change back to
+//     LoadBalancer may set another one before pulselb has released it), or
+//     that --class-only now excludes.
 //
 // A Service of another class, or without a class under --class-only,
 // that pulselb never wrote to keeps its finalizer: it is its own
