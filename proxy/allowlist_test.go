@@ -47,7 +47,7 @@ func TestAllowListAllows(t *testing.T) {
 	rs := BuildRules(netip.MustParseAddr("198.19.0.10"), []Port{{TCP, 80}}, a, NodePortTarget{})
 	var sources []string
 	for _, r := range rs.Rules {
-		if i := slices.Index(r.Spec, "-s"); i >= 0 && r.Chain.Name == chainForward && slices.Contains(r.Spec, "ACCEPT") && !slices.Contains(r.Spec, "--sport") {
+		if i := slices.Index(r.Spec, "-s"); i >= 0 && r.Name == chainForward && slices.Contains(r.Spec, "ACCEPT") && !slices.Contains(r.Spec, "--sport") {
 			sources = append(sources, r.Spec[i+1])
 		}
 	}
