@@ -221,6 +221,11 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			UpdateFunc: c.nodeChanged,
 			DeleteFunc: func(obj any) { c.nodeChanged(obj, nil) },
 		}},
+		{podInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.proberAddressesChanged(nil, obj) },
+			UpdateFunc: c.proberAddressesChanged,
+			DeleteFunc: func(obj any) { c.proberAddressesChanged(obj, nil) },
+		}},
 		{sliceInformer.Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueueSliceService,
 			UpdateFunc: func(_, obj any) { c.enqueueSliceService(obj) },

@@ -53,7 +53,11 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return fmt.Errorf("listing nodes: %w", err)
 	}
-	want, problems := placement.Desired(svc, nodes, c.cfg.Placement)
+	cfg, err := c.placementConfig(svc)
+	if err != nil {
+		return err
+	}
+	want, problems := placement.Desired(svc, nodes, cfg)
 	if err := c.applyWorkload(ctx, svc, want); err != nil {
 		return err
 	}
