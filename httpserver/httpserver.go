@@ -52,7 +52,9 @@ type Options struct {
 	// MaxConns is how many connections the server holds at once. A
 	// connection beyond it is accepted and waits, unread, until one
 	// closes; further ones wait in the listen backlog.
-	MaxConns                                                  int
+	MaxConns int
+	// The timeouts and the header bound are those of http.Server; see
+	// the defaults above for what each covers.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	MaxHeaderBytes                                            int
 	// Metrics receives the server's metrics; nil means unregistered ones
