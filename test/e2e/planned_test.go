@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/planned"
 	"github.com/pulselb/pulselb/test/traffic"
@@ -161,6 +164,11 @@ func TestPlannedChanges(t *testing.T) {
 		if r := reports[plannedNoDelay.Name]; reports != nil && r.Failed > 0 {
 			t.Errorf("nodelay lost %d requests although no proxy changed", r.Failed)
 		}
+	})
+
+	t.Run("SourceRangesInPlace", func(t *testing.T) {
+		testSourceRanges(ctx, t, c.Client, planned.AppNamespace, map[string]string{"app": planned.Backend},
+			intstr.FromString("http"), map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode})
 	})
 
 	t.Run("ConnectionSurvivesDrain", func(t *testing.T) {

@@ -118,8 +118,22 @@ func TestRBAC(t *testing.T) {
 			{"update", "coordination.k8s.io", "leases", "", "kube-node-lease", "node-1"}, {"create", "coordination.k8s.io", "leases", "", "kube-system", ""},
 		},
 	}, {
-		// Proxy pods run as the namespace's default ServiceAccount without
-		// a token; it must have nothing.
+		// Proxy pods read their own workload's allow-list, nothing else.
+		sa: "pulselb-proxy",
+		allowed: []access{
+			{"get", "apps", "deployments", "", sys, "pulselb-web-x"}, {"list", "apps", "deployments", "", sys, ""},
+			{"watch", "apps", "deployments", "", sys, ""}, {"watch", "apps", "daemonsets", "", sys, ""},
+		},
+		denied: []access{
+			{"update", "apps", "deployments", "", sys, "x"}, {"patch", "apps", "daemonsets", "", sys, "x"},
+			{"list", "apps", "deployments", "", "", ""}, {"list", "apps", "deployments", "", "shop", ""},
+			{"list", "", "services", "", "", ""}, {"list", "", "pods", "", sys, ""}, {"get", "", "secrets", "", sys, "x"},
+			{"list", "", "configmaps", "", sys, ""}, {"create", "", "events", "", "shop", ""},
+			{"update", "pulselb.io", "probereports", "", sys, "node-1"}, {"update", "coordination.k8s.io", "leases", "", sys, "pulselb-prober-node-1"},
+		},
+	}, {
+		// Nothing runs as the namespace's default ServiceAccount; it must
+		// have nothing.
 		sa: "default",
 		denied: []access{
 			{"list", "", "services", "", "", ""}, {"list", "", "pods", "", sys, ""}, {"get", "", "secrets", "", sys, "x"},
