@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
+	"github.com/pulselb/pulselb/status"
 )
 
 // placementConfig returns the placement configuration for svc: the
@@ -96,4 +98,73 @@ func proberAddrsByNode(probers []*corev1.Pod) map[string][]netip.Addr {
 		}
 	}
 	return out
+}
+
+// allowListGrace is how long after the controller gives a proxy workload a
+// new allow-list its proxies may go on reporting the old one (or, for a
+// proxy too old to report one, nothing) before the Service says they do
+// not apply it. Proxies apply a list within milliseconds of the write.
+const allowListGrace = 10 * time.Second
+
+// allowListState returns what svc's proxies report about the allow-list
+// its workload carries (nil when it has none), and when a proxy may still
+// catch up, how long until it is late.
+func (c *Controller) allowListState(svc *corev1.Service, want placement.Workload, own []*corev1.Pod) (*status.AllowList, time.Duration) {
+	var annotations map[string]string
+	switch {
+	case want.Deployment != nil:
+		annotations = want.Deployment.Annotations
+	case want.DaemonSet != nil:
+		annotations = want.DaemonSet.Annotations
+	}
+	hash := annotations[contract.AnnotationAllowListHash]
+	key := cache.MetaObjectToName(svc)
+	now := c.now()
+	c.mu.Lock()
+	if hash == "" {
+		delete(c.allowLists, key)
+		c.mu.Unlock()
+		return nil, 0
+	}
+	since := c.allowLists[key]
+	if since.hash != hash {
+		since = allowListSince{hash: hash, at: now}
+		c.allowLists[key] = since
+	}
+	c.mu.Unlock()
+	late := now.Sub(since.at) >= allowListGrace
+	st := &status.AllowList{Hash: hash}
+	var wait time.Duration
+	for _, p := range own {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		st.Proxies++
+		var cond *corev1.PodCondition
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == contract.PodConditionAllowList {
+				cond = &p.Status.Conditions[i]
+			}
+		}
+		who := fmt.Sprintf("proxy %s on node %s", p.Name, p.Spec.NodeName)
+		switch {
+		case cond != nil && cond.Status == corev1.ConditionFalse:
+			st.Failing = append(st.Failing, who+" refuses every client: "+cond.Message)
+		case cond != nil && cond.Message == hash:
+		case !late:
+			wait = allowListGrace - now.Sub(since.at)
+		case cond == nil:
+			st.Failing = append(st.Failing, who+" does not report its allow-list (a proxy older than the allow-list, which keeps the ranges it started with)")
+		default:
+			st.Failing = append(st.Failing, who+" applies allow-list "+cond.Message)
+		}
+	}
+	return st, wait
+}
+
+// allowListSince is when the controller first wanted a Service's current
+// allow-list hash.
+type allowListSince struct {
+	hash string
+	at   time.Time
 }

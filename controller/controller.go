@@ -131,6 +131,9 @@ type Controller struct {
 	// each Service that the informer has not delivered yet (see
 	// ownEcho).
 	echoes map[cache.ObjectName][]string
+	// allowLists is when each Service's current allow-list was first
+	// wanted, for allowListGrace.
+	allowLists map[cache.ObjectName]allowListSince
 }
 
 // New returns a Controller reading Services, Nodes and EndpointSlices from
@@ -193,6 +196,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		progressSince: map[cache.ObjectName]time.Time{},
 		firstAddress:  map[cache.ObjectName]time.Time{},
 		echoes:        map[cache.ObjectName][]string{},
+		allowLists:    map[cache.ObjectName]allowListSince{},
 	}
 
 	handlers := []struct {

@@ -117,6 +117,13 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 			}
 		}
 	}
+	var recheck time.Duration
+	in.AllowList, recheck = c.allowListState(svc, want, own)
+	if recheck > 0 {
+		// A proxy still reports the previous list: look again once it is
+		// late, in case nothing else changes meanwhile.
+		c.queue.AddAfter(key, recheck)
+	}
 	r := status.Decide(in)
 	written, err := c.writeStatus(ctx, svc, r)
 	if err != nil {

@@ -101,6 +101,9 @@ const (
 	// and EnvNamespace its namespace: the proxy follows the list in place.
 	EnvAllowListFrom = "PULSELB_ALLOW_LIST_FROM"
 	EnvNamespace     = "PULSELB_NAMESPACE"
+	// EnvPodName is the proxy's own pod, where it reports the allow-list
+	// it applies (contract.PodConditionAllowList).
+	EnvPodName = "PULSELB_POD_NAME"
 )
 
 // deploymentTolerationSeconds is how long a Deployment proxy stays on a
@@ -454,6 +457,8 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 		{Name: EnvAllowListFrom, Value: kind + "/" + workload},
 		{Name: EnvNamespace, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
+		{Name: EnvPodName, ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
 	}
 	if len(nodePorts) > 0 {
 		env = append(env,

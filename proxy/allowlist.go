@@ -212,3 +212,11 @@ func allows(a *atomic.Pointer[AllowList], addr netip.Addr) bool {
 	}
 	return a.Load().Allows(addr)
 }
+
+// AllowListErr returns why the proxy is closed against the list it was
+// given, or nil when it applies that list.
+func (p *Proxy) AllowListErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.allowErr
+}

@@ -86,6 +86,9 @@ type Input struct {
 	// nodes (JudgeExternal).
 	ExternalMode string
 	External     External
+	// AllowList is what the proxies report about the Service's
+	// allow-list; nil when it has no source ranges.
+	AllowList *AllowList
 	// Problems make ConfigValid False.
 	Problems []Problem
 	// Conflicts are host port conflict messages (placement.Conflict).
@@ -246,9 +249,14 @@ func Decide(in Input) Result {
 		}
 		ours = append(ours, *ext)
 	}
+	allow := allowListCondition(in.AllowList)
+	if allow != nil {
+		ours = append(ours, *allow)
+	}
 	r.Conditions = mergeConditions(svc, in.Now, ours...)
 	r.Events = events(in, svc.Status.Conditions, sched, valid)
 	r.Events = append(r.Events, externalEvents(in.ExternalMode, svc.Status.Conditions, ext)...)
+	r.Events = append(r.Events, allowListEvents(svc.Status.Conditions, allow)...)
 	return r
 }
 

@@ -91,7 +91,7 @@ func Marked(svc *corev1.Service) bool {
 // ownCondition reports whether conditions of type t are pulselb's.
 func ownCondition(t string) bool {
 	switch t {
-	case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid, ConditionExternallyReachable:
+	case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid, ConditionExternallyReachable, ConditionAllowListApplied:
 		return true
 	}
 	return false

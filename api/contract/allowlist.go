@@ -182,3 +182,16 @@ func ProbeSourceAddrs(probers []*corev1.Pod) []netip.Addr {
 	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
 	return out
 }
+
+// PodConditionAllowList is the condition each proxy sets on its own pod
+// (and may set on no other, the admission policy pulselb-proxy-own-pod
+// says): True with Message the AllowListHash it applies, or False with
+// the reason it refuses every client (the list could not be read or
+// installed). Its LastTransitionTime is the last change of either.
+const PodConditionAllowList = Prefix + "allow-list"
+
+// Reasons of PodConditionAllowList.
+const (
+	ReasonAllowListApplied  = "Applied"
+	ReasonAllowListRejected = "Rejected"
+)

@@ -54,6 +54,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	sourceRanges := fs.String("source-ranges", "", "CIDRs of allowed clients separated by commas (loadBalancerSourceRanges); empty allows all; ignored with --allow-list-from")
 	allowFrom := fs.String("allow-list-from", "", "read the allow-list (source ranges and probers' addresses) from this proxy workload's annotations, deployment/NAME or daemonset/NAME in --namespace, and follow its changes; the proxy refuses every client until it has read it")
 	namespace := fs.String("namespace", "pulselb-system", "namespace of the --allow-list-from workload")
+	podName := fs.String("pod-name", "", "with --allow-list-from: this proxy's pod, on which it reports the allow-list it applies (condition pulselb.io/allow-list)")
 	kube := addKubeFlags(fs, 5, 10)
 	mode := fs.String("mode", string(proxy.ModeAuto), "auto, iptables or userspace")
 	healthAddr := fs.String("health-address", "127.0.0.1:9470", "address for /healthz and /metrics; empty disables")
@@ -200,7 +201,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		if err == nil {
 			var client *kubernetes.Clientset
 			if client, err = kubernetes.NewForConfig(kcfg); err == nil {
-				go watchAllowList(ctx, client, *namespace, ref, p)
+				go watchAllowList(ctx, client, *namespace, ref, *podName, p)
 			}
 		}
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +27,9 @@ const proxyRBACFile = "deploy/base/proxy-rbac.yaml"
 
 // installProxyRBAC creates, in namespace, what deploy/base gives proxy pods:
 // their ServiceAccount and its Role (read the proxy workloads, where each
-// proxy finds its allow-list). Scenarios that run the controller as a
+// proxy finds its allow-list, and report it on its pod) and the admission
+// policy that keeps each proxy to its own pod. The policy names
+// pulselb-system, as deploy/base does. Scenarios that run the controller as a
 // process rather than from deploy/base get it with the namespace, read from
 // the install's own file, so their proxies run as installed ones do.
 func (c *Cluster) installProxyRBAC(ctx context.Context, namespace string) error {
@@ -70,6 +73,10 @@ func (c *Cluster) installProxyRBAC(ctx context.Context, namespace string) error 
 				o.Subjects[i].Namespace = namespace
 			}
 			_, err = c.Client.RbacV1().RoleBindings(namespace).Create(ctx, o, opts)
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			_, err = c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, opts)
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			_, err = c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, opts)
 		default:
 			return fmt.Errorf("%s: unexpected %T", path, obj)
 		}

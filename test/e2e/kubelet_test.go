@@ -203,6 +203,15 @@ func TestKubeletInstall(t *testing.T) {
 		clientReachesWebOverTCPAndUDP(ctx, t, c, ingress)
 	})
 
+	t.Run("SourceRangesInPlace", func(t *testing.T) {
+		for _, p := range listPods(ctx, t, cs, systemNamespace, proxyAppSelector) {
+			if p.Spec.ServiceAccountName != "pulselb-proxy" {
+				t.Errorf("proxy pod %s runs as service account %q, want pulselb-proxy", p.Name, p.Spec.ServiceAccountName)
+			}
+		}
+		testSourceRanges(ctx, t, cs, ns, map[string]string{"app": "web"}, intstr.FromString("http"), nil)
+	})
+
 	t.Run("RollingUpgradeLosesNoRequest", func(t *testing.T) {
 		kubeletRollingUpgrade(ctx, t, c, a, ns)
 	})

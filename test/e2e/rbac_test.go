@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -123,12 +125,14 @@ func TestRBAC(t *testing.T) {
 		allowed: []access{
 			{"get", "apps", "deployments", "", sys, "pulselb-web-x"}, {"list", "apps", "deployments", "", sys, ""},
 			{"watch", "apps", "deployments", "", sys, ""}, {"watch", "apps", "daemonsets", "", sys, ""},
+			{"patch", "", "pods", "status", sys, "x"},
 		},
 		denied: []access{
 			{"update", "apps", "deployments", "", sys, "x"}, {"patch", "apps", "daemonsets", "", sys, "x"},
 			{"list", "apps", "deployments", "", "", ""}, {"list", "apps", "deployments", "", "shop", ""},
 			{"list", "", "services", "", "", ""}, {"list", "", "pods", "", sys, ""}, {"get", "", "secrets", "", sys, "x"},
 			{"list", "", "configmaps", "", sys, ""}, {"create", "", "events", "", "shop", ""},
+			{"patch", "", "pods", "status", "shop", "x"}, {"patch", "", "pods", "", sys, "x"}, {"delete", "", "pods", "", sys, "x"},
 			{"update", "pulselb.io", "probereports", "", sys, "node-1"}, {"update", "coordination.k8s.io", "leases", "", sys, "pulselb-prober-node-1"},
 		},
 	}, {
@@ -172,6 +176,32 @@ func TestRBAC(t *testing.T) {
 		}
 		return pod
 	}
+
+	t.Run("ProxyWritesOnlyItsOwnPodsAllowListCondition", func(t *testing.T) {
+		// Any two pods of the namespace stand for proxies: the token is
+		// bound to the first; every write is a dry run.
+		own, other := proberPod(t, "node-1"), proberPod(t, "node-2")
+		cfg := tokenConfig(ctx, t, c, "pulselb-proxy", &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: own.Name, UID: own.UID})
+		proxyClient, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := func(pod, condition string) error {
+			body := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True","reason":"Applied","message":"all"}]}}`, condition)
+			_, err := proxyClient.CoreV1().Pods(sys).Patch(ctx, pod, types.StrategicMergePatchType, []byte(body),
+				metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+			return err
+		}
+		if err := patch(own.Name, "pulselb.io/allow-list"); err != nil {
+			t.Errorf("a proxy reporting its allow-list on its own pod: %v", err)
+		}
+		if err := patch(other.Name, "pulselb.io/allow-list"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only its own pod's status") {
+			t.Errorf("a proxy writing another pod's status: %v, want Forbidden by the admission policy", err)
+		}
+		if err := patch(own.Name, "pulselb.io/probed"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only the pulselb.io/allow-list condition") {
+			t.Errorf("a proxy opening its own readiness gate: %v, want Forbidden by the admission policy", err)
+		}
+	})
 
 	t.Run("ProberWritesOnlyItsOwnReport", func(t *testing.T) {
 		pod := proberPod(t, "node-1")
