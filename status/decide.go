@@ -129,6 +129,7 @@ type Result struct {
 func Decide(in Input) Result {
 	svc := in.Service
 	scheduled, ready, draining := podNodes(in.Pods)
+	running := runningNodes(in.Pods)
 
 	serving := make([]string, 0, len(ready))
 	for _, n := range slices.Sorted(maps.Keys(ready)) {
@@ -162,6 +163,15 @@ func Decide(in Input) Result {
 			candidates = scheduled
 		}
 		nodes, failOpen = Publish(reachable, slices.Sorted(maps.Keys(candidates)), in.AllDown)
+	} else if backless := probedDown(in, running); len(backless) > 0 {
+		// An address before backends: nothing is published yet, and every
+		// running proxy was probed and found its Service not answering
+		// (its readiness gate stays closed until it does). Nothing behind
+		// the Service answers yet, as when a Service is created before its
+		// pods; publish those proxies' nodes, as with every proxy down, so
+		// that the Service has its address at once and keeps it when the
+		// backends come.
+		nodes, failOpen = Publish(nil, backless, in.AllDown)
 	}
 	var ingress []corev1.LoadBalancerIngress
 	var externalIPs, internalIPs []netip.Addr
@@ -330,6 +340,46 @@ func podNodes(pods []*corev1.Pod) (scheduled, ready, draining map[string]bool) {
 	return scheduled, ready, draining
 }
 
+// runningNodes returns the nodes of the scheduled pods whose containers are
+// ready: proxies that forward, whether or not they were probed Up yet.
+func runningNodes(pods []*corev1.Pod) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.ContainersReady && c.Status == corev1.ConditionTrue {
+				out[p.Spec.NodeName] = true
+			}
+		}
+	}
+	return out
+}
+
+// probedDown returns, sorted, the nodes of running that probes found Down
+// (a verdict, not merely pending), when every one of them is: the Service
+// answers through none of its running proxies. Nodes labelled unhealthy
+// or leaving are never among them, nor are any when one proxy is still
+// waiting for its verdict.
+func probedDown(in Input, running map[string]bool) []string {
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(running)) {
+		h, ok := in.Health[n]
+		if !ok || !h.Down || h.Pending {
+			return nil
+		}
+		if node := in.Nodes[n]; node == nil || contract.Leaving(node) != "" {
+			continue
+		}
+		if _, unhealthy := in.Nodes[n].Labels[contract.LabelUnhealthy]; unhealthy {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
 // starting counts the pods neither finished, terminating nor ready.
 func starting(pods []*corev1.Pod) int {
 	n := 0
@@ -389,9 +439,15 @@ func addressTypes(addressType string, proxyNodes []string, nodes map[string]*cor
 	return false, true
 }
 
+// portStatuses returns the ports of an ingress entry with h's errors: the
+// Served ports only, so that the entry lists what its address forwards. A
+// port pulselb does not serve (SCTP) is left out rather than listed
+// without an error, which would say that it works there, or with one,
+// which would read as a port probed Down; ConfigValid says why it is not
+// served.
 func portStatuses(svc *corev1.Service, h Health) []corev1.PortStatus {
 	var out []corev1.PortStatus
-	for _, p := range svc.Spec.Ports {
+	for _, p := range contract.ServedPorts(svc) {
 		k := contract.PortKeyOf(p)
 		ps := corev1.PortStatus{Port: k.Port, Protocol: k.Protocol}
 		if msg, ok := h.PortErrors[k]; ok {

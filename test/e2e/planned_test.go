@@ -171,6 +171,11 @@ func TestPlannedChanges(t *testing.T) {
 			intstr.FromString("http"), map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode})
 	})
 
+	t.Run("AddressBeforeBackends", func(t *testing.T) {
+		testAddressBeforeBackends(ctx, t, c.Client, planned.AppNamespace, env.BackendNode,
+			map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode})
+	})
+
 	t.Run("ConnectionSurvivesDrain", func(t *testing.T) {
 		node := env.SharedProxyNode(ctx)
 		noDelayThere := hasProxy(plannedNoDelay.Name, node)
