@@ -139,8 +139,8 @@ type Settings struct {
 	nodeSelector labels.Selector
 
 	AddressType string
-	// Probes holds the probe of each of the Service's ports, in the
-	// order of spec.ports (a port listed twice once).
+	// Probes holds the probe of each of the Service's Served ports, in
+	// the order of spec.ports (a port listed twice once).
 	Probes        []Probe
 	ProbeInterval time.Duration
 	// ProbeTimeout is zero for adaptive.
@@ -191,7 +191,8 @@ func (s Settings) SelectsNode(nodeLabels map[string]string) bool {
 	return s.nodeSelector == nil || s.nodeSelector.Matches(labels.Set(nodeLabels))
 }
 
-// Probe returns the probe of port k, and whether the Service has the port.
+// Probe returns the probe of port k, and whether the Service has the port
+// and serves it.
 func (s Settings) Probe(k PortKey) (Probe, bool) {
 	for _, p := range s.Probes {
 		if p.Port == k {
@@ -385,6 +386,10 @@ func parseProbes(svc *corev1.Service, a map[string]string) (map[string]Probe, []
 				continue
 			}
 			def = "the Service-level probe"
+			if reason := UnservedReason(ports[portKey]); reason != "" {
+				problems = append(problems, Problem{Key: key, Value: v, Reason: reason, Default: "nothing (ignored)"})
+				continue
+			}
 		}
 		spec, err := prober.Parse(v)
 		if err != nil {
@@ -459,13 +464,14 @@ func parseNodeSelector(v string) ([]corev1.NodeSelectorRequirement, labels.Selec
 	return out, sel, nil
 }
 
-// portProbes resolves the probe of every port of svc: the probe.<name> or
-// probe.<number> annotation, else the Service-level probe when it can
-// check the port's protocol, else tcp for TCP ports and udp for UDP ports;
-// with the spec's own timing, else the Service's.
+// portProbes resolves the probe of every Served port of svc (a port that
+// is not served is never probed): the probe.<name> or probe.<number>
+// annotation, else the Service-level probe when it can check the port's
+// protocol, else tcp for TCP ports and udp for UDP ports; with the spec's
+// own timing, else the Service's.
 func portProbes(svc *corev1.Service, s Settings, specs map[string]Probe) []Probe {
 	var out []Probe
-	for _, port := range svc.Spec.Ports {
+	for _, port := range ServedPorts(svc) {
 		k := PortKeyOf(port)
 		if slices.ContainsFunc(out, func(p Probe) bool { return p.Port == k }) {
 			continue
