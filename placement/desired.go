@@ -351,18 +351,20 @@ func specHash(objLabels map[string]string, spec any) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
-// proxyPorts returns the Service ports the proxy can forward (TCP and UDP).
+// proxyPorts returns the Service ports the proxy forwards (contract.Served),
+// and a Problem for each of the others: placement is where a port pulselb
+// does not serve is reported; the probers, the verdicts, the status and
+// dnsexport leave it out without a word.
 func proxyPorts(svc *corev1.Service) ([]corev1.ServicePort, []contract.Problem) {
 	var ports []corev1.ServicePort
 	var problems []contract.Problem
 	for _, p := range svc.Spec.Ports {
-		switch contract.PortKeyOf(p).Protocol {
-		case corev1.ProtocolTCP, corev1.ProtocolUDP:
-			ports = append(ports, p)
-		default:
-			problems = append(problems, contract.Problem{Key: "spec.ports", Value: fmt.Sprintf("%s:%d", p.Protocol, p.Port),
-				Reason: "pulselb forwards TCP and UDP only", Default: "not exposing this port"})
+		if reason := contract.UnservedReason(p); reason != "" {
+			problems = append(problems, contract.Problem{Key: "spec.ports", Value: fmt.Sprintf("%s:%d", contract.PortKeyOf(p).Protocol, p.Port),
+				Reason: reason, Default: "the other ports only (this one is not probed, judged or published)"})
+			continue
 		}
+		ports = append(ports, p)
 	}
 	if len(svc.Spec.Ports) > 0 && len(ports) == 0 {
 		problems = append(problems, contract.Problem{Key: "spec.ports", Reason: "no TCP or UDP port", Default: "no proxies"})

@@ -542,3 +542,72 @@ func TestAllowListOnWorkload(t *testing.T) {
 		}
 	}
 }
+
+// TestDesiredSCTP: an SCTP port is reported, with a Problem that says it is
+// neither forwarded nor probed, and left out of the proxy; a probe
+// annotation for it is reported too, rather than as a protocol mismatch. A
+// Service with SCTP ports only gets no proxies, and its problems say why.
+func TestDesiredSCTP(t *testing.T) {
+	three := []*corev1.Node{node("n1"), node("n2"), node("n3")}
+	sctp := corev1.ServicePort{Name: "sig", Port: 2905, Protocol: corev1.ProtocolSCTP}
+	tests := []struct {
+		name     string
+		svc      *corev1.Service
+		ports    string // the proxy's --ports; "" for no workload
+		problems []string
+	}{
+		{
+			name: "TCP and SCTP",
+			svc: service(annotate(contract.AnnotationProbePrefix+"sig", "tcp"), func(s *corev1.Service) {
+				s.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}, sctp}
+			}),
+			ports: "--ports=TCP:80",
+			problems: []string{
+				`pulselb.io/probe.sig="tcp": pulselb forwards TCP and UDP only, so this SCTP port is neither forwarded nor probed; using nothing (ignored)`,
+				`spec.ports="SCTP:2905": pulselb forwards TCP and UDP only, so this SCTP port is neither forwarded nor probed; using the other ports only (this one is not probed, judged or published)`,
+			},
+		},
+		{
+			name: "SCTP only",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Ports = []corev1.ServicePort{sctp}
+			}),
+			problems: []string{
+				`spec.ports="SCTP:2905": pulselb forwards TCP and UDP only, so this SCTP port is neither forwarded nor probed; using the other ports only (this one is not probed, judged or published)`,
+				`spec.ports="": no TCP or UDP port; using no proxies`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, problems := Desired(tt.svc, three, testCfg)
+			var got []string
+			for _, p := range problems {
+				got = append(got, p.String())
+			}
+			if !slices.Equal(got, tt.problems) {
+				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.problems, "\n"))
+			}
+			if tt.ports == "" {
+				if !w.Empty() {
+					t.Fatalf("want no workload")
+				}
+				return
+			}
+			if w.Empty() {
+				t.Fatalf("no workload")
+			}
+			if got := containerArg(w, "--ports="); got != tt.ports {
+				t.Errorf("ports flag = %q, want %q", got, tt.ports)
+			}
+			for _, cp := range w.Deployment.Spec.Template.Spec.Containers[0].Ports {
+				if cp.Protocol == corev1.ProtocolSCTP {
+					t.Errorf("container port %d/%s: want no SCTP hostPort", cp.ContainerPort, cp.Protocol)
+				}
+			}
+			if _, ok := w.Settings.Probe(contract.PortKeyOf(sctp)); ok {
+				t.Errorf("settings have a probe for the SCTP port")
+			}
+		})
+	}
+}
