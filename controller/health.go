@@ -225,8 +225,9 @@ func (c *Controller) leaseRenewed(enqueue func()) cache.ResourceEventHandlerFunc
 }
 
 // healthTargets lists every target the quorum judges: each served
-// Service's ports on each node that has one of its proxy pods, and the
-// beacon of every node with a prober, each with its vantages.
+// Service's served ports (contract.ServedPorts) on each node that has one
+// of its proxy pods, and the beacon of every node with a prober, each with
+// its vantages.
 func (c *Controller) healthTargets() ([]healthTarget, error) {
 	nodes, err := c.nodes.List(everything)
 	if err != nil {
@@ -284,7 +285,7 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 			admits = c.probeAdmission(svc, proberAddrs)
 			admission[name] = admits
 		}
-		for _, sp := range svc.Spec.Ports {
+		for _, sp := range contract.ServedPorts(svc) {
 			pk := contract.PortKeyOf(sp)
 			tk := pk.TargetKey(name.String(), p.Spec.NodeName)
 			starting := proxyStarting(p, now, func() time.Duration {
@@ -436,7 +437,7 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 // beacon's and its ports'.
 func (c *Controller) nodeVerdicts(svc *corev1.Service, name, node string, published bool) status.NodeVerdicts {
 	v := status.NodeVerdicts{Beacon: c.verdicts.Verdict(contract.BeaconKey(node)), Ports: map[contract.PortKey]status.Judgement{}, Published: published}
-	for _, sp := range svc.Spec.Ports {
+	for _, sp := range contract.ServedPorts(svc) {
 		pk := contract.PortKeyOf(sp)
 		v.Ports[pk] = c.verdicts.Verdict(pk.TargetKey(name, node))
 	}
@@ -459,7 +460,7 @@ func (c *Controller) failedOver(ctx context.Context, svc *corev1.Service, r stat
 		dropped = append(dropped, n)
 		name := cache.MetaObjectToName(svc).String()
 		cands := []status.Judgement{c.verdicts.Verdict(contract.BeaconKey(n))}
-		for _, sp := range svc.Spec.Ports {
+		for _, sp := range contract.ServedPorts(svc) {
 			pk := contract.PortKeyOf(sp)
 			cands = append(cands, c.verdicts.Verdict(pk.TargetKey(name, n)))
 		}

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fakediscovery "k8s.io/client-go/discovery/fake"
@@ -754,5 +755,81 @@ func TestRefusedProbeIsNotADownVote(t *testing.T) {
 				t.Errorf("%s: Down = %v (%s); want Down only when n4's vote counts", tk, down, c.verdicts.Verdict(tk).Summary())
 			}
 		})
+	}
+}
+
+// TestSCTPPortNeverJudged: a new Service with a TCP and an SCTP port is
+// published on the nodes where its TCP port is probed Up. The SCTP port,
+// which no proxy forwards, is no target, gets no verdict, and is not in
+// the ingress ports, even while probers of an older version still report
+// it Down (they probed it as TCP); ConfigValid and an InvalidSpec Warning
+// say that it is not served.
+func TestSCTPPortNeverJudged(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := newService("mixed", func(s *corev1.Service) {
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "sig", Port: 2905, Protocol: corev1.ProtocolSCTP, NodePort: 30905})
+	})
+	reports := meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateUp, "n2": v1alpha1.StateUp})
+	for _, r := range reports {
+		for _, n := range []string{"n1", "n2"} {
+			if r.Name != n {
+				r.Status.Results = append(r.Status.Results, v1alpha1.ProbeResult{Service: "shop/mixed", Port: 2905,
+					PortProtocol: "SCTP", Protocol: "tcp", Observation: observation(n, v1alpha1.StateDown)})
+			}
+		}
+	}
+	f := newFixture(t, cluster(svc)...)
+	c := f.healthController(ctx, reports...)
+	if err := c.evaluate(ctx, healthKey); err != nil {
+		t.Fatal(err)
+	}
+	targets, err := c.healthTargets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range targets {
+		if tg.port.Protocol == corev1.ProtocolSCTP {
+			t.Errorf("target %s: the SCTP port is judged", tg.Key)
+		}
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if j := c.verdicts.Verdict(contract.TargetKey("shop/mixed", "SCTP", 2905, n)); j.Verdict != status.VerdictUnknown || j.Assigned != 0 {
+			t.Errorf("SCTP/2905 on %s has a verdict: %v (%s)", n, j.Verdict, j.Summary())
+		}
+		if j := c.verdicts.Verdict(contract.TargetKey("shop/mixed", "TCP", 80, n)); j.Verdict != status.VerdictUp {
+			t.Errorf("TCP/80 on %s: %v (%s), want Up", n, j.Verdict, j.Summary())
+		}
+	}
+	if ev := f.events(); hasEvent(ev, ReasonTargetDown) {
+		t.Errorf("events %v: a TargetDown", ev)
+	}
+
+	if err := c.sync(ctx, key(svc)); err != nil {
+		t.Fatal(err)
+	}
+	got := f.service(ctx, "shop", "mixed")
+	if ips := ingressIPs(got); !slices.Equal(ips, []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Fatalf("ingress %v, want n1 and n2, whose TCP port is Up", ips)
+	}
+	for _, in := range got.Status.LoadBalancer.Ingress {
+		if want := []corev1.PortStatus{{Port: 80, Protocol: corev1.ProtocolTCP}}; !equality.Semantic.DeepEqual(in.Ports, want) {
+			t.Errorf("%s ports %+v, want TCP/80 without error only", in.IP, in.Ports)
+		}
+	}
+	conds := map[string]metav1.Condition{}
+	for _, cond := range got.Status.Conditions {
+		conds[cond.Type] = cond
+	}
+	if h := conds[status.ConditionHealthy]; h.Status != metav1.ConditionTrue {
+		t.Errorf("Healthy %s (%s), want True", h.Status, h.Message)
+	}
+	if v := conds[status.ConditionConfigValid]; v.Status != metav1.ConditionFalse || !strings.Contains(v.Message, `spec.ports="SCTP:2905"`) {
+		t.Errorf("ConfigValid %s (%s), want False naming SCTP:2905", v.Status, v.Message)
+	}
+	namesSCTP := func(e string) bool {
+		return strings.HasPrefix(e, "Warning InvalidSpec ") && strings.Contains(e, "SCTP:2905")
+	}
+	if ev := f.events(); !slices.ContainsFunc(ev, namesSCTP) {
+		t.Errorf("events %v, want a Warning InvalidSpec naming SCTP:2905", ev)
 	}
 }

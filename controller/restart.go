@@ -254,7 +254,7 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 			}
 			beacons[n] = c.verdicts.Verdict(contract.BeaconKey(n)).Verdict
 			m := map[contract.PortKey]status.Verdict{}
-			for _, sp := range svc.Spec.Ports {
+			for _, sp := range contract.ServedPorts(svc) {
 				pk := contract.PortKeyOf(sp)
 				tk := pk.TargetKey(name.String(), n)
 				m[pk] = c.verdicts.Verdict(tk).Verdict

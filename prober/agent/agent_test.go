@@ -27,6 +27,7 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/prober/report"
 )
 
 const systemNS = "pulselb-system"
@@ -687,4 +688,63 @@ func TestNodeUpdatesThatChangeNoTarget(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestTargetsLeaveOutSCTP: a Service with a TCP and an SCTP port is
+// probed on its TCP port on every proxy node, by in-cluster and external
+// vantages alike, and never on its SCTP port, which no proxy forwards
+// (contract.Served): a probe there could only fail and fail the node.
+func TestTargetsLeaveOutSCTP(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	mixed := service("mixed", nil,
+		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
+		corev1.ServicePort{Name: "sig", Port: 2905, Protocol: corev1.ProtocolSCTP})
+	mixed.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}, {IP: "10.0.0.2"}}
+	nodes := []string{"na", "nb", "nc", "nd"}
+	objs := []runtime.Object{mixed}
+	for i, n := range nodes {
+		objs = append(objs, node(n, fmt.Sprintf("10.0.0.%d", i+1), "z"), proberPod(n), proxyPod(mixed, n))
+	}
+	check := func(t *testing.T, targets []prober.Target, meta map[string]report.Target, probed map[string]bool) {
+		t.Helper()
+		for _, tg := range targets {
+			m := meta[tg.Key]
+			if m.Beacon {
+				continue
+			}
+			if m.PortProtocol != string(corev1.ProtocolTCP) || m.Port != 80 || tg.Addr.Port() != 80 || tg.Protocol != prober.TCP {
+				t.Errorf("target %s: %s/%d probed with %s at %s; want only TCP/80", tg.Key, m.PortProtocol, m.Port, tg.Protocol, tg.Addr)
+			}
+			probed[m.Node] = true
+		}
+	}
+
+	t.Run("in-cluster", func(t *testing.T) {
+		probed := map[string]bool{}
+		for _, self := range nodes {
+			a, _ := newAgent(t, ctx, self, Config{Vantages: 3}, objs...)
+			targets, meta, err := a.targets(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, targets, meta, probed)
+		}
+		if want := len(nodes); len(probed) != want {
+			t.Errorf("TCP/80 probed on %v, want every one of the %d proxy nodes", probed, want)
+		}
+	})
+	t.Run("external", func(t *testing.T) {
+		probed := map[string]bool{}
+		a, _ := newAgent(t, ctx, "vps", Config{External: true}, objs...)
+		targets, meta, err := a.targets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, targets, meta, probed)
+		if !probed["na"] || !probed["nb"] || len(probed) != 2 {
+			t.Errorf("TCP/80 probed on %v, want the published na and nb", probed)
+		}
+	})
 }
