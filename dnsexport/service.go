@@ -10,7 +10,8 @@ import (
 
 // FromService reads what the zone needs from a Kubernetes Service: the IPs
 // of status.loadBalancer.ingress (which pulselb keeps equal to the healthy
-// IPs), the ports, and the hostnames and TTL of its settings
+// IPs), the ports it serves (contract.ServedPorts: no SRV record names a
+// port no proxy forwards), and the hostnames and TTL of its settings
 // (contract.Parse: a TTL of 0 means the zone's default). Invalid
 // annotation values are not used; the controller reports them, from the
 // same parse, as InvalidAnnotation Events.
@@ -28,10 +29,7 @@ func FromService(svc *corev1.Service) Service {
 		}
 		out.IPs = append(out.IPs, ip.Unmap())
 	}
-	for _, p := range svc.Spec.Ports {
-		if p.Port <= 0 || p.Port > 65535 {
-			continue
-		}
+	for _, p := range contract.ServedPorts(svc) {
 		out.Ports = append(out.Ports, Port{Name: p.Name, Port: uint16(p.Port), Protocol: string(p.Protocol)})
 	}
 	return out

@@ -100,3 +100,25 @@ func TestHostnameReportedUnusedIsNotServed(t *testing.T) {
 		})
 	}
 }
+
+// TestNoSRVForUnservedPorts: a Service's SCTP port, which no proxy
+// forwards (contract.Served), gets no SRV record: the record would send
+// clients to an address where nothing answers on that port.
+func TestNoSRVForUnservedPorts(t *testing.T) {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{
+			{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}, {Name: "sig", Port: 2905, Protocol: corev1.ProtocolSCTP}}},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "198.18.0.1"}}}},
+	}
+	z, problems, err := Build(ZoneConfig{Origin: "lb.example.test.", NameServers: []NameServer{{Name: "ns1.example.net"}}}, []Service{FromService(svc)})
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("Build: %v, problems %v", err, problems)
+	}
+	for name, want := range map[string]int{"_http._tcp.web.shop.lb.example.test.": 1, "_sig._sctp.web.shop.lb.example.test.": 0} {
+		r := z.lookup(name, dns.TypeSRV, 0, MaxAnswerAddrs)
+		if len(r.answer) != want || (want == 0 && r.rcode != dns.RcodeNameError) {
+			t.Errorf("SRV %s: rcode %s, %d answers; want %d", name, dns.RcodeToString[r.rcode], len(r.answer), want)
+		}
+	}
+}

@@ -42,7 +42,7 @@ type Port struct {
 	// Name is the port's name; an unnamed port's SRV label is its number.
 	Name string
 	Port uint16
-	// Protocol is TCP, UDP or SCTP (any case).
+	// Protocol is TCP or UDP (any case; empty is TCP).
 	Protocol string
 }
 
