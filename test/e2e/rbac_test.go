@@ -178,9 +178,22 @@ func TestRBAC(t *testing.T) {
 	}
 
 	t.Run("ProxyWritesOnlyItsOwnPodsAllowListCondition", func(t *testing.T) {
-		// Any two pods of the namespace stand for proxies: the token is
-		// bound to the first; every write is a dry run.
-		own, other := proberPod(t, "node-1"), proberPod(t, "node-2")
+		// Two pods running as pulselb-proxy stand for proxies (a token can
+		// only be bound to a pod of its ServiceAccount): the token is bound
+		// to the first; every write is a dry run.
+		standIn := func(name string) *corev1.Pod {
+			p, err := cs.CoreV1().Pods(sys).Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: sys},
+				Spec: corev1.PodSpec{ServiceAccountName: "pulselb-proxy", AutomountServiceAccountToken: new(false),
+					Containers: []corev1.Container{{Name: "echo", Image: "echo"}}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cs.CoreV1().Pods(sys).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}) })
+			return p
+		}
+		own, other := standIn("proxy-stand-in-a"), standIn("proxy-stand-in-b")
 		cfg := tokenConfig(ctx, t, c, "pulselb-proxy", &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: own.Name, UID: own.UID})
 		proxyClient, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
