@@ -233,7 +233,26 @@ func TestHealth(t *testing.T) {
 		defer func() {
 			if out, err := c.PodExec(ctx, systemNamespace, proberPod, append([]string{"iptables", "-w", "-D"}, cut...)...); err != nil {
 				t.Errorf("reconnecting the prober on %s: %v %s", lone, err, out)
+				return
 			}
+			// Its Down votes stand until it probes again: leave the next
+			// scenario a cluster whose probers all see the beacons Up, or
+			// one transient timeout elsewhere would make a second vote.
+			poll(ctx, t, 30*time.Second, "the prober on "+lone+" seeing every beacon Up again", func() bool {
+				up, all := 0, 0
+				for _, r := range listReports(ctx, t, dyn) {
+					if r.name != lone {
+						continue
+					}
+					for _, res := range r.Status.Beacons {
+						all++
+						if res.State == "Up" {
+							up++
+						}
+					}
+				}
+				return all > 0 && up == all
+			})
 		}()
 		podsBefore := podNames(listPods(ctx, t, cs, systemNamespace, proxyAppSelector))
 		writesBefore := rec.count()
