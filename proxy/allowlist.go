@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync/atomic"
 
 	"k8s.io/klog/v2"
@@ -28,23 +27,6 @@ type AllowList struct {
 
 // ClosedAllowList allows nobody.
 var ClosedAllowList = AllowList{Closed: true}
-
-// ParseProbers parses a comma-separated list of prober addresses.
-func ParseProbers(s string) ([]netip.Addr, error) {
-	var out []netip.Addr
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		a, err := netip.ParseAddr(item)
-		if err != nil {
-			return nil, fmt.Errorf("prober address %q: want an IP address", item)
-		}
-		out = append(out, a.Unmap())
-	}
-	return out, nil
-}
 
 // restricted reports whether some clients are refused.
 func (a AllowList) restricted() bool { return a.Closed || len(a.Ranges) > 0 }

@@ -38,18 +38,7 @@ func testAddressBeforeBackends(ctx context.Context, t *testing.T, cs kubernetes.
 		_ = cs.CoreV1().Services(ns).Delete(bg, name, metav1.DeleteOptions{})
 		_ = cs.AppsV1().Deployments(ns).Delete(bg, name, metav1.DeleteOptions{})
 	})
-	ingress := func() []string {
-		s, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil
-		}
-		var out []string
-		for _, in := range s.Status.LoadBalancer.Ingress {
-			out = append(out, in.IP)
-		}
-		slices.Sort(out)
-		return out
-	}
+	ingress := func() []string { return ingressIPs(ctx, cs, ns, name) }
 	var addrs []string
 	poll(ctx, t, 30*time.Second, "the Service without backends published", func() bool {
 		addrs = ingress()

@@ -64,18 +64,7 @@ func testSourceRanges(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Services(svcNamespace).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
 	})
-	ingress := func() []string {
-		s, err := cs.CoreV1().Services(svcNamespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil
-		}
-		var out []string
-		for _, in := range s.Status.LoadBalancer.Ingress {
-			out = append(out, in.IP)
-		}
-		slices.Sort(out)
-		return out
-	}
+	ingress := func() []string { return ingressIPs(ctx, cs, svcNamespace, name) }
 	var addrs []string
 	poll(ctx, t, 90*time.Second, "the Service with source ranges published", func() bool {
 		addrs = ingress()
