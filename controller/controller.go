@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pulselb/pulselb/api/trim"
@@ -70,6 +71,9 @@ type Config struct {
 	// MaxRollouts is how many proxy workloads may roll out a new pod
 	// template at once; 0 means no limit.
 	MaxRollouts int
+	// Judged, when set, is called after each round of verdicts, on every
+	// replica (see RunHealth), so that a standby can act on them.
+	Judged func()
 }
 
 // Controller reconciles LoadBalancer Services with their proxy workloads
@@ -107,6 +111,11 @@ type Controller struct {
 	reports     cache.Store
 	leases      cache.Store
 	healthQueue workqueue.TypedRateLimitingInterface[string]
+	// healthOnce starts the health worker once, from RunHealth or Run.
+	healthOnce sync.Once
+	// standby is set while this replica judges without acting: its
+	// verdict changes raise no Events and restart no proxy (RunHealth).
+	standby atomic.Bool
 	// verdicts are judged by evaluate and read by the sync workers.
 	verdicts status.Engine
 	restarts restartBackoffs
@@ -134,6 +143,9 @@ type Controller struct {
 	// allowLists is when each Service's current allow-list was first
 	// wanted, for allowListGrace.
 	allowLists map[cache.ObjectName]allowListSince
+	// failing is when a vantage last reported each port target Down
+	// (noteFailing).
+	failing map[string]time.Time
 }
 
 // New returns a Controller reading Services, Nodes and EndpointSlices from
@@ -294,6 +306,8 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 
 // Run waits for the caches, removes orphaned workloads, and runs workers
 // until ctx is done; it returns when every worker has finished its item.
+// It ends a standby begun by RunHealth: from now on the verdict changes are
+// acted on.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	logger := klog.FromContext(ctx)
@@ -301,9 +315,6 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer func() {
 		c.queue.ShutDown()
 		c.nodeQueue.ShutDown()
-		if c.healthQueue != nil {
-			c.healthQueue.ShutDown()
-		}
 		wg.Wait()
 		logger.Info("Stopped controller")
 	}()
@@ -312,6 +323,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("waiting for informer caches to sync: %w", ctx.Err())
 	}
+	c.standby.Store(false)
 	if err := c.collectOrphans(ctx); err != nil {
 		// Not fatal: the orphans are retried at the next start, and a
 		// Service's own sync removes its stale workloads.
@@ -322,17 +334,62 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		wg.Go(func() { wait.UntilWithContext(ctx, c.runServiceWorker, time.Second) })
 	}
 	wg.Go(func() { wait.UntilWithContext(ctx, c.runNodeWorker, time.Second) })
-	if c.healthQueue != nil {
+	c.startHealth(ctx)
+	<-ctx.Done()
+	return nil
+}
+
+// RunHealth judges the targets and beacons from the probers' reports until
+// ctx is done, on a replica that does not lead (yet): the verdicts, their
+// flap damping and how long each has been Down are the leader's own, so a
+// standby that takes over acts at once on what the leader saw, and can
+// tell that the leader's node failed (NodeDown). Until Run, a change of
+// verdict raises no Event and restarts no proxy. It returns at once; it
+// does nothing without the health pipeline.
+func (c *Controller) RunHealth(ctx context.Context) {
+	c.standby.Store(true)
+	c.startHealth(ctx)
+}
+
+// startHealth starts the health worker the first time it is called, until
+// ctx is done.
+func (c *Controller) startHealth(ctx context.Context) {
+	if c.healthQueue == nil {
+		return
+	}
+	c.healthOnce.Do(func() {
 		c.healthQueue.Add(healthKey)
-		wg.Go(func() {
+		go func() {
+			<-ctx.Done()
+			c.healthQueue.ShutDown()
+		}()
+		go func() {
+			// Judging empty caches would make every target unknown.
+			if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+				return
+			}
 			wait.UntilWithContext(ctx, func(ctx context.Context) {
 				for processNext(ctx, c.metrics, c.healthQueue, "health", c.evaluate) {
 				}
 			}, time.Second)
-		})
+		}()
+	})
+}
+
+// NodeDown reports whether node's beacon is judged Down by its probers'
+// quorum: the node is cut off or dead, as for failing its proxies over.
+func (c *Controller) NodeDown(node string) bool {
+	return c.verdicts.Verdict(contract.BeaconKey(node)).Verdict == status.VerdictDown
+}
+
+// PodNode returns the node of the pod called name in the pulselb
+// namespace, from the cache; false when it is not known or not scheduled.
+func (c *Controller) PodNode(name string) (string, bool) {
+	p, err := c.pods.Get(name)
+	if err != nil || p.Spec.NodeName == "" {
+		return "", false
 	}
-	<-ctx.Done()
-	return nil
+	return p.Spec.NodeName, true
 }
 
 func (c *Controller) runServiceWorker(ctx context.Context) {

@@ -123,6 +123,15 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 	changes := c.verdicts.Judge(idx, statusTargets(targets), now)
 	c.metrics.flappingTargets.Set(float64(c.verdicts.Flapping()))
 	c.judgeExternal(idx, targets)
+	c.noteFailing(idx, targets, now)
+	if c.cfg.Judged != nil {
+		c.cfg.Judged()
+	}
+	if c.standby.Load() {
+		// The leader raises the Events and restarts the proxies; a
+		// standby only keeps its verdicts warm.
+		return nil
+	}
 
 	for _, ch := range changes {
 		t, was, is := byKey[ch.Target.Key], ch.From, ch.To
@@ -400,8 +409,9 @@ func (c *Controller) recordService(key cache.ObjectName, eventType, reason, form
 }
 
 // health returns the Health of every node with one of own's pods for svc,
-// from the verdicts and the pulselb.io/unhealthy label.
-func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*corev1.Pod, publishWhen string) map[string]status.Health {
+// from the verdicts and the pulselb.io/unhealthy label. The Down verdicts
+// of held ports, failing behind the proxies (behindProxies), count as Up.
+func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*corev1.Pod, publishWhen string, held map[contract.PortKey]bool) map[string]status.Health {
 	out := map[string]status.Health{}
 	for _, n := range nodes {
 		// A labelled node is down even before (or without) verdicts, such
@@ -428,7 +438,13 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 		if _, done := out[n]; done {
 			continue
 		}
-		out[n] = status.NodeHealth(c.nodeVerdicts(svc, name, n, published[n]), publishWhen)
+		v := c.nodeVerdicts(svc, name, n, published[n])
+		for pk := range held {
+			if j, ok := v.Ports[pk]; ok && j.Verdict == status.VerdictDown {
+				v.Ports[pk] = status.Judgement{Verdict: status.VerdictUp, Assigned: j.Assigned, Fresh: j.Fresh}
+			}
+		}
+		out[n] = status.NodeHealth(v, publishWhen)
 	}
 	return out
 }

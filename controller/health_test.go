@@ -833,3 +833,43 @@ func TestSCTPPortNeverJudged(t *testing.T) {
 		t.Errorf("events %v, want a Warning InvalidSpec naming SCTP:2905", ev)
 	}
 }
+
+// A standby judges as the leader does, so that it can tell the leader's
+// node failed and take over with the same verdicts, but raises no Event and
+// writes nothing until it leads.
+func TestStandbyJudgesWithoutActing(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	f := newFixture(t, cluster(svc)...)
+	var rounds int
+	f.cfg.Judged = func() { rounds++ }
+	c := f.healthController(ctx,
+		withBeacon(report("n2", time.Second), "n1", v1alpha1.StateDown),
+		withBeacon(report("n3", time.Second), "n1", v1alpha1.StateDown),
+		withBeacon(report("n4", time.Second), "n1", v1alpha1.StateUp))
+	c.standby.Store(true)
+	if err := c.evaluate(ctx, healthKey); err != nil {
+		t.Fatal(err)
+	}
+	if !c.NodeDown("n1") || c.NodeDown("n2") {
+		t.Fatalf("NodeDown n1 %v, n2 %v; want n1 only, by 2 of 3", c.NodeDown("n1"), c.NodeDown("n2"))
+	}
+	if rounds != 1 {
+		t.Errorf("Judged called %d times, want 1", rounds)
+	}
+	if ev := f.events(); len(ev) != 0 {
+		t.Errorf("a standby raised events %v", ev)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("a standby wrote %v", w)
+	}
+	// Once it leads, its first sync drops the failed node at once: the
+	// verdict is already Down.
+	c.standby.Store(false)
+	if err := c.sync(ctx, key(svc)); err != nil {
+		t.Fatal(err)
+	}
+	if ips := ingressIPs(f.service(ctx, "shop", "web")); !slices.Equal(ips, []string{"10.0.0.2"}) {
+		t.Errorf("ingress %v after the first sync as leader, want only n2's 10.0.0.2", ips)
+	}
+}

@@ -219,7 +219,7 @@ func TestLeavingNodesAreDown(t *testing.T) {
 		objs = append(objs, n, pods[len(pods)-1])
 	}
 	c := newFixture(t, objs...).controller(ctx)
-	h := c.health(svc, nodes, pods, contract.PublishAllPorts)
+	h := c.health(svc, nodes, pods, contract.PublishAllPorts, nil)
 	for _, n := range nodes {
 		if want := n.Name != "ok"; h[n.Name].Down != want {
 			t.Errorf("node %s down %t, want %t", n.Name, h[n.Name].Down, want)

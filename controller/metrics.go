@@ -27,6 +27,8 @@ type Metrics struct {
 	externalDown     prometheus.Gauge
 	failoverDuration prometheus.Histogram
 	proxyRestarts    prometheus.Counter
+	leaseTakeovers   prometheus.Counter
+	fencedWrites     prometheus.Counter
 	queueDepth       *prometheus.GaugeVec
 	queueAdds        *prometheus.CounterVec
 	queueLatency     *prometheus.HistogramVec
@@ -92,6 +94,16 @@ func NewMetrics() *Metrics {
 			Name: "proxy_restarts_total",
 			Help: "Proxy pods deleted because a port was down on a node that is up.",
 		}),
+		leaseTakeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "leader_takeovers_total",
+			Help: "Leader Leases this replica took before they lapsed, from a leader whose node its probers judged failed.",
+		}),
+		fencedWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "fenced_writes_total",
+			Help: "Writes to the API server refused before they were sent, because this replica did not hold the leader Lease or had not renewed it lately.",
+		}),
 
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
@@ -130,11 +142,18 @@ func NewMetrics() *Metrics {
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
 	for _, c := range []prometheus.Collector{m.syncDuration, m.syncErrors, m.writes, m.managedServices, m.verdictChanges, m.flappingTargets, m.externalVantages, m.externalDown,
-		m.failoverDuration, m.proxyRestarts, m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries} {
+		m.failoverDuration, m.proxyRestarts, m.leaseTakeovers, m.fencedWrites, m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries} {
 		errs = append(errs, r.Register(c))
 	}
 	return errors.Join(errs...)
 }
+
+// TookOverLease counts a leader Lease taken from a leader whose node
+// failed.
+func (m *Metrics) TookOverLease() { m.leaseTakeovers.Inc() }
+
+// Fenced counts a write refused because this replica may not write.
+func (m *Metrics) Fenced() { m.fencedWrites.Inc() }
 
 // queueMetrics gives the work queues the controller's metrics, labelled by
 // queue name, instead of client-go's global provider.

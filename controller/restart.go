@@ -244,6 +244,12 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 		if err != nil || !c.wants(svc) || svc.DeletionTimestamp != nil {
 			continue
 		}
+		// A port failing behind the proxies is no proxy's fault.
+		_, held, err := c.behindProxies(svc, pods)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		ports := map[string]map[contract.PortKey]status.Verdict{}
 		beacons := map[string]status.Verdict{}
 		downFor := map[string]time.Duration{}
@@ -258,6 +264,10 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 				pk := contract.PortKeyOf(sp)
 				tk := pk.TargetKey(name.String(), n)
 				m[pk] = c.verdicts.Verdict(tk).Verdict
+				if held[pk] && m[pk] == status.VerdictDown {
+					m[pk] = status.VerdictUp
+					continue
+				}
 				downFor[n] = max(downFor[n], c.verdicts.DownFor(tk, now))
 			}
 			ports[n] = m

@@ -95,7 +95,12 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	for _, n := range nodes {
 		in.Nodes[n.Name] = n
 	}
-	in.Health = c.health(svc, nodes, own, want.Settings.PublishWhen)
+	behind, held, err := c.behindProxies(svc, own)
+	if err != nil {
+		return err
+	}
+	in.BehindProxies = behind
+	in.Health = c.health(svc, nodes, own, want.Settings.PublishWhen, held)
 	if err := c.openGates(ctx, svc, own, want.Settings.PublishWhen); err != nil {
 		return err
 	}

@@ -89,6 +89,9 @@ type Input struct {
 	// AllowList is what the proxies report about the Service's
 	// allow-list; nil when it has no source ranges.
 	AllowList *AllowList
+	// BehindProxies is a fault behind the proxies (its ports' Down
+	// verdicts are already left out of Health); nil when there is none.
+	BehindProxies *BehindProxies
 	// Problems make ConfigValid False.
 	Problems []Problem
 	// Conflicts are host port conflict messages (placement.Conflict).
@@ -263,10 +266,15 @@ func Decide(in Input) Result {
 	if allow != nil {
 		ours = append(ours, *allow)
 	}
+	behind := behindCondition(svc, in.BehindProxies)
+	if behind != nil {
+		ours = append(ours, *behind)
+	}
 	r.Conditions = mergeConditions(svc, in.Now, ours...)
 	r.Events = events(in, svc.Status.Conditions, sched, valid)
 	r.Events = append(r.Events, externalEvents(in.ExternalMode, svc.Status.Conditions, ext)...)
 	r.Events = append(r.Events, allowListEvents(svc.Status.Conditions, allow)...)
+	r.Events = append(r.Events, behindEvents(svc.Status.Conditions, behind)...)
 	return r
 }
 

@@ -91,7 +91,8 @@ func Marked(svc *corev1.Service) bool {
 // ownCondition reports whether conditions of type t are pulselb's.
 func ownCondition(t string) bool {
 	switch t {
-	case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid, ConditionExternallyReachable, ConditionAllowListApplied:
+	case ConditionProxiesScheduled, ConditionHealthy, ConditionConfigValid, ConditionExternallyReachable, ConditionAllowListApplied,
+		ConditionBackendsReachable:
 		return true
 	}
 	return false

@@ -6,8 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,13 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -67,6 +63,7 @@ type controllerFlags struct {
 	probeReports bool
 	vantages     int
 	election     electionConfig
+	podName      string
 	metricsAddr  string
 	metricsConns int
 	dashboard    bool
@@ -98,7 +95,18 @@ func runController(args []string, _, stderr io.Writer) int {
 	setVerbosity(f.verbosity)
 	logger := klog.Background().WithName("controller")
 
-	client, dyn, err := f.kube.clients("pulselb-controller", f.probeReports || f.dnsEndpoints)
+	client, _, err := f.kube.clients("pulselb-controller", false)
+	if err != nil {
+		return failed(logger, err)
+	}
+	// The controller's own writes go through the election's fence; the
+	// Lease and the Events do not.
+	metrics := controller.NewMetrics()
+	elect := newElection(f.election, client, f.podName)
+	elect.tookOver = metrics.TookOverLease
+	writer, dyn, err := f.kube.wrappedClients("pulselb-controller", f.probeReports || f.dnsEndpoints, func(rt http.RoundTripper) http.RoundTripper {
+		return fence{next: rt, open: elect.mayWrite, fenced: metrics.Fenced}
+	})
 	if err != nil {
 		return failed(logger, err)
 	}
@@ -129,7 +137,6 @@ func runController(args []string, _, stderr io.Writer) int {
 	}
 
 	var dash *dashboard.Dashboard
-	metrics := controller.NewMetrics()
 	sets := []func(prometheus.Registerer) error{metrics.RegisterMetrics}
 	if f.dns != nil {
 		sets = append(sets, f.dns.Metrics.RegisterMetrics)
@@ -166,7 +173,9 @@ func runController(args []string, _, stderr io.Writer) int {
 	// Informers run on every replica so a new leader starts with warm
 	// caches, and dnsexport serves from them without the lease.
 	inf := newInformerFactories(client, f.placement.Namespace)
-	ctl, err := controller.New(ctx, client, inf.cluster, inf.system, recorder, f.config(health, dyn, metrics))
+	cfg := f.config(health, dyn, metrics)
+	cfg.Judged = elect.poke
+	ctl, err := controller.New(ctx, writer, inf.cluster, inf.system, recorder, cfg)
 	if err != nil {
 		logger.Error(err, "Creating controller failed")
 		return 1
@@ -196,7 +205,12 @@ func runController(args []string, _, stderr io.Writer) int {
 		go health.Reports.RunWithContext(ctx)
 		go health.Leases.RunWithContext(ctx)
 	}
-	return lead(ctx, stop, f.election, client, recorder, func(ctx context.Context) {
+	if f.election.enabled {
+		// Judge on every replica, so that a standby sees the leader's
+		// node fail and takes over with the leader's verdicts.
+		ctl.RunHealth(ctx)
+	}
+	return elect.lead(ctx, stop, ctl, recorder, func(ctx context.Context) {
 		leading.Store(true)
 		defer leading.Store(false)
 		if err := ctl.Run(ctx, f.workers); err != nil {
@@ -224,6 +238,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	fs.BoolVar(&f.probeReports, "probe-reports", true, "judge health from the probers' ProbeReports (needs the ProbeReport CRD from deploy/crds/ and the prober DaemonSet); false: a node is down only while labelled pulselb.io/unhealthy")
 	fs.IntVar(&f.vantages, "vantages", prober.DefaultVantages, "probers per target; must equal the probers' --vantages")
 	fs.BoolVar(&f.election.enabled, "leader-elect", true, "reconcile only while holding the Lease")
+	fs.StringVar(&f.podName, "pod-name", "", "this replica's pod, named in the leader Lease so that a standby can tell the leader's node (and take over when it fails); default: the host name")
 	fs.StringVar(&f.election.lease, "leader-elect-lease-name", "pulselb-controller", "name of the leader Lease in --namespace")
 	fs.DurationVar(&f.election.duration, "leader-elect-lease-duration", 15*time.Second, "how long a Lease lasts without renewal")
 	fs.DurationVar(&f.election.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
@@ -406,59 +421,6 @@ func startDNS(ctx context.Context, cfg dnsexport.Config, services coreinformers.
 		}
 	})
 	return wg.Wait, nil
-}
-
-// lead calls run while this replica holds the leader Lease (at once
-// without leader election) until ctx is done, and returns the exit code:
-// 1 when the Lease is lost while running, so that the restarted process
-// starts clean instead of two leaders reconciling.
-func lead(ctx context.Context, stop func(), e electionConfig, client kubernetes.Interface, recorder record.EventRecorder, run func(context.Context)) int {
-	logger := klog.FromContext(ctx)
-	if !e.enabled {
-		run(ctx)
-		stop()
-		return 0
-	}
-	host, _ := os.Hostname()
-	identity := host + "_" + rand.String(8)
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, e.namespace, e.lease,
-		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder})
-	if err != nil {
-		logger.Error(err, "Creating leader lock failed")
-		return 1
-	}
-	exit := 0
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   e.duration,
-		RenewDeadline:   e.renewDeadline,
-		RetryPeriod:     e.retryPeriod,
-		ReleaseOnCancel: true,
-		Name:            e.lease,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				logger.Info("Started leading", "identity", identity)
-				run(ctx)
-			},
-			OnStoppedLeading: func() {
-				if ctx.Err() == nil {
-					// Lost the lease while running: exit so that the
-					// restarted process starts clean instead of two
-					// leaders reconciling.
-					logger.Info("Lost leader lease", "identity", identity)
-					exit = 1
-				}
-				stop()
-			},
-			OnNewLeader: func(id string) {
-				if id != identity {
-					logger.Info("New leader", "identity", id)
-				}
-			},
-		},
-	})
-	logger.Info("Stopped", "exitCode", strconv.Itoa(exit))
-	return exit
 }
 
 // dnsConfig checks the --dns-* flags and returns the DNS server's

@@ -18,6 +18,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/transport"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
@@ -116,9 +117,18 @@ func waitForAPIServer(ctx context.Context, c rest.Interface, host string, giveUp
 // clients returns the typed client and, when withDynamic is set, the
 // dynamic client for the custom resources (nil otherwise).
 func (f *kubeFlags) clients(userAgent string, withDynamic bool) (*kubernetes.Clientset, dynamic.Interface, error) {
+	return f.wrappedClients(userAgent, withDynamic, nil)
+}
+
+// wrappedClients is clients with every request going through wrap first
+// (when not nil).
+func (f *kubeFlags) wrappedClients(userAgent string, withDynamic bool, wrap transport.WrapperFunc) (*kubernetes.Clientset, dynamic.Interface, error) {
 	cfg, err := f.config(userAgent)
 	if err != nil {
 		return nil, nil, startFailed(err, "Loading Kubernetes client config failed", "kubeconfig", f.kubeconfig)
+	}
+	if wrap != nil {
+		cfg.Wrap(wrap)
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

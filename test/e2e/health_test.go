@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
@@ -299,6 +301,92 @@ func TestHealth(t *testing.T) {
 		}
 	})
 
+	t.Run("BackendNodeCutOff", func(t *testing.T) {
+		// A node that runs a backend of shop/web, and no proxy of it, is
+		// cut off: connections through every proxy fail alike whenever
+		// kube-proxy picks that backend. The status must stay, the
+		// condition say why, and no proxy be restarted.
+		before := webUp(t, 60*time.Second)
+		proxies := proxyNodes()
+		var victim string
+		for _, n := range c.Nodes() {
+			if !slices.Contains(proxies, n) {
+				victim = n
+				break
+			}
+		}
+		dep, err := cs.AppsV1().Deployments("shop").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pinned := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-pinned", Labels: dep.Spec.Template.Labels},
+			Spec: *dep.Spec.Template.Spec.DeepCopy()}
+		pinned.Spec.NodeName = victim
+		if _, err := cs.CoreV1().Pods("shop").Create(ctx, pinned, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = cs.CoreV1().Pods("shop").Delete(context.WithoutCancel(ctx), "web-pinned", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}()
+		waitPodsRunningIn(ctx, t, cs, "shop", "app=web", 3)
+		restartsBefore := countEvents(ctx, t, cs, "shop", "web", "ProxyRestarted")
+		writesBefore := rec.count()
+		if err := c.NodeBlackhole(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		healed := false
+		defer func() {
+			if !healed {
+				_ = c.NodeHeal(context.WithoutCancel(ctx), victim)
+			}
+		}()
+		var cond *metav1.Condition
+		poll(ctx, t, 30*time.Second, "pulselb.io/BackendsReachable=False naming web-pinned", func() bool {
+			ctl.alive(t)
+			svc, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			cond = findCondition(svc.Status.Conditions, "pulselb.io/BackendsReachable")
+			return cond != nil && cond.Status == metav1.ConditionFalse && strings.Contains(cond.Message, "web-pinned on "+victim)
+		})
+		if cond != nil {
+			t.Logf("%s cut off with backend web-pinned: condition after %s: %s", victim, time.Since(start).Round(10*time.Millisecond), cond.Message)
+		}
+		// Long enough for a proxy wrongly blamed to be dropped and
+		// restarted (restartAfterDown), from the cut.
+		holds(ctx, t, start.Add(restartAfterDown+10*time.Second), "shop/web's addresses while a backend's node is cut off", func() bool {
+			return slices.Equal(rec.last(), before)
+		})
+		for _, w := range rec.since(writesBefore) {
+			if !slices.Equal(w.ips, before) {
+				t.Errorf("status written with %v at +%s, want %v unchanged", w.ips, w.at.Sub(start).Round(10*time.Millisecond), before)
+			}
+		}
+		if n := countEvents(ctx, t, cs, "shop", "web", "ProxyRestarted") - restartsBefore; n != 0 {
+			t.Errorf("%d ProxyRestarted Events while the fault was behind the proxies", n)
+		}
+		if !hasEventOn(ctx, t, cs, "shop", "web", "FaultBehindProxies") {
+			t.Error("no FaultBehindProxies Event")
+		}
+		healed = true
+		if err := c.NodeHeal(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.CoreV1().Pods("shop").Delete(ctx, "web-pinned", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Error(err)
+		}
+		poll(ctx, t, 60*time.Second, "pulselb.io/BackendsReachable=True again", func() bool {
+			svc, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			cond := findCondition(svc.Status.Conditions, "pulselb.io/BackendsReachable")
+			return cond != nil && cond.Status == metav1.ConditionTrue
+		})
+	})
+
 	t.Run("BackendDownEverywhere", func(t *testing.T) {
 		before := webUp(t, 60*time.Second)
 		restartsBefore := countEvents(ctx, t, cs, "shop", "web", "ProxyRestarted")
@@ -522,6 +610,8 @@ func createHealthLB(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 type statusWrite struct {
 	at  time.Time
 	ips []string
+	// conds is each condition as type=status/reason.
+	conds []string
 }
 
 // statusRecorder watches one Service and keeps every version of its
@@ -567,7 +657,11 @@ func (r *statusRecorder) observe(svc *corev1.Service) {
 		return
 	}
 	r.lastRV = string(st)
-	r.writes = append(r.writes, statusWrite{at: time.Now(), ips: ingressOf(svc)})
+	var conds []string
+	for _, c := range svc.Status.Conditions {
+		conds = append(conds, fmt.Sprintf("%s=%s/%s", strings.TrimPrefix(c.Type, "pulselb.io/"), c.Status, c.Reason))
+	}
+	r.writes = append(r.writes, statusWrite{at: time.Now(), ips: ingressOf(svc), conds: conds})
 }
 
 func (r *statusRecorder) count() int {

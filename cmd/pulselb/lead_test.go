@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+)
+
+// fakeRole judges the nodes in down failed; pods maps pod names to nodes.
+type fakeRole struct {
+	pods map[string]string
+	down map[string]bool
+}
+
+func (r fakeRole) NodeDown(node string) bool { return r.down[node] }
+func (r fakeRole) PodNode(name string) (string, bool) {
+	n, ok := r.pods[name]
+	return n, ok
+}
+
+func leaderLease(holder string) *coordinationv1.Lease {
+	now := metav1.NewMicroTime(time.Now())
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "pulselb-system", Name: "pulselb-controller"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](15),
+			AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr.To[int32](3)},
+	}
+}
+
+func testElection(t *testing.T, objs ...runtime.Object) (*election, *fake.Clientset) {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	cfg := electionConfig{enabled: true, namespace: "pulselb-system", lease: "pulselb-controller",
+		duration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second}
+	return newElection(cfg, client, "pulselb-controller-b"), client
+}
+
+// runWatch runs watchLeader after one round of verdicts and returns what it
+// returned, or false when it is still waiting after a short while.
+func runWatch(t *testing.T, e *election, role leaderRole) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	e.poke()
+	return e.watchLeader(ctx, role, record.NewFakeRecorder(10))
+}
+
+func TestStandbyTakesLeaseFromFailedNode(t *testing.T) {
+	const holder = "pulselb-controller-a_x7k2m9pq"
+	role := fakeRole{pods: map[string]string{"pulselb-controller-a": "node-1"}, down: map[string]bool{"node-1": true}}
+
+	t.Run("LeaderNodeDown", func(t *testing.T) {
+		e, client := testElection(t, leaderLease(holder))
+		var took int
+		e.tookOver = func() { took++ }
+		e.state.observe(holder, false) // as the elector's last read
+		if !runWatch(t, e, role) {
+			t.Fatal("the standby did not take the Lease from a leader on a failed node")
+		}
+		l, err := client.CoordinationV1().Leases("pulselb-system").Get(t.Context(), "pulselb-controller", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := *l.Spec.HolderIdentity; got != e.state.identity {
+			t.Errorf("holder %q, want %q", got, e.state.identity)
+		}
+		if got := *l.Spec.LeaseTransitions; got != 4 {
+			t.Errorf("leaseTransitions %d, want 4", got)
+		}
+		if took != 1 {
+			t.Errorf("counted %d takeovers, want 1", took)
+		}
+	})
+	t.Run("LeaderNodeUp", func(t *testing.T) {
+		e, client := testElection(t, leaderLease(holder))
+		e.state.observe(holder, false)
+		if runWatch(t, e, fakeRole{pods: role.pods}) {
+			t.Fatal("took the Lease from a leader whose node is up")
+		}
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "update" {
+				t.Errorf("wrote the Lease: %v", a)
+			}
+		}
+	})
+	t.Run("LeaderPodUnknown", func(t *testing.T) {
+		// A leader outside the cluster, or of a version that named no pod.
+		e, _ := testElection(t, leaderLease("laptop_abc"))
+		e.state.observe("laptop_abc", false)
+		if runWatch(t, e, role) {
+			t.Fatal("took the Lease from a leader whose node is not known")
+		}
+	})
+	t.Run("LeaseChangedMeanwhile", func(t *testing.T) {
+		// Another replica took it first: the write carries the version
+		// read and fails; nothing is taken.
+		e, client := testElection(t, leaderLease(holder))
+		e.state.observe(holder, false)
+		client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "pulselb-controller", errors.New("changed"))
+		})
+		if runWatch(t, e, role) {
+			t.Fatal("took a Lease whose write conflicted")
+		}
+	})
+	t.Run("HolderMovedOn", func(t *testing.T) {
+		// The Lease now names a leader elsewhere than the one judged.
+		e, _ := testElection(t, leaderLease("pulselb-controller-c_abc"))
+		e.state.observe(holder, false)
+		if runWatch(t, e, role) {
+			t.Fatal("took a Lease that a leader on a healthy node holds")
+		}
+	})
+	t.Run("Leading", func(t *testing.T) {
+		e, _ := testElection(t, leaderLease(holder))
+		e.state.observe(holder, false)
+		e.state.setLeading(true)
+		if runWatch(t, e, role) {
+			t.Fatal("a leader took the Lease")
+		}
+	})
+}
+
+func TestFence(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := &leaderState{identity: "me_1", window: 4 * time.Second, now: func() time.Time { return now }}
+	if s.mayWrite() {
+		t.Fatal("a standby may write")
+	}
+	s.observe("me_1", true)
+	s.setLeading(true)
+	if !s.mayWrite() {
+		t.Fatal("a leader that just renewed may not write")
+	}
+	now = now.Add(3 * time.Second)
+	s.observe("me_1", false) // a read of its own Lease is no renewal
+	if !s.mayWrite() {
+		t.Fatal("a leader 3s after renewing may not write")
+	}
+	now = now.Add(2 * time.Second)
+	if s.mayWrite() {
+		t.Fatal("a leader that has not renewed for 5s (window 4s) may write")
+	}
+	s.observe("me_1", true)
+	if !s.mayWrite() {
+		t.Fatal("a leader that renewed again may not write")
+	}
+	s.observe("other_2", false)
+	if s.mayWrite() {
+		t.Fatal("a leader that saw another holder may write")
+	}
+	s.observe("me_1", true)
+	if s.mayWrite() {
+		t.Fatal("a leader that lost the Lease may write again (it must restart)")
+	}
+
+	var fenced int
+	closed := fence{next: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusOK}, nil
+	}), open: func() bool { return false }, fenced: func() { fenced++ }}
+	for method, allowed := range map[string]bool{http.MethodGet: true, http.MethodPut: false, http.MethodPatch: false,
+		http.MethodPost: false, http.MethodDelete: false} {
+		req, _ := http.NewRequest(method, "https://198.18.0.1/api/v1/namespaces/shop/services/web/status", nil)
+		_, err := closed.RoundTrip(req)
+		if allowed != (err == nil) {
+			t.Errorf("%s through a closed fence: error %v", method, err)
+		}
+	}
+	if fenced != 4 {
+		t.Errorf("counted %d fenced writes, want 4", fenced)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestIdentityPod(t *testing.T) {
+	id := leaderIdentity("pulselb-controller-7d9f-abcde")
+	if got := identityPod(id); got != "pulselb-controller-7d9f-abcde" {
+		t.Errorf("identityPod(%q) = %q", id, got)
+	}
+	if got := identityPod("laptop"); got != "laptop" {
+		t.Errorf("identityPod(laptop) = %q", got)
+	}
+}

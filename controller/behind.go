@@ -1,0 +1,174 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/status"
+)
+
+// A fault behind the proxies: a backend, or the path from the nodes to it,
+// fails, so connections through every proxy fail alike (kube-proxy sends
+// each to any endpoint, the one that cannot answer included). The proxy
+// nodes' ports then go Down by quorum one after another, at random, and
+// failing over between nodes that share the fault only churns the status,
+// every DNS record that follows it, and restarts healthy proxies. A port's
+// fault is behind the proxies when its node's beacon is Up and
+//   - an endpoint of the Service runs on a node whose beacon is Down (the
+//     endpoint named in the condition), and some other endpoint does not;
+//     or
+//   - the port also failed, within failingMemory, on another proxy node of
+//     the Service whose beacon is Up, and it is not Down on every one of
+//     them, and the Service has endpoints (else the all-down policy
+//     decides).
+// Such a port's Down verdict does not take the node out of the status nor
+// restart its proxy; the Service's BackendsReachable condition says why.
+// A node whose own path fails, the others' working, still fails over.
+// Not for externalTrafficPolicy Local, where each proxy has its own
+// endpoints.
+
+// failingMemory is how long after a vantage last reported a port Down on a
+// node it still counts as failing there: a backend that fails one
+// connection in two fails a prober's fall probes in a row only now and
+// then, on each proxy node in turn.
+const failingMemory = 15 * time.Second
+
+// noteFailing records when a fresh vantage last reported each port target
+// Down, for behindProxies, and forgets the targets no longer judged.
+func (c *Controller) noteFailing(idx status.Reports, targets []healthTarget, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failing == nil {
+		c.failing = map[string]time.Time{}
+	}
+	keep := make(map[string]bool, len(targets))
+	for _, t := range targets {
+		if t.Beacon {
+			continue
+		}
+		keep[t.Key] = true
+		for _, v := range t.Vantages {
+			if fresh, _ := idx.Vantage(v); !fresh {
+				continue
+			}
+			if o := idx.Observation(v, t.Target); o != nil && o.State == v1alpha1.StateDown {
+				c.failing[t.Key] = now
+				break
+			}
+		}
+	}
+	for k := range c.failing {
+		if !keep[k] {
+			delete(c.failing, k)
+		}
+	}
+}
+
+// failedRecently reports whether target key was Down by a vantage's report
+// within failingMemory of now.
+func (c *Controller) failedRecently(key string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.failing[key]
+	return ok && now.Sub(t) <= failingMemory
+}
+
+// behindProxies returns the fault behind svc's proxies, with own its proxy
+// pods, and the ports it holds; nil when there is none.
+func (c *Controller) behindProxies(svc *corev1.Service, own []*corev1.Pod) (*status.BehindProxies, map[contract.PortKey]bool, error) {
+	if c.reports == nil || svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		return nil, nil, nil
+	}
+	var up []string // proxy nodes whose beacon is Up
+	for _, p := range own {
+		n := p.Spec.NodeName
+		if n == "" || p.DeletionTimestamp != nil || slices.Contains(up, n) {
+			continue
+		}
+		if c.verdicts.Verdict(contract.BeaconKey(n)).Verdict == status.VerdictUp {
+			up = append(up, n)
+		}
+	}
+	if len(up) == 0 {
+		return nil, nil, nil
+	}
+	unreachable, reachable, err := c.endpointsOnFailedNodes(svc)
+	if err != nil {
+		return nil, nil, err
+	}
+	name := cache.MetaObjectToName(svc).String()
+	now := c.now()
+	held := map[contract.PortKey]bool{}
+	var ports []string
+	for _, sp := range contract.ServedPorts(svc) {
+		pk := contract.PortKeyOf(sp)
+		down, failing := 0, 0
+		for _, n := range up {
+			tk := pk.TargetKey(name, n)
+			isDown := c.verdicts.Verdict(tk).Verdict == status.VerdictDown
+			if isDown {
+				down++
+			}
+			if isDown || c.failedRecently(tk, now) {
+				failing++
+			}
+		}
+		if down == 0 && failing == 0 {
+			continue
+		}
+		switch {
+		case len(unreachable) > 0 && reachable && failing > 0:
+		case failing >= 2 && down < len(up) && (reachable || len(unreachable) > 0):
+			// Without any endpoint there is nothing behind the proxies
+			// to fail: the all-down policy decides.
+		default:
+			continue
+		}
+		held[pk] = true
+		ports = append(ports, fmt.Sprintf("%s/%d", pk.Protocol, pk.Port))
+	}
+	if len(held) == 0 {
+		return nil, nil, nil
+	}
+	slices.Sort(ports)
+	return &status.BehindProxies{Ports: ports, Endpoints: unreachable}, held, nil
+}
+
+// endpointsOnFailedNodes names svc's endpoints on nodes whose beacon is
+// Down, and says whether it has any endpoint elsewhere.
+func (c *Controller) endpointsOnFailedNodes(svc *corev1.Service) (names []string, elsewhere bool, err error) {
+	eps, err := c.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
+	if err != nil {
+		return nil, false, fmt.Errorf("listing endpoint slices: %w", err)
+	}
+	for _, s := range eps {
+		for _, e := range s.Endpoints {
+			if e.NodeName == nil || len(e.Addresses) == 0 || (e.Conditions.Terminating != nil && *e.Conditions.Terminating) {
+				continue
+			}
+			if c.verdicts.Verdict(contract.BeaconKey(*e.NodeName)).Verdict != status.VerdictDown {
+				elsewhere = true
+				continue
+			}
+			n := e.Addresses[0]
+			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+				n += fmt.Sprintf(" (%s/%s on %s)", svc.Namespace, e.TargetRef.Name, *e.NodeName)
+			} else {
+				n += " (on " + *e.NodeName + ")"
+			}
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names, elsewhere, nil
+}
