@@ -659,7 +659,7 @@ func (r *statusRecorder) observe(svc *corev1.Service) {
 	r.lastRV = string(st)
 	var conds []string
 	for _, c := range svc.Status.Conditions {
-		conds = append(conds, fmt.Sprintf("%s=%s/%s", strings.TrimPrefix(c.Type, "pulselb.io/"), c.Status, c.Reason))
+		conds = append(conds, fmt.Sprintf("%s=%s/%s %q", strings.TrimPrefix(c.Type, "pulselb.io/"), c.Status, c.Reason, c.Message))
 	}
 	r.writes = append(r.writes, statusWrite{at: time.Now(), ips: ingressOf(svc), conds: conds})
 }
