@@ -2,8 +2,10 @@ package prober
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -112,27 +114,65 @@ func (p *dnsProber) exchange(ctx context.Context, network string, q *dns.Msg, ta
 		res.Outcome = sendOutcome(err)
 		return nil, fmt.Errorf("sending query over %s: %w", network, err)
 	}
-	// Unlike dns.Client.Exchange, a UDP answer with another ID is not
-	// skipped: the socket is new and connected, so it can only come from a
-	// server that mangles IDs.
-	r, err := co.ReadMsg()
-	if err != nil {
-		res.Outcome = readOutcome(err)
-		if res.Outcome == L7TOUT {
+	// Over UDP, a datagram that is not the answer to q (another ID, another
+	// question, or none that parses) is skipped until the deadline, as
+	// resolvers do: anyone who knows the target's address can send one, and
+	// it must not fail a healthy target. TCP cannot be spoofed, so there the
+	// first message is the answer.
+	var ignored int
+	var last error
+	for {
+		r, err := co.ReadMsg()
+		var mismatch error
+		switch {
+		case err == nil:
+			mismatch = matches(r, q)
+		case isTimeout(err) && ignored > 0:
+			res.Outcome = L7RSP
+			return nil, fmt.Errorf("no answer over %s before the deadline; ignored %d datagrams that were not the answer, the last %w", network, ignored, last)
+		case isTimeout(err):
+			res.Outcome = L7TOUT
 			return nil, fmt.Errorf("no answer over %s before the deadline: %w", network, err)
+		case network == "udp" && readOutcome(err) == L7RSP:
+			// A datagram came, but not a DNS message.
+			mismatch = fmt.Errorf("does not parse: %w", err)
+		default:
+			res.Outcome = readOutcome(err)
+			return nil, fmt.Errorf("reading answer over %s: %w", network, err)
 		}
-		return nil, fmt.Errorf("reading answer over %s: %w", network, err)
+		if mismatch == nil {
+			res.Timings.FirstByte = time.Since(start)
+			return r, nil
+		}
+		if network != "udp" {
+			res.Outcome = L7RSP
+			return nil, fmt.Errorf("answer over %s %w", network, mismatch)
+		}
+		ignored++
+		last = mismatch
 	}
-	res.Timings.FirstByte = time.Since(start)
+}
+
+// matches returns nil when r answers q: a response with q's ID and q's
+// question, or with no question at all (which some servers send with an
+// error rcode). Names compare without case: servers may echo the case
+// the query used (0x20) or their own.
+func matches(r, q *dns.Msg) error {
 	if r.Id != q.Id {
-		res.Outcome = L7RSP
-		return nil, fmt.Errorf("answer over %s has ID %d, want %d", network, r.Id, q.Id)
+		return fmt.Errorf("has ID %d, want %d", r.Id, q.Id)
 	}
 	if !r.Response {
-		res.Outcome = L7RSP
-		return nil, fmt.Errorf("answer over %s is not a response", network)
+		return errors.New("is not a response")
 	}
-	return r, nil
+	if len(r.Question) == 0 {
+		return nil
+	}
+	got, want := r.Question[0], q.Question[0]
+	if len(r.Question) != 1 || !strings.EqualFold(got.Name, want.Name) || got.Qtype != want.Qtype || got.Qclass != want.Qclass {
+		return fmt.Errorf("is to question %s %s, want %s %s",
+			got.Name, dns.Type(got.Qtype), want.Name, dns.Type(want.Qtype))
+	}
+	return nil
 }
 
 // answered reports whether r's answer section holds a record of the asked

@@ -325,7 +325,7 @@ func TestDNSBrokenServers(t *testing.T) {
 				})
 			},
 			want:   L7RSP,
-			errHas: "reading answer over udp",
+			errHas: "ignored 1 datagrams that were not the answer, the last does not parse",
 		},
 		{
 			name: "answer with the wrong ID",
@@ -371,4 +371,139 @@ func TestDNSInvalidName(t *testing.T) {
 	if _, err := New(Spec{Protocol: DNS, Name: "a..b"}, Options{}); err == nil {
 		t.Error("New accepted the DNS name a..b")
 	}
+}
+
+// dnsTestDatagrams answers every UDP query with the datagrams replies
+// builds from it, in order, from the port the query went to: what a
+// spoofed datagram that races the real answer looks like to the prober.
+func dnsTestDatagrams(t *testing.T, host string, replies func(q *dns.Msg) [][]byte) netip.AddrPort {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatalf("listening: %v", err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 64<<10)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := new(dns.Msg)
+			if q.Unpack(buf[:n]) != nil {
+				continue
+			}
+			for _, b := range replies(q) {
+				_, _ = pc.WriteTo(b, from)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		pc.Close()
+		wg.Wait()
+	})
+	return addrPortOf(t, pc.LocalAddr())
+}
+
+// TestDNSMatchesAnswerToQuery checks that the probe takes only the answer
+// to its own query (same ID, same question) and skips any other datagram
+// until the deadline: a datagram spoofed ahead of the real answer cannot
+// fail a healthy target, and an answer to another question never passes.
+func TestDNSMatchesAnswerToQuery(t *testing.T) {
+	answer := func(t *testing.T, q *dns.Msg) *dns.Msg {
+		m := new(dns.Msg).SetReply(q)
+		a, err := dns.NewRR(q.Question[0].Name + " 60 IN A 192.0.2.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Answer = []dns.RR{a}
+		return m
+	}
+	otherID := func(t *testing.T, q *dns.Msg) []byte {
+		m := answer(t, q)
+		m.Id++
+		return dnsTestPack(t, m)
+	}
+	otherQuestion := func(t *testing.T, q *dns.Msg) []byte {
+		m := answer(t, q)
+		m.Question[0].Name = "b.example."
+		return dnsTestPack(t, m)
+	}
+	otherType := func(t *testing.T, q *dns.Msg) []byte {
+		m := new(dns.Msg).SetReply(q)
+		m.Question[0].Qtype = dns.TypeAAAA
+		return dnsTestPack(t, m)
+	}
+	garbage := func(t *testing.T, q *dns.Msg) []byte {
+		b := dnsTestPack(t, new(dns.Msg).SetReply(q))
+		return append(b[:12], 0xc0, 0xff)
+	}
+	good := func(t *testing.T, q *dns.Msg) []byte { return dnsTestPack(t, answer(t, q)) }
+	upperCase := func(t *testing.T, q *dns.Msg) []byte {
+		m := answer(t, q)
+		m.Question[0].Name = strings.ToUpper(m.Question[0].Name)
+		return dnsTestPack(t, m)
+	}
+	noQuestion := func(t *testing.T, q *dns.Msg) []byte {
+		m := new(dns.Msg).SetRcode(q, dns.RcodeRefused)
+		m.Question = nil
+		return dnsTestPack(t, m)
+	}
+	type reply func(t *testing.T, q *dns.Msg) []byte
+	tests := []struct {
+		name    string
+		rcode   int
+		replies []reply
+		want    Outcome
+		errHas  string
+	}{
+		{name: "spoofed ID, then the answer", replies: []reply{otherID, good}, want: L7OK},
+		{name: "answer to another name, then the answer", replies: []reply{otherQuestion, good}, want: L7OK},
+		{name: "answer to another type, then the answer", replies: []reply{otherType, good}, want: L7OK},
+		{name: "garbage, then the answer", replies: []reply{garbage, good}, want: L7OK},
+		{name: "many mismatches, then the answer", replies: []reply{otherID, garbage, otherQuestion, otherID, otherType, good}, want: L7OK},
+		{name: "question in another case (0x20)", replies: []reply{upperCase}, want: L7OK},
+		{name: "no question section, ID matches", rcode: dns.RcodeRefused, replies: []reply{noQuestion}, want: L7OK},
+		{name: "only an answer to another name", replies: []reply{otherQuestion}, want: L7RSP, errHas: "question b.example. A, want a.example. A"},
+		{name: "only an answer to another type", replies: []reply{otherType}, want: L7RSP, errHas: "question a.example. AAAA, want a.example. A"},
+		{name: "only wrong IDs", replies: []reply{otherID, otherID}, want: L7RSP, errHas: "ignored 2 datagrams that were not the answer, the last has ID"},
+	}
+	onLoopbacks(t, "udp", func(t *testing.T, host string) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				target := dnsTestDatagrams(t, host, func(q *dns.Msg) [][]byte {
+					var out [][]byte
+					for _, r := range tt.replies {
+						out = append(out, r(t, q))
+					}
+					return out
+				})
+				spec := Spec{Protocol: DNS, Name: "a.example", Type: dns.TypeA, Rcode: tt.rcode}
+				res := probeOnce(t, spec, Options{}, target)
+				checkResult(t, res, tt.want, tt.errHas)
+			})
+		}
+	})
+}
+
+// TestDNSOverTCPAnswerToAnotherQuestion: over TCP, which cannot be
+// spoofed, an answer to another question fails the probe at once.
+func TestDNSOverTCPAnswerToAnotherQuestion(t *testing.T) {
+	onLoopbacks(t, "udp", func(t *testing.T, host string) {
+		target := dnsTestServer(t, host, dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+			m := new(dns.Msg).SetReply(req)
+			if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+				m.Truncated = true
+			} else {
+				m.Question[0].Name = "b.example."
+			}
+			_ = w.WriteMsg(m)
+		}))
+		res := probeOnce(t, Spec{Protocol: DNS, Name: "a.example", Type: dns.TypeA}, Options{}, target)
+		checkResult(t, res, L7RSP, "answer over tcp is to question b.example. A")
+	})
 }
