@@ -30,6 +30,9 @@ type Engine struct {
 	// announced (Change.Quiet). Only Judge uses them.
 	upSeen map[string]bool
 	quiet  map[string]bool
+	// back holds when each node's beacon last turned Up from Down, for
+	// ReturnGrace. Only Judge uses it.
+	back map[string]time.Time
 }
 
 // Change is a target whose verdict changed in a round, or whose quiet Down
@@ -68,6 +71,8 @@ func (e *Engine) quietChange(t Target, was, is Verdict) bool {
 // changed, in the order of targets. Beacons are judged first, ignoring the
 // probers on nodes whose beacon was Down before this round; then the
 // other targets, ignoring the probers on nodes whose beacon is Down now.
+// Both ignore, too, the probers on nodes whose beacon came back Up less
+// than ReturnGrace ago.
 // It sets each target's Ignore itself. Targets not in targets are
 // forgotten.
 func (e *Engine) Judge(reports Reports, targets []Target, now time.Time) []Change {
@@ -79,7 +84,20 @@ func (e *Engine) Judge(reports Reports, targets []Target, now time.Time) []Chang
 	e.mu.RUnlock()
 
 	next := make(map[string]Judgement, len(targets))
+	if e.back == nil {
+		e.back = map[string]time.Time{}
+	}
+	for n, t := range e.back {
+		if now.Sub(t) >= ReturnGrace {
+			delete(e.back, n)
+		}
+	}
+	// down holds the nodes whose probers do not vote: Down, or back from
+	// Down for less than ReturnGrace.
 	down := map[string]bool{}
+	for n := range e.back {
+		down[n] = true
+	}
 	for _, t := range targets {
 		if t.Beacon && prev[t.Key].Verdict == VerdictDown {
 			down[t.Node] = true
@@ -97,9 +115,18 @@ func (e *Engine) Judge(reports Reports, targets []Target, now time.Time) []Chang
 		if beacons {
 			down = map[string]bool{}
 			for _, t := range targets {
-				if t.Beacon && next[t.Key].Verdict == VerdictDown {
-					down[t.Node] = true
+				if !t.Beacon {
+					continue
 				}
+				switch {
+				case next[t.Key].Verdict == VerdictDown:
+					down[t.Node] = true
+				case prev[t.Key].Verdict == VerdictDown:
+					e.back[t.Node] = now
+				}
+			}
+			for n := range e.back {
+				down[n] = true
 			}
 		}
 	}

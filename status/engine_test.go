@@ -87,7 +87,7 @@ func TestEngine(t *testing.T) {
 			{at: 0, says: append(b2Down, says{"n2", "web", down}, says{"n3", "web", up}),
 				want: map[string]Verdict{"b2": d, "web": u}, changes: []string{"web Unknown>Up", "b2 Unknown>Down"}},
 		}},
-		{"a prober on a node whose beacon was down does not count for beacons until a round later", []round{
+		{"a prober on a node whose beacon was down does not count until ReturnGrace after it is back", []round{
 			{at: 0, says: b2Down, want: map[string]Verdict{"b2": d, "b1": unk}, changes: []string{"b2 Unknown>Down"}},
 			// n2 is back, and with n3 says n1's beacon is Down; n4 says
 			// Up. This round n2 still does not count for beacons: no
@@ -95,7 +95,15 @@ func TestEngine(t *testing.T) {
 			{at: time.Second, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
 				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}},
 				want: map[string]Verdict{"b2": u, "b1": unk}, changes: []string{"b2 Down>Up"}},
+			// Its Down vote may be what it saw while cut off: still not
+			// counted, for beacons nor for other targets.
 			{at: 2 * time.Second, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
+				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}},
+				want: map[string]Verdict{"b2": u, "b1": unk}},
+			{at: time.Second + ReturnGrace - time.Millisecond, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
+				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}, {"n2", "web", down}, {"n3", "web", down}, {"n4", "web", up}},
+				want: map[string]Verdict{"b2": u, "b1": unk, "web": unk}},
+			{at: time.Second + ReturnGrace, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
 				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}},
 				want: map[string]Verdict{"b2": u, "b1": d}, changes: []string{"b1 Unknown>Down"}},
 		}},

@@ -56,6 +56,13 @@ const (
 	// MinDownVotes is the fewest vantages that must say Down: a single
 	// prober, however confused, never fails a node.
 	MinDownVotes = 2
+	// ReturnGrace is how long after its node's beacon is Up again a
+	// vantage still does not vote (Engine.Judge): a prober cut off with
+	// its node saw every target fail, and until it has probed them again
+	// (rise probes, at the default 1s interval) and written its report,
+	// its Down votes are stale; with one transient failure elsewhere they
+	// would fail a healthy node the moment the cut-off one returns.
+	ReturnGrace = 5 * time.Second
 )
 
 // Judgement is a verdict with the counts behind it.
