@@ -8,6 +8,8 @@
 package standalone
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +46,11 @@ const (
 	MaxConfigBytes = 4 << 20
 	// maxTokenBytes caps token-file, for the same reason.
 	maxTokenBytes = 64 << 10
+	// MaxStateBytes caps state-file: about 150 bytes a target, so room
+	// for over 400,000 targets.
+	MaxStateBytes = 64 << 20
+	// MaxSerialBytes caps dns.serial-file, which holds one number.
+	MaxSerialBytes = 4 << 10
 	// minHTTPConnections leaves room for a page, a scrape and the peers'
 	// polls beside the dashboard's event streams; maxHTTPConnections is
 	// more than any file descriptor limit would let the server hold.
@@ -235,63 +242,19 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
-// readFile reads the regular file at path, of at most limit bytes; what
-// names the file in the error when it is larger. Anything else, such as a
-// device or a pipe, is refused before it is opened, so that it can neither
-// block nor fill memory.
+// checkStateFile checks a file pulselb keeps its own state in (state-file,
+// dns.serial-file): it need not exist yet, but when it does it must be a
+// file prober.ReadFile reads.
+func checkStateFile(path string, limit int64, what string) error {
+	if err := prober.CheckFile(path, limit, what); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// readFile is prober.ReadFile: regular files of at most limit bytes.
 func readFile(path string, limit int64, what string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file but %s", path, fileKind(fi.Mode()))
-	}
-	tooBig := fmt.Errorf("%s is larger than %s, the most %s may hold", path, sizeText(limit), what)
-	if fi.Size() > limit {
-		return nil, tooBig
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	// The file may have grown since Stat.
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, tooBig
-	}
-	return data, nil
-}
-
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	case m&os.ModeCharDevice != 0:
-		return "a character device"
-	case m&os.ModeDevice != 0:
-		return "a device"
-	}
-	return "not a plain file"
-}
-
-// sizeText reads as "4 MiB" or "4 KiB" for whole multiples, else bytes.
-func sizeText(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return strconv.FormatInt(n>>20, 10) + " MiB"
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return strconv.FormatInt(n>>10, 10) + " KiB"
-	}
-	return strconv.FormatInt(n, 10) + " bytes"
+	return prober.ReadFile(path, limit, what)
 }
 
 // Parse checks the configuration in data, read from file. Relative paths
@@ -299,13 +262,22 @@ func sizeText(n int64) string {
 // relative to the file's directory.
 func Parse(file string, data []byte) (*Config, error) {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		ce := &ConfigError{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
-		if m := yamlLine.FindStringSubmatch(ce.Msg); m != nil {
-			ce.Line, _ = strconv.Atoi(m[1])
-			ce.Msg = m[2]
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, yamlError(file, err)
+	}
+	// A file holds one configuration: a second document (after "---")
+	// would be ignored, and whatever it says silently not applied.
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		line := next.Line
+		if len(next.Content) > 0 {
+			line = next.Content[0].Line
 		}
-		return nil, ce
+		return nil, &ConfigError{File: file, Line: line, Msg: "a second YAML document: the file must hold one configuration (remove the \"---\" and what follows, or merge it into the first)"}
+	case !errors.Is(err, io.EOF):
+		return nil, yamlError(file, err)
 	}
 	d := &decoder{file: file, dir: filepath.Dir(file)}
 	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL, RateLimit: dnsexport.DefaultRateLimit},
@@ -323,6 +295,16 @@ func Parse(file string, data []byte) (*Config, error) {
 }
 
 var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// yamlError is the YAML parser's err as a *ConfigError with its line.
+func yamlError(file string, err error) *ConfigError {
+	ce := &ConfigError{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	if m := yamlLine.FindStringSubmatch(ce.Msg); m != nil {
+		ce.Line, _ = strconv.Atoi(m[1])
+		ce.Msg = m[2]
+	}
+	return ce
+}
 
 // decoder walks the YAML tree and collects errors with their positions.
 type decoder struct {
@@ -505,6 +487,33 @@ func (d *decoder) listenAddr(n *yaml.Node, path string) string {
 	return s
 }
 
+// listenOverlap reports whether TCP sockets listening on a and b (both
+// passed CheckListen) would take the same port: the same port, not 0 (a
+// free one each), and the same address or one of them every address of
+// the other's family. Go listens on "" and "::" for both families.
+func listenOverlap(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	if pa != pb || pa == "0" {
+		return false
+	}
+	if ha == "" || hb == "" {
+		return true
+	}
+	ia, _ := netip.ParseAddr(ha)
+	ib, _ := netip.ParseAddr(hb)
+	ia, ib = ia.Unmap(), ib.Unmap()
+	switch {
+	case ia == ib, ia == netip.IPv6Unspecified(), ib == netip.IPv6Unspecified():
+		return true
+	case ia == netip.IPv4Unspecified():
+		return ib.Is4()
+	case ib == netip.IPv4Unspecified():
+		return ia.Is4()
+	}
+	return false
+}
+
 // CheckListen checks a listen address as the configuration file takes it:
 // IP:PORT, [IPv6]:PORT or :PORT (every address), the port a number from 0
 // (a free one) to 65535.
@@ -562,17 +571,20 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	if n := m["dns"]; n != nil {
 		d.dns(n, cfg)
 	}
-	httpListenSet := false
+	var httpListen *yaml.Node
 	if n := m["http"]; n != nil {
 		if hm, _, ok := d.mapping(n, "http", "listen", "max-connections"); ok {
-			if hm["listen"] != nil {
-				cfg.HTTP.Listen = d.listenAddr(hm["listen"], "http.listen")
-				httpListenSet = true
+			if httpListen = hm["listen"]; httpListen != nil {
+				cfg.HTTP.Listen = d.listenAddr(httpListen, "http.listen")
 			}
 			if n := hm["max-connections"]; n != nil {
 				cfg.HTTP.MaxConnections, _ = d.integer(n, "http.max-connections", minHTTPConnections, maxHTTPConnections)
 			}
 		}
+	}
+	if httpListen != nil && cfg.HTTP.Listen != "" && cfg.DNS.Listen != "" && listenOverlap(cfg.HTTP.Listen, cfg.DNS.Listen) {
+		d.errorf(httpListen, "http.listen", "%q takes dns.listen's port (%q): the DNS server listens there on TCP too; give the HTTP server another port",
+			cfg.HTTP.Listen, cfg.DNS.Listen)
 	}
 	if n := m["metrics"]; n != nil {
 		cfg.Metrics, _ = d.boolean(n, "metrics")
@@ -607,12 +619,16 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 		if len(cfg.Peers) > 0 && m["token-file"] == nil {
 			d.errorf(keys["peers"], "peers", "peers need token-file: the shared token they authenticate with")
 		}
-		if len(cfg.Peers) > 0 && !httpListenSet {
+		if len(cfg.Peers) > 0 && httpListen == nil {
 			d.errorf(keys["peers"], "http.listen", "required with peers: they poll this instance's report over HTTP, and the default %s is reachable from this host only", DefaultHTTPListen)
 		}
 	}
 	if n := m["state-file"]; n != nil {
-		cfg.StateFile = d.path(n, "state-file")
+		if cfg.StateFile = d.path(n, "state-file"); cfg.StateFile != "" {
+			if err := checkStateFile(cfg.StateFile, MaxStateBytes, "a state file"); err != nil {
+				d.errorf(n, "state-file", "%v", err)
+			}
+		}
 	}
 	if n := m["external-vantage"]; n != nil {
 		d.externalVantage(n, cfg)
@@ -690,14 +706,59 @@ func (d *decoder) dns(n *yaml.Node, cfg *Config) {
 		}
 	}
 	if v := m["hostmaster"]; v != nil {
-		cfg.DNS.Hostmaster, _ = d.str(v, "dns.hostmaster")
+		if s, ok := d.str(v, "dns.hostmaster"); ok {
+			if err := checkHostmaster(s); err != nil {
+				d.errorf(v, "dns.hostmaster", "%.80q is not a mail address or a domain name: %v", s, err)
+			} else {
+				cfg.DNS.Hostmaster = s
+			}
+		}
 	}
 	if v := m["serial-file"]; v != nil {
-		cfg.DNS.SerialFile = d.path(v, "dns.serial-file")
+		if cfg.DNS.SerialFile = d.path(v, "dns.serial-file"); cfg.DNS.SerialFile != "" {
+			if err := checkStateFile(cfg.DNS.SerialFile, MaxSerialBytes, "a serial file"); err != nil {
+				d.errorf(v, "dns.serial-file", "%v", err)
+			}
+		}
 	}
 	if v := m["rate-limit"]; v != nil {
 		cfg.DNS.RateLimit = d.rateLimit(v, "dns.rate-limit")
 	}
+}
+
+// checkHostmaster checks dns.hostmaster, the zone's SOA mailbox: a mail
+// address whose domain is a hostname (contract.Hostname) and whose local
+// part has letters, digits and ".", "-", "_", "+" only, not starting or
+// ending with a dot nor holding two in a row; or a hostname, whose first
+// label is the mailbox.
+func checkHostmaster(s string) error {
+	local, domain, isMail := strings.Cut(s, "@")
+	if !isMail {
+		domain = s
+	}
+	if _, err := contract.Hostname(domain); err != nil || strings.HasPrefix(domain, "*") {
+		if err == nil {
+			err = errors.New("a wildcard")
+		}
+		return fmt.Errorf("domain %.80q: %w", domain, err)
+	}
+	if !isMail {
+		return nil
+	}
+	switch {
+	case local == "":
+		return errors.New("nothing before the @")
+	case len(local) > 63:
+		return errors.New("the part before the @ is longer than 63 characters")
+	case local[0] == '.' || local[len(local)-1] == '.' || strings.Contains(local, ".."):
+		return errors.New("the part before the @ starts or ends with a dot, or has two in a row")
+	}
+	for _, c := range local {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && !strings.ContainsRune(".-_+", c) {
+			return fmt.Errorf("%q before the @: want letters, digits, '.', '-', '_' and '+'", c)
+		}
+	}
+	return nil
 }
 
 // rateLimit reads dns.rate-limit: the controller's --dns-rate-limit
@@ -810,6 +871,7 @@ func (d *decoder) timing(m map[string]*yaml.Node, path string, t *Timing) {
 
 func (d *decoder) peers(n *yaml.Node, cfg *Config) {
 	seen := map[string]bool{cfg.Instance: true}
+	urls := map[string]string{}
 	for i, e := range d.list(n, "peers") {
 		p := fmt.Sprintf("peers[%d]", i)
 		m, _, ok := d.mapping(e, p, "name", "url")
@@ -836,11 +898,81 @@ func (d *decoder) peers(n *yaml.Node, cfg *Config) {
 			u, err := url.Parse(s)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				d.errorf(v, p+".url", "%q is not an http or https URL", s)
+			} else {
+				// Polling this instance, or one peer twice, would count
+				// one vantage's votes twice.
+				key := peerURLKey(u)
+				switch first, dup := urls[key]; {
+				case dup:
+					d.errorf(v, p+".url", "%q is also %s's url: the same instance listed twice would vote twice", s, first)
+				case pointsAtListen(u, cfg.HTTP.Listen):
+					d.errorf(v, p+".url", "%q is this instance's own http.listen (%s): an instance is not its own peer", s, cfg.HTTP.Listen)
+				}
+				urls[key] = cmp.Or(peer.Name, p)
 			}
 			peer.URL = strings.TrimSuffix(s, "/")
 		}
 		cfg.Peers = append(cfg.Peers, peer)
 	}
+}
+
+// peerURLKey is u as two URLs that reach the same report compare: scheme
+// and host in lower case, the default port explicit, no final slash.
+func peerURLKey(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port) + strings.TrimSuffix(u.EscapedPath(), "/")
+}
+
+// pointsAtListen reports whether u reaches the HTTP server listening on
+// listen on this host: the same port, and u's host the listen address,
+// or, when listen is every address, "localhost" or an address of this
+// host. A host name other than localhost is not resolved; an instance
+// that polls itself through one is found when its report comes back
+// under its own name.
+func pointsAtListen(u *url.URL, listen string) bool {
+	lhost, lport, err := net.SplitHostPort(listen)
+	if err != nil || lport == "0" {
+		return false
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	if port != lport {
+		return false
+	}
+	host := strings.ToLower(u.Hostname())
+	lip, lerr := netip.ParseAddr(lhost)
+	ip, ierr := netip.ParseAddr(host)
+	if host == "localhost" {
+		ip, ierr = netip.MustParseAddr("127.0.0.1"), nil
+		if lerr == nil && lip.Is6() && lip.IsLoopback() {
+			ip = lip
+		}
+	}
+	if ierr != nil {
+		return false
+	}
+	ip = ip.Unmap()
+	if lerr == nil && !lip.IsUnspecified() {
+		return lip.Unmap() == ip
+	}
+	if lerr == nil && lip == netip.IPv4Unspecified() && !ip.Is4() {
+		return false
+	}
+	if ip.IsLoopback() {
+		return true
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if pfx, err := netip.ParsePrefix(a.String()); err == nil && pfx.Addr().Unmap() == ip {
+			return true
+		}
+	}
+	return false
 }
 
 var serviceKeys = []string{"name", "hostnames", "ttl", "publish-when", "all-down", "interval", "timeout", "rise", "fall", "hosts", "ports"}
@@ -1034,8 +1166,16 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config, svc *Service) {
 			}
 			d.errorf(node, p+".probe", "%v", err)
 		} else {
-			if spec.Secret != "" && cfg.SecretsDir == "" {
+			switch {
+			case spec.Secret != "" && cfg.SecretsDir == "":
 				d.errorf(m["probe"], p+".probe", "secret=%s needs secrets.dir, the directory holding %s/password", spec.Secret, spec.Secret)
+			case spec.Secret != "":
+				// Read as the probe reads it, so that a file the probe
+				// would refuse is refused here first.
+				file := prober.DirSecrets(cfg.SecretsDir).PasswordFile(spec.Secret)
+				if err := prober.CheckFile(file, prober.MaxSecretBytes, "a password file"); err != nil {
+					d.errorf(m["probe"], p+".probe", "secret=%s: %v", spec.Secret, err)
+				}
 			}
 			port.Spec, port.Probe = spec, spec.String()
 		}

@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/httpserver"
+	"github.com/pulselb/pulselb/prober"
 )
 
 func TestLoadExample(t *testing.T) {
@@ -139,6 +141,26 @@ func TestConfigErrors(t *testing.T) {
 			[]string{`pulselb.yaml:4: external-vantage.kubeconfig: required`}},
 		{"external vantage with a missing kubeconfig and a bad name", head + "external-vantage: {kubeconfig: testdata/nope, name: Home}\n" + svc + "      - {port: 80}\n",
 			[]string{`pulselb.yaml:4: external-vantage.kubeconfig: stat testdata/nope: no such file`, `pulselb.yaml:4: external-vantage.name: vantage name "Home": want lower-case`}},
+		{"a second yaml document", head + svc + "      - {port: 80}\n---\nzone: other.test.\n",
+			[]string{`pulselb.yaml:11: a second YAML document: the file must hold one configuration`}},
+		{"an empty second yaml document", head + svc + "      - {port: 80}\n---\n",
+			[]string{`pulselb.yaml:11: a second YAML document`}},
+		{"http listen on the dns port", "zone: lb.example.test.\ninstance: a\ndns: {listen: \"127.0.0.1:5353\"}\nhttp: {listen: \"127.0.0.1:5353\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:4: http.listen: "127.0.0.1:5353" takes dns.listen's port ("127.0.0.1:5353")`}},
+		{"http listen on every address at the dns port", "zone: lb.example.test.\ninstance: a\ndns: {listen: \"127.0.0.1:5353\"}\nhttp: {listen: \":5353\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:4: http.listen: ":5353" takes dns.listen's port`}},
+		{"hostmaster with markup", "zone: lb.example.test.\ninstance: a\ndns: {listen: \"127.0.0.1:0\", hostmaster: \"<script>\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:3: dns.hostmaster: "<script>" is not a mail address or a domain name`}},
+		{"hostmaster with a bad local part", "zone: lb.example.test.\ninstance: a\ndns: {listen: \"127.0.0.1:0\", hostmaster: \"a b@example.test\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:3: dns.hostmaster: "a b@example.test" is not a mail address or a domain name: ' ' before the @`}},
+		{"hostmaster with a bad domain", "zone: lb.example.test.\ninstance: a\ndns: {listen: \"127.0.0.1:0\", hostmaster: \"dns@exa_mple.test\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:3: dns.hostmaster: "dns@exa_mple.test" is not a mail address or a domain name: domain "exa_mple.test"`}},
+		{"peer at this instance's http.listen", "http: {listen: \"127.0.0.1:9471\"}\n" + head + "token-file: testdata/token\npeers:\n  - {name: b, url: \"http://127.0.0.1:9471/\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:7: peers[0].url: "http://127.0.0.1:9471/" is this instance's own http.listen (127.0.0.1:9471)`}},
+		{"peer at localhost while listening everywhere", "http: {listen: \":9471\"}\n" + head + "token-file: testdata/token\npeers:\n  - {name: b, url: \"http://LOCALHOST:9471\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:7: peers[0].url: "http://LOCALHOST:9471" is this instance's own http.listen (:9471)`}},
+		{"the same peer url twice", "http: {listen: \"127.0.0.1:9471\"}\n" + head + "token-file: testdata/token\npeers:\n  - {name: b, url: \"http://192.0.2.2\"}\n  - {name: c, url: \"HTTP://192.0.2.2:80/\"}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:8: peers[1].url: "HTTP://192.0.2.2:80/" is also b's url`}},
 		{"dns listen without address needs name servers", "zone: lb.example.test.\ninstance: a\ndns: {listen: \":5353\"}\n" + svc + "      - {port: 80}\n",
 			[]string{`pulselb.yaml:1: dns.nameservers: required when dns.listen (":5353") names no single address`}},
 	}
@@ -277,4 +299,117 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+func TestListenOverlap(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		want bool
+	}{
+		{"127.0.0.1:53", "127.0.0.1:53", true},
+		{":53", "127.0.0.1:53", true},
+		{"[::]:53", "127.0.0.1:53", true},
+		{"0.0.0.0:53", "127.0.0.1:53", true},
+		{"0.0.0.0:53", "[::1]:53", false},
+		{"127.0.0.1:53", "127.0.0.2:53", false},
+		{"127.0.0.1:53", "127.0.0.1:54", false},
+		{"127.0.0.1:0", "127.0.0.1:0", false},
+		{"[::ffff:127.0.0.1]:53", "127.0.0.1:53", true},
+	} {
+		if got := listenOverlap(tt.a, tt.b); got != tt.want {
+			t.Errorf("listenOverlap(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
+		}
+		if got := listenOverlap(tt.b, tt.a); got != tt.want {
+			t.Errorf("listenOverlap(%q, %q) = %v, want %v", tt.b, tt.a, got, tt.want)
+		}
+	}
+}
+
+func TestHostmasterAccepted(t *testing.T) {
+	for _, h := range []string{"hostmaster@example.test", "john.doe+dns@example.test", "dns_admin@lb.example.test.", "hostmaster.example.test"} {
+		cfg, err := Parse("p.yaml", []byte("zone: lb.example.test.\ninstance: a\ndns: {listen: \"127.0.0.1:0\", hostmaster: \""+h+"\"}\n"+
+			"services:\n  - name: w\n    hosts: [{name: a, address: 127.0.0.1}]\n    ports: [{port: 1}]\n"))
+		if err != nil || cfg.DNS.Hostmaster != h {
+			t.Errorf("hostmaster %q: %v", h, err)
+		}
+	}
+}
+
+// TestConfigRefusesSpecialStateFiles: a state file, a serial file or a
+// mysql password file that is a named pipe, a device or larger than its
+// cap is an error of the check naming the file, found without reading it:
+// a pipe would block the reader forever, /dev/zero fill its memory.
+func TestConfigRefusesSpecialStateFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	sparse := func(name string, size int64) string {
+		p := filepath.Join(dir, name)
+		f, err := os.Create(p)
+		if err == nil {
+			err = f.Truncate(size)
+			f.Close()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	hugeState, hugeSerial := sparse("huge-state", MaxStateBytes+1), sparse("huge-serial", MaxSerialBytes+1)
+	secret := func(name, target string) {
+		if err := os.MkdirAll(filepath.Join(dir, "secrets", name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(dir, "secrets", name, "password")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret("fifo", fifo)
+	secret("zero", "/dev/zero")
+	secret("huge", sparse("huge-secret", prober.MaxSecretBytes+1))
+
+	const head = "zone: lb.example.test.\ninstance: a\n"
+	const svc = "services:\n  - name: w\n    hosts: [{name: a, address: 127.0.0.1}]\n    ports: [{port: 3306, probe: \"%s\"}]\n"
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"state file a pipe", head + "dns: {listen: \"127.0.0.1:0\"}\nstate-file: fifo\n" + fmt.Sprintf(svc, "tcp"), "p.yaml:4: state-file: " + fifo + " is not a regular file but a named pipe"},
+		{"state file /dev/zero", head + "dns: {listen: \"127.0.0.1:0\"}\nstate-file: zero\n" + fmt.Sprintf(svc, "tcp"), "p.yaml:4: state-file: " + zero + " is not a regular file but a character device"},
+		{"state file too large", head + "dns: {listen: \"127.0.0.1:0\"}\nstate-file: huge-state\n" + fmt.Sprintf(svc, "tcp"), "p.yaml:4: state-file: " + hugeState + " is larger than 64 MiB, the most a state file may hold"},
+		{"serial file a pipe", head + "dns: {listen: \"127.0.0.1:0\", serial-file: fifo}\n" + fmt.Sprintf(svc, "tcp"), "p.yaml:3: dns.serial-file: " + fifo + " is not a regular file but a named pipe"},
+		{"serial file /dev/zero", head + "dns: {listen: \"127.0.0.1:0\", serial-file: zero}\n" + fmt.Sprintf(svc, "tcp"), "p.yaml:3: dns.serial-file: " + zero + " is not a regular file"},
+		{"serial file too large", head + "dns: {listen: \"127.0.0.1:0\", serial-file: huge-serial}\n" + fmt.Sprintf(svc, "tcp"), "p.yaml:3: dns.serial-file: " + hugeSerial + " is larger than 4 KiB, the most a serial file may hold"},
+		{"password a pipe", head + "dns: {listen: \"127.0.0.1:0\"}\nsecrets: {dir: secrets}\n" + fmt.Sprintf(svc, "mysql user=u secret=fifo"), "p.yaml:8: services[0].ports[0].probe: secret=fifo: " + filepath.Join(dir, "secrets", "fifo", "password") + " is not a regular file but a named pipe"},
+		{"password /dev/zero", head + "dns: {listen: \"127.0.0.1:0\"}\nsecrets: {dir: secrets}\n" + fmt.Sprintf(svc, "mysql user=u secret=zero"), "secret=zero: " + filepath.Join(dir, "secrets", "zero", "password") + " is not a regular file but a character device"},
+		{"password too large", head + "dns: {listen: \"127.0.0.1:0\"}\nsecrets: {dir: secrets}\n" + fmt.Sprintf(svc, "mysql user=u secret=huge"), "is larger than 64 KiB, the most a password file may hold"},
+		{"password missing", head + "dns: {listen: \"127.0.0.1:0\"}\nsecrets: {dir: secrets}\n" + fmt.Sprintf(svc, "mysql user=u secret=nope"), "secret=nope: stat " + filepath.Join(dir, "secrets", "nope", "password") + ": no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := Parse(filepath.Join(dir, "p.yaml"), []byte(tt.yaml))
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("err = %v\nwant one containing %q", err, tt.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the check did not return within 5s")
+			}
+		})
+	}
+	// A state or serial file that does not exist yet is fine: pulselb
+	// writes it.
+	if _, err := Parse(filepath.Join(dir, "p.yaml"), []byte(head+"dns: {listen: \"127.0.0.1:0\", serial-file: new-serial}\nstate-file: new-state\n"+fmt.Sprintf(svc, "tcp"))); err != nil {
+		t.Errorf("with files not yet written: %v", err)
+	}
 }

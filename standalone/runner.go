@@ -171,6 +171,11 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 	r.mu.Unlock()
 	r.sched.Set(targets)
 
+	// The DNS server reads the serial file whole: refuse what would block
+	// it or fill memory (Load checked it too, but it may have changed).
+	if err := checkStateFile(cfg.DNS.SerialFile, MaxSerialBytes, "a serial file"); err != nil {
+		return nil, fmt.Errorf("dns.serial-file: %w", err)
+	}
 	r.dns, err = dnsexport.NewServer(dnsexport.Config{Zone: cfg.zoneConfig(), Listen: cfg.DNS.Listen,
 		SerialFile: cfg.DNS.SerialFile, RateLimit: cfg.DNS.RateLimit, Metrics: dnsMetrics})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -577,7 +578,9 @@ func TestTwoInstancesWarned(t *testing.T) {
 	const warning = "Warning: with exactly two instances"
 	h := startHosts(t, "127.0.0.51")
 	dir := t.TempDir()
-	peer := func(name string) Peer { return Peer{Name: name, URL: "http://127.0.0.1:1"} }
+	// Nothing listens there; each peer has its own port, since one URL
+	// twice is an error.
+	peer := func(name string) Peer { return Peer{Name: name, URL: "http://127.0.0.1:" + strconv.Itoa(int(name[1]))} }
 	in := instance{name: "p1", hosts: []string{"a=127.0.0.51"}, peers: []Peer{peer("p2")}}
 	r, ctx, logs := startLogged(t, in.load(t, dir, h.port))
 	if n := strings.Count(logs(), warning); n != 1 {
@@ -703,5 +706,48 @@ func TestAllDownAtStartStaysFailedOpen(t *testing.T) {
 	})
 	if !slices.Equal(sizes, []int{n}) {
 		t.Errorf("published address counts while the hosts were probed down: %v, want only %d (failed open throughout)", sizes, n)
+	}
+}
+
+// TestSpecialStateFilesAtStart: a state file or serial file that turned
+// into a named pipe or /dev/zero after the check never hangs the start
+// nor fills memory. A state file is then ignored, as any unreadable one;
+// a serial file stops the start with an error naming it.
+func TestSpecialStateFilesAtStart(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	within := func(what string, fn func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s did not return within 5s", what)
+			return nil
+		}
+	}
+	for _, path := range []string{fifo, "/dev/zero"} {
+		err := within("loading state from "+path, func() error { _, err := loadState(path); return err })
+		if err == nil || !strings.Contains(err.Error(), path+" is not a regular file") {
+			t.Errorf("loadState(%s) = %v; want an error naming it", path, err)
+		}
+	}
+	in := instance{name: "solo", hosts: []string{"a=127.0.0.1"}}
+	cfg := in.load(t, dir, 1)
+	cfg.DNS.SerialFile = fifo
+	err := within("New with a serial file that is a pipe", func() error {
+		r, err := New(t.Context(), cfg, Options{})
+		if err == nil {
+			r.httpLn.Close()
+		}
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "dns.serial-file: "+fifo+" is not a regular file but a named pipe") {
+		t.Errorf("New = %v; want an error naming the serial file", err)
 	}
 }

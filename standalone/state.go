@@ -37,7 +37,7 @@ func loadState(path string) (map[string]savedVerdict, error) {
 	if path == "" {
 		return out, nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := readFile(path, MaxStateBytes, "a state file")
 	if errors.Is(err, os.ErrNotExist) {
 		return out, nil
 	}
