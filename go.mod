@@ -6,6 +6,7 @@ require (
 	github.com/coreos/go-iptables v0.8.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/miekg/dns v1.1.73
+	github.com/pires/go-proxyproto v0.15.0
 	github.com/prometheus/client_golang v1.25.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/net v0.59.0

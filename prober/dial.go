@@ -63,11 +63,25 @@ func localAddrPort(opts Options) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// dialTCP connects to target from opts.LocalAddr (when set). It takes the
+// dialTCP connects to target from opts.LocalAddr (when set) and, when the
+// spec asks for it, sends the PROXY protocol header first. It takes the
 // address as a netip.AddrPort, so no probe pays for formatting and parsing
 // the address again.
 func dialTCP(ctx context.Context, opts Options, target netip.AddrPort) (*net.TCPConn, error) {
-	return probeDialer.DialTCP(ctx, "tcp", localAddrPort(opts), target)
+	conn, err := probeDialer.DialTCP(ctx, "tcp", localAddrPort(opts), target)
+	if err != nil || opts.proxyHeader == nil {
+		return conn, err
+	}
+	// A header of at most 16 bytes fits the empty send buffer of a new
+	// connection, so this write does not wait for the peer; the deadline
+	// only guards against the impossible.
+	deadline, _ := ctx.Deadline()
+	_ = conn.SetWriteDeadline(deadline)
+	if _, err := conn.Write(opts.proxyHeader); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("sending the PROXY protocol header: %w", err)
+	}
+	return conn, nil
 }
 
 // connect is the first step of every probe but http's, which may resolve

@@ -456,6 +456,10 @@ func (p *httpProber) dial(ctx context.Context, hop httpHop) (*net.TCPConn, error
 			return nil, fmt.Errorf("resolving %s: %w", hop.name, err)
 		}
 	}
+	// A redirect to a name leaves the port the Service's proxy-protocol
+	// is about: that server gets a bare connection.
+	opts := p.opts
+	opts.proxyHeader = nil
 	err := fmt.Errorf("resolving %s: no usable address", hop.name)
 	for _, ip := range ips {
 		ip = ip.Unmap()
@@ -464,7 +468,7 @@ func (p *httpProber) dial(ctx context.Context, hop httpHop) (*net.TCPConn, error
 			continue
 		}
 		var conn *net.TCPConn
-		if conn, err = dialTCP(ctx, p.opts, netip.AddrPortFrom(ip, hop.port)); err == nil {
+		if conn, err = dialTCP(ctx, opts, netip.AddrPortFrom(ip, hop.port)); err == nil {
 			return conn, nil
 		}
 		if ctx.Err() != nil {

@@ -41,12 +41,12 @@ var commonOptions = []string{"interval", "timeout", "rise", "fall"}
 // protocolOptions lists, in canonical order, the options of each protocol
 // besides the common ones.
 var protocolOptions = map[Protocol][]string{
-	TCP:   {"send", "expect", "expect-hex"},
+	TCP:   {"send", "expect", "expect-hex", "proxy-protocol"},
 	UDP:   {"send", "expect", "expect-hex", "silence"},
-	HTTP:  {"method", "path", "host", "status", "body", "header", "follow"},
-	HTTPS: {"method", "path", "host", "status", "body", "header", "follow", "verify", "sni", "min-valid"},
-	TLS:   {"sni", "verify", "alpn", "min-valid"},
-	MySQL: {"user", "secret", "database"},
+	HTTP:  {"method", "path", "host", "status", "body", "header", "follow", "proxy-protocol"},
+	HTTPS: {"method", "path", "host", "status", "body", "header", "follow", "verify", "sni", "min-valid", "proxy-protocol"},
+	TLS:   {"sni", "verify", "alpn", "min-valid", "proxy-protocol"},
+	MySQL: {"user", "secret", "database", "proxy-protocol"},
 	DNS:   {"name", "type", "rcode", "answer"},
 }
 
@@ -188,6 +188,11 @@ var options = map[string]option{
 	"min-valid": {name: "min-valid", set: func(s *Spec, v string) error {
 		d, err := parseDuration(v, time.Second, 100*365*24*time.Hour)
 		s.MinValid = d
+		return err
+	}},
+	"proxy-protocol": {name: "proxy-protocol", set: func(s *Spec, v string) error {
+		pp, err := ParseProxyProtocol(v)
+		s.ProxyProtocol = pp
 		return err
 	}},
 	"user": {name: "user", set: func(s *Spec, v string) error {

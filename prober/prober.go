@@ -55,6 +55,10 @@ type Options struct {
 	// RootCAs, when not nil, is the pool tls and https probes verify
 	// certificates against instead of the system roots.
 	RootCAs *x509.CertPool
+
+	// proxyHeader, set by New from the spec's proxy-protocol=, is written
+	// first on every TCP connection to the target.
+	proxyHeader []byte
 }
 
 // constructors is the protocol table: adding a protocol adds one line here.
@@ -74,6 +78,7 @@ func New(spec Spec, opts Options) (Prober, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown protocol %q", spec.Protocol)
 	}
+	opts.proxyHeader = spec.ProxyProtocol.healthHeader()
 	p, err := mk(spec, opts)
 	if err != nil {
 		return nil, fmt.Errorf("building %s prober: %w", spec.Protocol, err)

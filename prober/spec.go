@@ -126,6 +126,11 @@ type Spec struct {
 	Secret   string
 	Database string
 
+	// ProxyProtocol sends a PROXY protocol header first on every connection
+	// to the target (tcp, http, https, tls, mysql): version 2's LOCAL
+	// command or version 1's UNKNOWN, as a health check does.
+	ProxyProtocol ProxyProtocol
+
 	// Name, Type and Rcode describe the DNS query and the accepted rcode;
 	// Answer requires at least one answer record of Type.
 	Name   string
@@ -216,6 +221,10 @@ func (s Spec) String() string {
 		case "min-valid":
 			if s.MinValid != 0 {
 				add(key, s.MinValid.String())
+			}
+		case "proxy-protocol":
+			if s.ProxyProtocol != ProxyNone {
+				add(key, s.ProxyProtocol.String())
 			}
 		case "user":
 			if s.User != "" {
