@@ -159,6 +159,10 @@ type Settings struct {
 	DNSTTL uint32
 	// drainDelay is pulselb.io/drain-delay; nil when unset or invalid.
 	drainDelay *time.Duration
+	// ProxyProtocol holds the PROXY protocol version of every served TCP
+	// port whose proxies send a header (proxy-protocol and
+	// proxy-protocol.<port>); nil when none does. Their probes send one too.
+	ProxyProtocol map[PortKey]prober.ProxyProtocol
 }
 
 // DrainDelay is how long a proxy being removed keeps forwarding after its
@@ -176,7 +180,9 @@ func (s Settings) DrainDelay(defaultTTL uint32) time.Duration {
 type Probe struct {
 	Port PortKey
 	// Text is the spec as the annotation wrote it, or the protocol's
-	// default ("tcp", "udp"); Spec is its parsed form.
+	// default ("tcp", "udp"); Spec is its parsed form. On a port with
+	// proxy-protocol, a spec without its own proxy-protocol= gets the
+	// port's, and Text is then the spec's canonical form (Spec.String).
 	Text string
 	Spec prober.Spec
 	// Interval, Timeout, Rise and Fall are the spec's own, else the
@@ -350,7 +356,23 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 	}
 	texts, probeProblems := parseProbes(svc, a)
 	problems = append(problems, probeProblems...)
+	pp, ppProblems := parseProxyProtocol(svc, a)
+	problems = append(problems, ppProblems...)
 	s.Probes = portProbes(svc, s, texts)
+	for i, p := range s.Probes {
+		c, ok := pp[p.Port]
+		if !ok {
+			continue
+		}
+		if s.ProxyProtocol == nil {
+			s.ProxyProtocol = map[PortKey]prober.ProxyProtocol{}
+		}
+		s.ProxyProtocol[p.Port] = c.version
+		var problem *Problem
+		if s.Probes[i], problem = withProxyProtocol(p, c.version, c.key); problem != nil {
+			problems = append(problems, *problem)
+		}
+	}
 	sort.SliceStable(problems, func(i, j int) bool { return problems[i].Key < problems[j].Key })
 	return s, problems
 }
