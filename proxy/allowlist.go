@@ -180,7 +180,7 @@ func (p *Proxy) applyRules() error {
 func (p *Proxy) ruleSet(f Family) RuleSet {
 	for _, cip := range p.cfg.ClusterIPs {
 		if familyOf(cip) == f {
-			return BuildRules(cip, p.cfg.Ports, p.AllowListNow(), p.target(f))
+			return BuildRules(cip, p.ruledPorts(), p.AllowListNow(), p.target(f))
 		}
 	}
 	return RuleSet{}

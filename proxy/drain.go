@@ -60,14 +60,25 @@ func (p *Proxy) shutdown(ctx context.Context) error {
 			"drainDelay", d, "drainTimeout", p.cfg.DrainTimeout)
 		p.keepUpFor(ctx, d)
 	} else if mode == ModeIPTables {
-		return p.removeIPTables(ctx)
+		err := p.removeIPTables(ctx)
+		// The relays of PROXY protocol ports, if any, still drain.
+		p.stopUserspace(p.cfg.DrainTimeout)
+		return err
 	}
 	p.setPhase(PhaseDrain)
 	logger.Info("Refusing new proxy connections; open ones may finish", "drainTimeout", p.cfg.DrainTimeout)
 	switch mode {
 	case ModeIPTables:
 		p.stopNewIPTables(ctx)
+		// The relays of PROXY protocol ports, if any, close their
+		// listeners and drain while the rules drain.
+		relays := make(chan struct{})
+		go func() {
+			defer close(relays)
+			p.stopUserspace(p.cfg.DrainTimeout)
+		}()
 		p.keepUpFor(ctx, p.cfg.DrainTimeout)
+		<-relays
 		return p.removeIPTables(ctx)
 	default:
 		p.stopUserspace(p.cfg.DrainTimeout)

@@ -43,6 +43,12 @@ type Config struct {
 	// NodeIPs are the node's addresses, at most one per family; with
 	// NodePorts, one is needed for the family of every ClusterIP.
 	NodeIPs []netip.Addr
+	// ProxyProtocol names the TCP ports whose relay writes a PROXY
+	// protocol header with the client's address in front of every
+	// connection to the backend. A rule cannot write one, so in iptables
+	// mode these ports are relayed in userspace and the others keep their
+	// rules.
+	ProxyProtocol map[Port]HeaderVersion
 	// SourceRanges limits the clients; empty allows all. It is the
 	// allow-list until SetAllowList replaces it.
 	SourceRanges SourceRanges
@@ -110,6 +116,8 @@ var ErrConfig = errors.New("invalid proxy configuration")
 var (
 	ErrNodePorts = fmt.Errorf("%w: node-port target", ErrConfig)
 	ErrNodeIPs   = fmt.Errorf("%w: node IPs", ErrConfig)
+	// ErrProxyProtocol wraps ErrConfig for a bad Config.ProxyProtocol.
+	ErrProxyProtocol = fmt.Errorf("%w: proxy-protocol", ErrConfig)
 )
 
 // Proxy is one running data plane.
@@ -159,6 +167,9 @@ func New(cfg Config, metrics *Metrics) (*Proxy, error) {
 		return nil, fmt.Errorf("%w: negative drain delay %v", ErrConfig, cfg.DrainDelay)
 	}
 	if err := checkNodePorts(&cfg, seen); err != nil {
+		return nil, err
+	}
+	if err := checkProxyProtocol(&cfg); err != nil {
 		return nil, err
 	}
 	switch cfg.Mode {
@@ -287,17 +298,26 @@ func (p *Proxy) setHealth(err error) {
 func (p *Proxy) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	var iptErr error
-	if p.cfg.Mode != ModeUserspace {
+	switch {
+	case p.cfg.Mode == ModeAuto && len(p.ruledPorts()) == 0:
+		iptErr = errors.New("every port sends a PROXY protocol header, which only the userspace relay writes")
+	case p.cfg.Mode != ModeUserspace:
 		iptErr = p.startIPTables()
 	}
 	mode, reason, err := chooseMode(p.cfg.Mode, iptErr)
 	if err != nil {
 		return err
 	}
-	if mode == ModeUserspace {
-		if err := p.startUserspace(ctx); err != nil {
-			return err
+	relayed := p.cfg.Ports
+	if mode == ModeIPTables {
+		relayed = p.relayedPorts()
+	}
+	if err := p.startUserspace(ctx, relayed); err != nil {
+		if mode == ModeIPTables {
+			// Best effort: the error that matters is the one returned.
+			_ = p.removeIPTables(ctx)
 		}
+		return err
 	}
 	p.mu.Lock()
 	p.mode = mode
@@ -306,7 +326,8 @@ func (p *Proxy) Start(ctx context.Context) error {
 	p.setPhase(PhaseServing)
 	logger.Info("Started proxy", "mode", mode, "reason", reason,
 		"clusterIPs", p.cfg.ClusterIPs, "ports", portStrings(p.cfg.Ports), "allow", p.AllowListNow().String(),
-		"nodePortTarget", nodePortStrings(p.cfg.NodePorts), "nodeIPs", p.cfg.NodeIPs)
+		"nodePortTarget", nodePortStrings(p.cfg.NodePorts), "nodeIPs", p.cfg.NodeIPs,
+		"relayedPorts", portStrings(relayed), "proxyProtocol", proxyProtocolStrings(p.cfg.ProxyProtocol))
 	return nil
 }
 
@@ -344,13 +365,14 @@ func (p *Proxy) startIPTables() error {
 	return nil
 }
 
-// startUserspace opens a listener for every port.
-func (p *Proxy) startUserspace(ctx context.Context) error {
+// startUserspace opens a listener for each of ports: every port in
+// userspace mode, the PROXY protocol ports in iptables mode.
+func (p *Proxy) startUserspace(ctx context.Context, ports []Port) error {
 	host := ""
 	if p.cfg.ListenAddress.IsValid() {
 		host = p.cfg.ListenAddress.String()
 	}
-	for _, port := range p.cfg.Ports {
+	for _, port := range ports {
 		addr := net.JoinHostPort(host, strconv.Itoa(int(port.Number)))
 		var err error
 		switch port.Protocol {
@@ -359,6 +381,7 @@ func (p *Proxy) startUserspace(ctx context.Context) error {
 			if ln, err = net.Listen("tcp", addr); err == nil {
 				p.tcp = append(p.tcp, &tcpRelay{
 					ln: ln.(*net.TCPListener), port: port, allow: &p.allow, backend: p.backend(port),
+					header:      p.cfg.ProxyProtocol[port],
 					dialTimeout: p.cfg.DialTimeout, idleTimeout: p.cfg.TCPIdleTimeout, metrics: p.metrics,
 					conns:  map[*net.TCPConn]*relayedConn{},
 					served: make(chan struct{}),
@@ -516,6 +539,14 @@ func nodePortStrings(m map[Port]uint16) []string {
 	var s []string
 	for _, p := range slices.SortedFunc(maps.Keys(m), comparePorts) {
 		s = append(s, p.String()+"="+strconv.Itoa(int(m[p])))
+	}
+	return s
+}
+
+func proxyProtocolStrings(m map[Port]HeaderVersion) []string {
+	var s []string
+	for _, p := range slices.SortedFunc(maps.Keys(m), comparePorts) {
+		s = append(s, p.String()+"="+m[p].String())
 	}
 	return s
 }

@@ -26,10 +26,13 @@ type tcpListener interface {
 // tcpRelay accepts TCP connections on one port and relays each to the
 // ClusterIP.
 type tcpRelay struct {
-	ln          tcpListener
-	port        Port
-	allow       *atomic.Pointer[AllowList]
-	backend     func(client netip.Addr) netip.AddrPort
+	ln      tcpListener
+	port    Port
+	allow   *atomic.Pointer[AllowList]
+	backend func(client netip.Addr) netip.AddrPort
+	// header, when set, is the PROXY protocol version written to the
+	// backend before the client's first byte.
+	header      HeaderVersion
 	dialTimeout time.Duration
 	// idleTimeout, when positive, closes a connection that carried no data
 	// either way for that long.
@@ -265,6 +268,10 @@ func (r *tcpRelay) relay(ctx context.Context, client *net.TCPConn) {
 		return
 	}
 	defer r.untrack(backend)
+	if r.header != HeaderNone && !r.sendHeader(ctx, client, backend, src) {
+		_ = client.SetLinger(0)
+		return
+	}
 
 	r.metrics.Connections.WithLabelValues(proto).Inc()
 	active := r.metrics.Active.WithLabelValues(proto)
@@ -280,6 +287,26 @@ func (r *tcpRelay) relay(ctx context.Context, client *net.TCPConn) {
 	}()
 	r.pipe(client, backend, "out")
 	<-done
+}
+
+// sendHeader writes the PROXY protocol header that tells the backend the
+// client's address, src, and the address the client connected to. It
+// reports whether the header went out; when it did not, the connection is
+// not relayed, as the backend would take the client's bytes for a header.
+func (r *tcpRelay) sendHeader(ctx context.Context, client, backend *net.TCPConn, src netip.AddrPort) bool {
+	h, err := clientHeader(r.header, src, tcpAddrPort(client.LocalAddr()))
+	if err == nil {
+		// A new connection's send buffer takes the header at once.
+		_ = backend.SetWriteDeadline(time.Now().Add(r.dialTimeout))
+		_, err = backend.Write(h)
+		_ = backend.SetWriteDeadline(time.Time{})
+	}
+	if err != nil {
+		r.metrics.Refused.WithLabelValues(string(TCP), "backend").Inc()
+		klog.FromContext(ctx).V(2).Info("Sending the PROXY protocol header failed", "client", src, "port", r.port.String(), "err", err)
+		return false
+	}
+	return true
 }
 
 // pipe copies src to dst, then passes the end of src on as a half-close of

@@ -67,6 +67,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen-address", "", "userspace mode: the address to listen on; empty means all")
 	nodePortTarget := fs.String("node-port-target", "", "externalTrafficPolicy Local: ports forwarded to the node's IP at a NodePort instead of the ClusterIP, PORT=NODEPORT separated by commas (TCP:80=30080,UDP:53=30053)")
 	nodeIPs := fs.String("node-ips", "", "the node's IPs, at most one per family, separated by commas; needed with --node-port-target")
+	proxyProtocol := fs.String("proxy-protocol", "", "TCP ports whose relay sends a PROXY protocol header with the client's address to the backend, PORT=VERSION separated by commas (TCP:443=v2,TCP:25=v1); in iptables mode these ports are relayed in userspace")
 	cleanup := fs.Bool("cleanup", false, "remove rules a previous proxy left in this network namespace, and exit")
 	verbosity := fs.Int("v", 0, "log verbosity: 2 decisions, 4 per-connection detail")
 	fromEnv, code, ok := parseFlags(fs, proxyUsage, args, stderr)
@@ -146,6 +147,9 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 			cfg.NodeIPs = append(cfg.NodeIPs, a)
 		}
 	}
+	if cfg.ProxyProtocol, err = proxy.ParseProxyProtocol(*proxyProtocol); err != nil {
+		return bad("proxy-protocol", *proxyProtocol, err)
+	}
 	for name, d := range map[string]*time.Duration{"resync-interval": resync, "drain-timeout": drain, "udp-idle-timeout": idle} {
 		if *d <= 0 {
 			return bad(name, d.String(), errors.New("want a positive duration"))
@@ -168,6 +172,8 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		return bad("node-port-target", *nodePortTarget, err)
 	case errors.Is(err, proxy.ErrNodeIPs):
 		return bad("node-ips", *nodeIPs, err)
+	case errors.Is(err, proxy.ErrProxyProtocol):
+		return bad("proxy-protocol", *proxyProtocol, err)
 	case err != nil:
 		return bad("cluster-ips", *clusterIPs, err)
 	}

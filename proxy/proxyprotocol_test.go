@@ -1,0 +1,119 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// v2Signature opens every version 2 header (proxy-protocol.txt, 2.2).
+var v2Signature = []byte{0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A}
+
+// TestClientHeader checks the header the relay writes against the
+// specification: version 1's examples (section 2.1: "PROXY TCP4
+// 192.168.0.1 192.168.0.11 56324 443", and its longest line, all TCP6
+// ffff), and version 2's layout (section 2.2: signature, 0x21 for version
+// 2 PROXY, 0x11 TCP over IPv4 or 0x21 TCP over IPv6, the address block's
+// length, source and destination addresses, then source and destination
+// ports, all in network byte order).
+func TestClientHeader(t *testing.T) {
+	ffff := "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"
+	v2 := func(famProto byte, length uint16, block ...byte) []byte {
+		out := append(append([]byte{}, v2Signature...), 0x21, famProto, byte(length>>8), byte(length))
+		return append(out, block...)
+	}
+	tests := []struct {
+		name          string
+		v             HeaderVersion
+		client, local string
+		want          []byte
+	}{
+		{"v1 IPv4, the specification's example", HeaderV1, "192.168.0.1:56324", "192.168.0.11:443",
+			[]byte("PROXY TCP4 192.168.0.1 192.168.0.11 56324 443\r\n")},
+		{"v1 IPv6, the specification's longest line", HeaderV1, ffff, ffff,
+			[]byte("PROXY TCP6 ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff 65535 65535\r\n")},
+		{"v1 IPv6 documentation addresses", HeaderV1, "[2001:db8::1]:40000", "[2001:db8::2]:80",
+			[]byte("PROXY TCP6 2001:db8::1 2001:db8::2 40000 80\r\n")},
+		{"v2 IPv4", HeaderV2, "192.168.0.1:56324", "192.168.0.11:443",
+			v2(0x11, 12, 192, 168, 0, 1, 192, 168, 0, 11, 0xDC, 0x04, 0x01, 0xBB)},
+		{"v2 IPv6", HeaderV2, "[2001:db8::1]:40000", "[2001:db8::2]:80",
+			v2(0x21, 36,
+				0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,
+				0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02,
+				0x9C, 0x40, 0x00, 0x50)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := clientHeader(tt.v, netip.MustParseAddrPort(tt.client), netip.MustParseAddrPort(tt.local))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, tt.want) {
+				t.Errorf("header\n%q\nwant\n%q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseProxyProtocol(t *testing.T) {
+	tests := []struct {
+		in     string
+		want   map[Port]HeaderVersion
+		errHas string
+	}{
+		{"", nil, ""},
+		{"TCP:443=v2, tcp:25=v1", map[Port]HeaderVersion{{TCP, 443}: HeaderV2, {TCP, 25}: HeaderV1}, ""},
+		{"TCP:443", nil, `proxy-protocol port "TCP:443": want PROTOCOL:PORT=VERSION`},
+		{"TCP:443=v3", nil, `version "v3": want v1 or v2`},
+		{"UDP:53=v2", nil, "the PROXY protocol is for TCP ports only"},
+		{"TCP:0=v2", nil, `"0" is not a number from 1 to 65535`},
+		{"TCP:443=v2,TCP:443=v1", nil, "TCP:443 listed twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseProxyProtocol(tt.in)
+			if tt.errHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.errHas) {
+					t.Fatalf("error %v, want one containing %q", err, tt.errHas)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewChecksProxyProtocol(t *testing.T) {
+	base := Config{ClusterIPs: []netip.Addr{netip.MustParseAddr("198.19.0.10")}, Ports: []Port{{TCP, 80}, {UDP, 53}}}
+	for _, tt := range []struct {
+		name   string
+		pp     map[Port]HeaderVersion
+		errHas string
+	}{
+		{"a port of the list", map[Port]HeaderVersion{{TCP, 80}: HeaderV2}, ""},
+		{"not one of the ports", map[Port]HeaderVersion{{TCP, 81}: HeaderV2}, "TCP:81 is not one of the ports"},
+		{"a UDP port", map[Port]HeaderVersion{{UDP, 53}: HeaderV1}, "UDP:53 is not a TCP port"},
+		{"no version", map[Port]HeaderVersion{{TCP, 80}: HeaderNone}, "TCP:80 has no version"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := base
+			cfg.ClusterIPs = append([]netip.Addr(nil), base.ClusterIPs...)
+			cfg.ProxyProtocol = tt.pp
+			_, err := New(cfg, nil)
+			if tt.errHas == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrProxyProtocol) || !strings.Contains(err.Error(), tt.errHas) {
+				t.Fatalf("error %v, want ErrProxyProtocol containing %q", err, tt.errHas)
+			}
+		})
+	}
+}
