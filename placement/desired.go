@@ -104,6 +104,9 @@ const (
 	// EnvPodName is the proxy's own pod, where it reports the allow-list
 	// it applies (contract.PodConditionAllowList).
 	EnvPodName = "PULSELB_POD_NAME"
+	// EnvProxyProtocol is the proxy's --proxy-protocol: the TCP ports whose
+	// relay sends a PROXY protocol header ("TCP:443=v2,TCP:25=v1").
+	EnvProxyProtocol = "PULSELB_PROXY_PROTOCOL"
 )
 
 // deploymentTolerationSeconds is how long a Deployment proxy stays on a
@@ -156,6 +159,9 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 
 	ports, portProblems := proxyPorts(svc)
 	problems = append(problems, portProblems...)
+	if p := affinityProblem(svc); p != nil {
+		problems = append(problems, *p)
+	}
 	clusterIPs, ipProblem := clusterIPs(svc)
 	if ipProblem != nil {
 		problems = append(problems, *ipProblem)
@@ -351,6 +357,33 @@ func specHash(objLabels map[string]string, spec any) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
+// proxyProtocolFlag returns the proxy's --proxy-protocol list: the ports of
+// ports that send a PROXY protocol header, in their order.
+func proxyProtocolFlag(s contract.Settings, ports []corev1.ServicePort) string {
+	var items []string
+	for _, p := range ports {
+		k := contract.PortKeyOf(p)
+		if v, ok := s.ProxyProtocol[k]; ok {
+			items = append(items, fmt.Sprintf("%s:%d=%s", k.Protocol, k.Port, v))
+		}
+	}
+	return strings.Join(items, ",")
+}
+
+// affinityProblem reports sessionAffinity ClientIP, which the proxies
+// cannot honour: they connect to the ClusterIP from their own address, so
+// kube-proxy's affinity keys on the proxy pod and every client entering
+// through one proxy sticks to one backend.
+func affinityProblem(svc *corev1.Service) *contract.Problem {
+	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return nil
+	}
+	return &contract.Problem{Key: "spec.sessionAffinity", Value: string(corev1.ServiceAffinityClientIP),
+		Reason: "pulselb's proxies connect to the ClusterIP from their own pod address, so kube-proxy keys the affinity on the proxy, " +
+			"not the client: every client entering through one proxy sticks to the same backend",
+		Default: "affinity per proxy pod, not per client"}
+}
+
 // proxyPorts returns the Service ports the proxy forwards (contract.Served),
 // and a Problem for each of the others: placement is where a port pulselb
 // does not serve is reported; the probers, the verdicts, the status and
@@ -461,6 +494,9 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
 		{Name: EnvPodName, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
+	}
+	if pp := proxyProtocolFlag(s, ports); pp != "" {
+		env = append(env, corev1.EnvVar{Name: EnvProxyProtocol, Value: pp})
 	}
 	if len(nodePorts) > 0 {
 		env = append(env,
