@@ -679,6 +679,17 @@ func (r *statusRecorder) last() []string {
 	return r.writes[len(r.writes)-1].ips
 }
 
+// last0 returns the addresses of the i-th write seen, counting from 1 (the
+// status before, for writes since(i)); nil when i is 0.
+func (r *statusRecorder) last0(i int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i <= 0 || i > len(r.writes) {
+		return nil
+	}
+	return r.writes[i-1].ips
+}
+
 func (r *statusRecorder) since(i int) []statusWrite {
 	r.mu.Lock()
 	defer r.mu.Unlock()
