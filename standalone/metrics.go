@@ -16,6 +16,7 @@ type metrics struct {
 	verdicts       *prometheus.CounterVec
 	published      *prometheus.GaugeVec
 	reloads        *prometheus.CounterVec
+	stateSaves     *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -31,13 +32,15 @@ func newMetrics() *metrics {
 			Name: "published_addresses", Help: "Addresses each configured service publishes in DNS now."}, []string{"service"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "reloads_total", Help: "Configuration reloads, by result (ok, error)."}, []string{"result"}),
+		stateSaves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "state_saves_total", Help: "Writes of the state file, by result (ok, error); a failed write is retried at every evaluation."}, []string{"result"}),
 	}
 }
 
 // RegisterMetrics registers every metric in m with r.
 func (m *metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.peerPolls, m.reportRequests, m.verdicts, m.published, m.reloads} {
+	for _, c := range []prometheus.Collector{m.peerPolls, m.reportRequests, m.verdicts, m.published, m.reloads, m.stateSaves} {
 		if err := r.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -78,8 +78,10 @@ type Runner struct {
 	failingOpen map[string]bool
 	transitions []dashboard.Transition
 	state       dashboard.State
-	// saved is false while the state file lags behind the verdicts.
-	saved bool
+	// saved is false while the state file lags behind the verdicts;
+	// saveErr is the last save's error, empty after a good one.
+	saved   bool
+	saveErr string
 
 	// lastProblems are the zone problems last logged; only the judging
 	// loop uses them.
@@ -144,17 +146,6 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 	if len(removed) > 0 {
 		logger.Info("Removed temporary state files left by an interrupted write", "stateFile", cfg.StateFile, "files", removed)
 	}
-	saved, err := loadState(cfg.StateFile)
-	if err != nil {
-		logger.Error(err, "Ignoring the state file; starting from Unknown", "stateFile", cfg.StateFile)
-	}
-	for k, v := range saved {
-		r.engine.Restore(k, v.verdict)
-		r.since[k] = v.since
-	}
-	if len(saved) > 0 {
-		logger.Info("Loaded verdicts from the state file", "stateFile", cfg.StateFile, "targets", len(saved))
-	}
 	r.sched = prober.NewScheduler(prober.Config{
 		Interval: cfg.Interval,
 		Rise:     cfg.Rise,
@@ -168,6 +159,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 	}
 	r.mu.Lock()
 	r.setTargetsLocked(infos, probers)
+	r.restoreLocked(logger, cfg.StateFile)
 	r.mu.Unlock()
 	r.sched.Set(targets)
 
@@ -191,6 +183,37 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 	logHTTPListen(logger, r.httpLn.Addr())
 	warnPeers(logger, cfg)
 	return r, nil
+}
+
+// restoreLocked loads the verdicts saved in the state file at path for
+// the targets of the configuration, each only where it was reached: a
+// target whose host moved while the instance was stopped (movedHost)
+// starts Unknown, so its new address is published only once probed Up.
+// A state file that cannot be read is logged and ignored. r.mu is held.
+func (r *Runner) restoreLocked(logger klog.Logger, path string) {
+	saved, err := loadState(path)
+	if err != nil {
+		logger.Error(err, "Ignoring the state file; starting from Unknown", "stateFile", path)
+	}
+	restored := 0
+	for _, k := range r.order {
+		v, ok := saved[k]
+		if !ok {
+			continue
+		}
+		ti := r.targets[k]
+		if movedHost(v.addr, ti.addr, v.hostAddrs, ti.hostAddrs) {
+			logger.Info("Host address changed since the verdict was saved; its verdict starts over", "service", ti.service, "host", ti.host,
+				"port", ti.port.Port, "savedAddress", v.addr, "address", ti.addr)
+			continue
+		}
+		r.engine.Restore(k, v.verdict)
+		r.since[k] = v.since
+		restored++
+	}
+	if restored > 0 {
+		logger.Info("Loaded verdicts from the state file", "stateFile", path, "targets", restored)
+	}
 }
 
 func poke(ch chan struct{}) {
@@ -296,12 +319,20 @@ loop:
 
 // Reload applies cfg: targets that remain keep their state, streaks and
 // verdicts; new ones start Unknown; removed ones are forgotten. Settings
-// bound at start (instance, zone, DNS and HTTP sockets, state file) keep
-// their old values until a restart, and are logged. On error nothing
-// changes.
+// bound at start (instance, DNS and HTTP sockets, state file) keep their
+// old values until a restart, and are logged. A new zone is refused with
+// an error: the file's hostnames are checked against it, and they would
+// not be served in the old one. On error nothing changes.
 func (r *Runner) Reload(ctx context.Context, cfg *Config) error {
 	logger := klog.FromContext(ctx)
 	old := r.config()
+	if cfg.Zone != old.Zone {
+		// The zone is bound to the DNS server, and the new file's
+		// hostnames were checked against the new zone: keeping the old
+		// one would leave them silently not served.
+		r.metrics.reloads.WithLabelValues("error").Inc()
+		return fmt.Errorf("%s: zone: changed from %s to %s, which takes a restart; the reload is refused and the running configuration stays", cfg.File, old.Zone, cfg.Zone)
+	}
 	cfg = withFixed(old, cfg, func(field string) {
 		logger.Info("Setting changes only at restart; keeping the running value", "field", field)
 	})
@@ -327,7 +358,7 @@ func (r *Runner) Reload(ctx context.Context, cfg *Config) error {
 	// probes conclude, as after a restart.)
 	var moved []string
 	for k, ti := range infos {
-		if old, ok := r.targets[k]; ok && old.addr != ti.addr && !slices.Equal(old.hostAddrs, ti.hostAddrs) {
+		if old, ok := r.targets[k]; ok && movedHost(old.addr, ti.addr, old.hostAddrs, ti.hostAddrs) {
 			moved = append(moved, k)
 		}
 	}
@@ -375,7 +406,6 @@ func withFixed(cur, next *Config, changed func(field string)) *Config {
 		}
 	}
 	check("instance", c.Instance != cur.Instance)
-	check("zone", c.Zone != cur.Zone)
 	check("dns.listen", c.DNS.Listen != cur.DNS.Listen)
 	check("dns.nameservers", fmt.Sprint(c.DNS.NameServers) != fmt.Sprint(cur.DNS.NameServers))
 	check("dns.hostmaster", c.DNS.Hostmaster != cur.DNS.Hostmaster)
@@ -680,16 +710,46 @@ func (r *Runner) flushState(ctx context.Context) {
 	}
 	verdicts := make(map[string]savedVerdict, len(r.order))
 	for _, k := range r.order {
-		verdicts[k] = savedVerdict{r.engine.Verdict(k).Verdict, r.since[k]}
+		ti := r.targets[k]
+		verdicts[k] = savedVerdict{verdict: r.engine.Verdict(k).Verdict, since: r.since[k], addr: ti.addr, hostAddrs: ti.hostAddrs}
 	}
 	path, instance := r.cfg.StateFile, r.cfg.Instance
 	r.saved = true
 	r.mu.Unlock()
-	if err := saveState(path, instance, time.Now(), verdicts); err != nil {
-		klog.FromContext(ctx).Error(err, "Saving verdicts failed")
-		r.mu.Lock()
+	err := saveState(path, instance, time.Now(), verdicts)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// A failed save is retried at every evaluation until one works (a
+	// full disk gets space again): log when the failure starts or its
+	// reason changes, and when it ends, not at every try.
+	logger := klog.FromContext(ctx)
+	switch {
+	case err != nil:
 		r.saved = false
-		r.mu.Unlock()
+		r.metrics.stateSaves.WithLabelValues("error").Inc()
+		// The message names a temporary file of a new name each time:
+		// compare the cause, such as "no space left on device".
+		if msg := rootCause(err).Error(); msg != r.saveErr {
+			logger.Error(err, "Saving verdicts failed; retrying at every change and evaluation, logging again only when the error changes", "stateFile", path)
+			r.saveErr = msg
+		}
+	default:
+		r.metrics.stateSaves.WithLabelValues("ok").Inc()
+		if r.saveErr != "" {
+			logger.Info("Saving verdicts works again", "stateFile", path)
+			r.saveErr = ""
+		}
+	}
+}
+
+// rootCause is the innermost error err wraps.
+func rootCause(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
 	}
 }
 

@@ -628,7 +628,8 @@ func TestReloadChangedAddress(t *testing.T) {
 	port.Port, port.Protocol = h.port, "TCP"
 	now := time.Now()
 	if err := saveState(filepath.Join(dir, "state.json"), "solo", now, map[string]savedVerdict{
-		Key("web", port, "a"): {status.VerdictUp, now}, Key("web", port, "b"): {status.VerdictUp, now},
+		Key("web", port, "a"): {status.VerdictUp, now, netip.MustParseAddrPort("127.0.0.52:" + strconv.Itoa(int(h.port))), []netip.Addr{netip.MustParseAddr("127.0.0.52")}},
+		Key("web", port, "b"): {status.VerdictUp, now, netip.MustParseAddrPort("127.0.0.53:" + strconv.Itoa(int(h.port))), []netip.Addr{netip.MustParseAddr("127.0.0.53")}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -749,5 +750,114 @@ func TestSpecialStateFilesAtStart(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "dns.serial-file: "+fifo+" is not a regular file but a named pipe") {
 		t.Errorf("New = %v; want an error naming the serial file", err)
+	}
+}
+
+// TestReloadRefusesNewZone: a reload that changes zone is refused with an
+// error that says so, and the running zone keeps being served; before,
+// the new file's hostnames were checked against the new zone, which was
+// never applied, and silently not served.
+func TestReloadRefusesNewZone(t *testing.T) {
+	h := startHosts(t, "127.0.0.56")
+	dir := t.TempDir()
+	in := instance{name: "solo", hosts: []string{"a=127.0.0.56"}}
+	r := start(t, in.load(t, dir, h.port))
+	waitFor(t, 10*time.Second, "a in DNS", func() bool { return slices.Equal(answer(t, r.Runner), []string{"127.0.0.56"}) })
+
+	text := strings.Replace(in.yaml(h.port), "zone: lb.example.test.", "zone: other.example.test.", 1)
+	text = strings.Replace(text, "  - name: web\n", "  - name: web\n    hostnames: [www.other.example.test]\n", 1)
+	file := filepath.Join(dir, "new-zone.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := r.ReloadFile(t.Context(), file)
+	if err == nil || !strings.Contains(err.Error(), "zone: changed from lb.example.test. to other.example.test., which takes a restart; the reload is refused") {
+		t.Fatalf("ReloadFile = %v; want the new zone refused", err)
+	}
+	if n := counter(t, r.Runner, "pulselb_standalone_reloads_total", "error"); n != 1 {
+		t.Errorf("reloads_total{result=error} = %v, want 1", n)
+	}
+	if got := answer(t, r.Runner); !slices.Equal(got, []string{"127.0.0.56"}) {
+		t.Errorf("after the refused reload web.lb.example.test. = %v", got)
+	}
+	if got := r.State().Services[0].DNSNames; !slices.Equal(got, []string{"web.lb.example.test."}) {
+		t.Errorf("names served after the refused reload %v, want the running zone's only", got)
+	}
+}
+
+// TestStateSaveFailureLoggedOnce: while the state file cannot be written
+// (here its directory became a file; on a full disk likewise) every
+// evaluation retries, but "Saving verdicts failed" is logged once, each
+// failed write is counted, and the recovery is logged.
+func TestStateSaveFailureLoggedOnce(t *testing.T) {
+	h := startHosts(t, "127.0.0.57")
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	if err := os.Mkdir(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	in := instance{name: "solo", hosts: []string{"a=127.0.0.57"}, interval: 100 * time.Millisecond, extra: "state-file: state/state.json\n"}
+	r, _, logs := startLogged(t, in.load(t, dir, h.port))
+	waitFor(t, 10*time.Second, "a up and saved", func() bool {
+		return allUp(r.Runner, "a")() && counter(t, r.Runner, "pulselb_standalone_state_saves_total", "ok") >= 1
+	})
+	if err := os.RemoveAll(stateDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stateDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.stop("127.0.0.57")
+	waitFor(t, 10*time.Second, "ten failed saves", func() bool { return counter(t, r.Runner, "pulselb_standalone_state_saves_total", "error") >= 10 })
+	if n := strings.Count(logs(), "Saving verdicts failed"); n != 1 {
+		t.Errorf("%q logged %d times over 10 failed saves, want once", "Saving verdicts failed", n)
+	}
+	if err := os.Remove(stateDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the recovery logged", func() bool { return strings.Contains(logs(), "Saving verdicts works again") })
+	if _, err := os.Stat(filepath.Join(stateDir, "state.json")); err != nil {
+		t.Errorf("state file not written after the recovery: %v", err)
+	}
+}
+
+// TestRestartForgetsMovedHost: host a is Up at one address when the
+// instance stops, and the file gives it another one before the restart.
+// Its saved verdict was reached at the old address: with a probe interval
+// of an hour (no probe concludes during the test), the new, never probed
+// address must not be published on it. Host b, unchanged, keeps its
+// verdict.
+func TestRestartForgetsMovedHost(t *testing.T) {
+	h := startHosts(t, "127.0.0.58", "127.0.0.60")
+	dir := t.TempDir()
+	in := instance{name: "solo", hosts: []string{"a=127.0.0.58", "b=127.0.0.60"}, extra: "state-file: state.json\n"}
+	r := start(t, in.load(t, dir, h.port))
+	waitFor(t, 10*time.Second, "a and b up", allUp(r.Runner, "a", "b"))
+	r.stop()
+
+	// Nothing listens on 127.0.0.59.
+	in.hosts, in.interval = []string{"a=127.0.0.59", "b=127.0.0.60"}, time.Hour
+	r2 := start(t, in.load(t, dir, h.port))
+	var got []string
+	waitFor(t, 5*time.Second, "a first answer", func() bool { got = answer(t, r2.Runner); return got != nil })
+	deadline := time.Now().Add(time.Second)
+	for {
+		if !slices.Equal(got, []string{"127.0.0.60"}) {
+			t.Fatalf("answer after the restart %v, want only b's 127.0.0.60: a's new address was never probed", got)
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+		got = answer(t, r2.Runner)
+	}
+	if v := verdict(r2.Runner, "a"); v != "Unknown" {
+		t.Errorf("a at its new address is %s, want Unknown until probed", v)
+	}
+	if v := verdict(r2.Runner, "b"); v != "Up" {
+		t.Errorf("b, unchanged, is %s after the restart, want its saved Up", v)
 	}
 }

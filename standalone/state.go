@@ -4,16 +4,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/pulselb/pulselb/status"
 )
 
-// stateVersion is the format of the state file.
-const stateVersion = 1
+// stateVersion is the format of the state file. Version 1 had no
+// addresses: its verdicts cannot be matched to the addresses they were
+// reached at, and are not restored.
+const stateVersion = 2
 
 // stateFile is what the state file holds: the verdict on every target and
 // since when, so that a restarted instance answers DNS with what it knew
@@ -28,6 +32,11 @@ type stateFile struct {
 type savedTarget struct {
 	Verdict string    `json:"verdict"`
 	Since   time.Time `json:"since,omitzero"`
+	// Address is where the target was probed; Addresses are its host's
+	// published addresses then. A verdict is restored only for the same
+	// place (movedHost).
+	Address   netip.AddrPort `json:"address"`
+	Addresses []netip.Addr   `json:"addresses"`
 }
 
 // loadState reads the verdicts saved at path. A missing file is no error:
@@ -52,19 +61,37 @@ func loadState(path string) (map[string]savedVerdict, error) {
 		return out, fmt.Errorf("state file %s has version %d, want %d", path, sf.Version, stateVersion)
 	}
 	for k, t := range sf.Targets {
+		v := savedVerdict{since: t.Since, addr: t.Address, hostAddrs: t.Addresses}
 		switch t.Verdict {
 		case "Up":
-			out[k] = savedVerdict{status.VerdictUp, t.Since}
+			v.verdict = status.VerdictUp
 		case "Down":
-			out[k] = savedVerdict{status.VerdictDown, t.Since}
+			v.verdict = status.VerdictDown
+		default:
+			continue
 		}
+		out[k] = v
 	}
 	return out, nil
 }
 
+// savedVerdict is one target's verdict in the state file: since when, and
+// where it was reached.
 type savedVerdict struct {
-	verdict status.Verdict
-	since   time.Time
+	verdict   status.Verdict
+	since     time.Time
+	addr      netip.AddrPort
+	hostAddrs []netip.Addr
+}
+
+// movedHost reports whether a verdict reached probing a target at from,
+// its host published at fromAddrs, says nothing about the target now at
+// to, published at toAddrs: the host moved when both its probe address
+// and its published addresses changed. (A new probe address alone is
+// another path to the same host, whose verdict stands until the probes
+// of the new path conclude.) Reloads and restarts both apply it.
+func movedHost(from, to netip.AddrPort, fromAddrs, toAddrs []netip.Addr) bool {
+	return from != to && !slices.Equal(fromAddrs, toAddrs)
 }
 
 // saveState writes the verdicts to path atomically: a crash leaves the old
@@ -75,7 +102,7 @@ func saveState(path, instance string, now time.Time, verdicts map[string]savedVe
 		if v.verdict == status.VerdictUnknown {
 			continue
 		}
-		sf.Targets[k] = savedTarget{Verdict: v.verdict.String(), Since: v.since.UTC()}
+		sf.Targets[k] = savedTarget{Verdict: v.verdict.String(), Since: v.since.UTC(), Address: v.addr, Addresses: v.hostAddrs}
 	}
 	b, err := json.MarshalIndent(sf, "", "  ")
 	if err != nil {
