@@ -13,7 +13,7 @@ FUZZ_PARSE    ?= 150000x
 FUZZ_SERVER   ?= 40000x
 FUZZ_CONFIG   ?= 25000x
 FUZZ_SERIAL   ?= 30000x
-DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy bind9 dnsperf nsd curl util-linux chromium runc containernetworking-plugins conntrack
+DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy nginx bind9 dnsperf nsd curl util-linux chromium runc containernetworking-plugins conntrack
 
 .PHONY: all build generate manifests verify-manifests image-binary test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers clean
 
