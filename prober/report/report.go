@@ -19,9 +19,9 @@ import (
 	"github.com/pulselb/pulselb/prober"
 )
 
-// maxMessage is the longest message an observation carries, the CRD's
+// MaxMessage is the longest message an observation carries, the CRD's
 // limit.
-const maxMessage = 256
+const MaxMessage = 256
 
 // Target is what a probed target is in a report: a node's beacon, or one
 // port of a Service on a node.
@@ -88,7 +88,7 @@ func Status(now time.Time, heartbeat time.Duration, snap []prober.TargetStatus, 
 // message is cut to the CRD's limit.
 func Observation(s prober.TargetStatus, node string) v1alpha1.Observation {
 	obs := v1alpha1.Observation{Node: node, Address: s.Addr.String(), State: v1alpha1.StateUp,
-		Outcome: s.Last.Outcome.String(), Since: metav1.NewTime(s.Since), Message: truncate(s.Last.Message(), maxMessage)}
+		Outcome: s.Last.Outcome.String(), Since: metav1.NewTime(s.Since), Message: truncate(s.Last.Message(), MaxMessage)}
 	if s.State == prober.StateDown {
 		obs.State = v1alpha1.StateDown
 	}
