@@ -14,11 +14,19 @@
 //     harness its heartbeats continue) and time fault → the first status
 //     write without its IP, watched on the API server. Then heal it and
 //     wait until the Service is back on two proxies probed Up.
+//
 //   - readiness trials: take a proxy node down (link down, heartbeats stop)
 //     and time fault → its pod of a DaemonSet (the shape of ServiceLB's
 //     svclb pods) marked NotReady by the node lifecycle controller, which
 //     is when a readiness-only load balancer drops the node. pulselb's time
 //     is recorded in these trials too.
+//
+//   - installed trials (-leader-trials): the controller process is replaced
+//     by deploy/base's two controller replicas on the nodes, and a Service
+//     in daemonset mode has a proxy on every node. The trials alternate a
+//     victim that runs the leading controller with one that runs none,
+//     each timed to the status write without its address, and stay cut off
+//     past the leader's renew deadline before healing.
 //
 // With -dual-stack the cluster and the Service are dual-stack (IPv4
 // first), and each blackhole trial times the node's IPv4 and IPv6 address
@@ -72,6 +80,7 @@ var (
 	grace           = flag.Duration("node-grace-period", 50*time.Second, "node-monitor-grace-period of the cluster (Kubernetes v1.37 default: 50s)")
 	dir             = flag.String("dir", "", "cluster directory (kept for its logs); default a new temporary directory")
 	dualStack       = flag.Bool("dual-stack", false, "a dual-stack cluster and Service: time the IPv6 address leaving the status too")
+	leaderTrials    = flag.Int("leader-trials", 6, "node-blackhole trials after installing deploy/base (two controller replicas on the nodes), alternating a victim that runs the leader with one that runs no controller; 0 skips them")
 )
 
 func main() {
@@ -137,6 +146,13 @@ func run(ctx context.Context) error {
 		log.Printf("node-down trial %d/%d: pulselb %s, readiness-only (pod NotReady) %s", i+1, *readinessTrials,
 			p.Round(time.Millisecond), r.Round(time.Millisecond))
 	}
+	var leader, none []time.Duration
+	if *leaderTrials > 0 {
+		log.Printf("installing deploy/base (two controller replicas on the nodes) for %d trials", *leaderTrials)
+		if leader, none, err = b.leaderPhase(ctx, ctl, *leaderTrials); err != nil {
+			return err
+		}
+	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("\npulselb, node blackholed (%d trials): p50 %s, max %s\n", len(probed), pct(probed, 50), pct(probed, 100))
 	if len(probed6) > 0 {
@@ -146,6 +162,15 @@ func run(ctx context.Context) error {
 		fmt.Printf("pulselb, node down (%d trials): p50 %s, max %s\n", len(probedDown), pct(probedDown, 50), pct(probedDown, 100))
 		fmt.Printf("readiness-only path, node-monitor-grace-period %s (%d trials): p50 %s, max %s\n", *grace, len(readiness), pct(readiness, 50), pct(readiness, 100))
 		fmt.Printf("ratio of p50s (readiness-only / pulselb blackhole): %.1fx\n", float64(pct(readiness, 50))/float64(pct(probed, 50)))
+	}
+	if len(leader) > 0 {
+		fmt.Printf("installed from deploy/base, node blackholed, the victim runs the leader (%d trials): p50 %s, max %s\n", len(leader), pct(leader, 50), pct(leader, 100))
+	}
+	if len(none) > 0 {
+		fmt.Printf("installed from deploy/base, node blackholed, the victim runs no controller (%d trials): p50 %s, max %s\n", len(none), pct(none, 50), pct(none, 100))
+		if len(leader) > 0 {
+			fmt.Printf("ratio of p50s (victim runs the leader / runs no controller): %.2fx\n", float64(pct(leader, 50))/float64(pct(none, 50)))
+		}
 	}
 	fmt.Printf("load average at the end: %s", load)
 	return nil
