@@ -96,7 +96,7 @@ bench-dns: deps
 	test -x $(COREDNS_BIN)/coredns || GOBIN=$(COREDNS_BIN) $(GO) install github.com/coredns/coredns@v1.15.0
 	cd test && $(GO) run ./bench/dns -coredns $(COREDNS_BIN)/coredns
 
-## bench-failover: 20 node-blackhole trials against the readiness-only path (root, ~4 minutes once built).
+## bench-failover: 20 node-blackhole trials against the readiness-only path, then 6 with deploy/base installed, half of them on the leader's node (root, ~9 minutes once built).
 bench-failover: deps
 	cd test && $(GO) run ./bench/failover
 
