@@ -114,6 +114,17 @@ func parseSimple(packet []byte, q *simpleQuery, keyBuf []byte) bool {
 		if off+11+rdlen != len(packet) {
 			return false
 		}
+		// Options must fill the data exactly; else the full path
+		// answers FORMERR.
+		for o := off + 11; o < len(packet); {
+			if o+4 > len(packet) {
+				return false
+			}
+			o += 4 + (int(packet[o+2])<<8 | int(packet[o+3]))
+			if o > len(packet) {
+				return false
+			}
+		}
 		q.edns = true
 		q.do = packet[off+7]&0x80 != 0
 		q.udpMax = max(size, dns.MinMsgSize)

@@ -2,6 +2,7 @@ package dnsexport
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -262,13 +263,24 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 
 	tcpSrv := &dns.Server{
-		Listener:     s.tcp,
+		Listener:     writeDeadlineListener{Listener: s.tcp, timeout: tcpWriteTimeout},
 		Handler:      dns.HandlerFunc(s.serveTCP),
 		TsigProvider: s.keys,
-		ReadTimeout:  2 * time.Second,
-		WriteTimeout: 2 * time.Second,
-		// miekg/dns answers a query it cannot parse, or rejects, with
-		// the query's own header bits, RA included.
+		ReadTimeout:  tcpReadTimeout,
+		IdleTimeout:  func() time.Duration { return tcpIdleTimeout },
+		// Any number of queries on one connection (RFC 7766): miekg/dns
+		// would close it after 128, with the queries already sent
+		// unread, which makes the kernel reset it.
+		MaxTCPQueries: -1,
+		// The rules that come before an answer are readRequest's, for
+		// UDP and TCP alike: tcpReader applies them, and miekg/dns's
+		// own (DefaultMsgAcceptFunc) would differ.
+		DecorateReader: func(r dns.Reader) dns.Reader { return tcpReader{r} },
+		MsgAcceptFunc:  func(dns.Header) dns.MsgAcceptAction { return dns.MsgAccept },
+		// miekg/dns answers a query it rejects with the query's own
+		// header bits, RA included; with the two settings above it
+		// should reject none, but no reply of this server offers
+		// recursion.
 		DecorateWriter: func(w dns.Writer) dns.Writer { return noRecursionWriter{w} },
 	}
 	var wg sync.WaitGroup
@@ -389,12 +401,12 @@ func (s *Server) handleUDP(packet []byte, src netip.AddrPort, out, keyBuf []byte
 			return b
 		}
 	}
-	req := new(dns.Msg)
-	if err := req.Unpack(packet); err != nil {
+	req, reply := readRequest(packet, out)
+	if req == nil {
 		if action == rateSlip {
 			return nil
 		}
-		return formErr(packet, out)
+		return reply
 	}
 	if action == rateSlip {
 		s.metrics.observeRateLimit(action)
@@ -478,6 +490,76 @@ func (s *Server) replyFailed(req *dns.Msg, err error) {
 		name, qtype = req.Question[0].Name, dns.Type(req.Question[0].Qtype).String()
 	}
 	logger.Error(err, "Answered SERVFAIL: the reply could not be sent as built", "name", name, "type", qtype)
+}
+
+// readRequest applies the first rules to a request as it came off the
+// wire, over UDP or TCP alike. A packet too short for a header, or a
+// response, gets no answer: two servers must not be made to talk to each
+// other for ever. A request that does not unpack, or holds fewer records
+// than its header counts, gets FORMERR (appended to out). Otherwise it returns the request; answerCapped applies the rules
+// on its content (malformed).
+func readRequest(packet, out []byte) (req *dns.Msg, reply []byte) {
+	if len(packet) < 12 || packet[2]&0x80 != 0 {
+		return nil, nil
+	}
+	req = new(dns.Msg)
+	if err := req.Unpack(packet); err != nil {
+		return nil, formErr(packet, out)
+	}
+	// miekg/dns stops quietly where the data ends, so a header that
+	// counts more records than the packet holds still unpacks.
+	count := func(i int) int { return int(packet[i])<<8 | int(packet[i+1]) }
+	if count(4) != len(req.Question) || count(6) != len(req.Answer) || count(8) != len(req.Ns) || count(10) != len(req.Extra) {
+		return nil, formErr(packet, out)
+	}
+	return req, nil
+}
+
+// malformed reports whether req, which unpacked, breaks a rule on what
+// its sections may hold; it is answered FORMERR:
+//   - at most one OPT record, owned by the root, in the additional
+//     section only (RFC 6891 section 6.1.1);
+//   - a TSIG record only as the last one of the additional section
+//     (RFC 8945 section 5.1);
+//   - a query asks and carries no records but its OPT and TSIG, except
+//     an IXFR's SOA in the authority section (RFC 1995); a NOTIFY may
+//     carry its SOA (RFC 1996) and is refused anyway.
+func malformed(req *dns.Msg) bool {
+	var opts int
+	for i, rr := range req.Extra {
+		switch h := rr.Header(); h.Rrtype {
+		case dns.TypeOPT:
+			if opts++; opts > 1 || h.Name != "." {
+				return true
+			}
+		case dns.TypeTSIG:
+			if i != len(req.Extra)-1 {
+				return true
+			}
+		}
+	}
+	for _, section := range [][]dns.RR{req.Answer, req.Ns} {
+		for _, rr := range section {
+			if t := rr.Header().Rrtype; t == dns.TypeOPT || t == dns.TypeTSIG {
+				return true
+			}
+		}
+	}
+	if req.Opcode != dns.OpcodeQuery {
+		return false
+	}
+	if len(req.Answer) > 0 {
+		return true
+	}
+	switch len(req.Ns) {
+	case 0:
+		return false
+	case 1:
+		_, soa := req.Ns[0].(*dns.SOA)
+		return !soa || req.Question[0].Qtype != dns.TypeIXFR
+	default:
+		return true
+	}
 }
 
 // formErr answers a query that could not be parsed with FORMERR, echoing
@@ -586,6 +668,75 @@ func writeMsg(w dns.ResponseWriter, m *dns.Msg) error {
 	return err
 }
 
+// TCP connection limits (docs/dns.md): the first request must arrive
+// within tcpReadTimeout of the connection, each next one within
+// tcpIdleTimeout of the previous answer, and every write of an answer must
+// finish within tcpWriteTimeout. The number of requests on a connection
+// is not limited.
+const (
+	tcpReadTimeout  = 2 * time.Second
+	tcpIdleTimeout  = 8 * time.Second
+	tcpWriteTimeout = 2 * time.Second
+)
+
+// tcpReader reads the requests of a TCP connection for miekg/dns under
+// readRequest's rules: a request those rules answer (FORMERR) or drop is
+// handled here and the next one read, so that UDP and TCP answer alike.
+type tcpReader struct{ dns.Reader }
+
+func (r tcpReader) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error) {
+	for {
+		packet, err := r.Reader.ReadTCP(conn, timeout)
+		if err != nil {
+			return nil, err
+		}
+		req, reply := readRequest(packet, nil)
+		if req != nil {
+			return packet, nil
+		}
+		if reply == nil {
+			continue
+		}
+		msg := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(reply)), uint16(len(reply)))
+		if _, err := conn.Write(append(msg, reply...)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// writeDeadlineListener hands out connections on which every write must
+// finish within timeout, and a write that fails closes the connection.
+// miekg/dns sets read deadlines only (its WriteTimeout is not used): a
+// client that sends queries and never reads would hold a server goroutine
+// for ever once the socket buffers are full, and after a failed write the
+// stream of messages is broken anyway.
+type writeDeadlineListener struct {
+	net.Listener
+	timeout time.Duration
+}
+
+func (l writeDeadlineListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &writeDeadlineConn{Conn: c, timeout: l.timeout}, nil
+}
+
+type writeDeadlineConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *writeDeadlineConn) Write(b []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		c.Conn.Close()
+	}
+	return n, err
+}
+
 // noRecursionWriter clears RA in every TCP reply: this server never
 // recurses, whatever the query's header said.
 type noRecursionWriter struct{ dns.Writer }
@@ -629,7 +780,7 @@ func (s *Server) answerCapped(req *dns.Msg, udp bool, tsigStatus error, capped *
 	m.SetReply(req)
 	m.Compress = true
 	// SetReply keeps RD, as RFC 1035 asks; RA stays 0: no recursion here.
-	if len(req.Question) != 1 {
+	if len(req.Question) != 1 || malformed(req) {
 		m.Rcode = dns.RcodeFormatError
 		return m
 	}
@@ -708,6 +859,9 @@ func (s *Server) answerCapped(req *dns.Msg, udp bool, tsigStatus error, capped *
 	m.Extra = append(r.extra[:len(r.extra):len(r.extra)], m.Extra...)
 	if udp {
 		m.Truncate(udpLimit(req, s.cfg.MaxUDPSize))
+		// Truncate turns compression off when the answer fits without
+		// it; compressed, the answer is as small as the fast path's.
+		m.Compress = true
 	}
 	return m
 }

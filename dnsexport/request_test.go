@@ -1,0 +1,281 @@
+package dnsexport
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// pack packs m without compression, as a client would send it.
+func pack(t *testing.T, m *dns.Msg) []byte {
+	t.Helper()
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestUDPAnswersCompressed sends over UDP queries that the cached fast
+// path does not take (RA or Z set in the query, an EDNS option, a TSIG
+// signature): their answers are compressed like the fast path's, so they
+// are no larger than the same answer from a plain query.
+func TestUDPAnswersCompressed(t *testing.T) {
+	srv := startServer(t, transferConfig(), testServices())
+	const name = "web.default.lb.example.test."
+	plain := rawExchange(t, "udp", srv.Addr(), pack(t, query(name, dns.TypeA)))
+
+	withBits := func(set func(b []byte)) []byte {
+		b := pack(t, query(name, dns.TypeA))
+		set(b)
+		return b
+	}
+	withCookie := query(name, dns.TypeA)
+	withCookie.SetEdns0(1232, false)
+	withCookie.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: "0102030405060708"}}
+	signed := query(name, dns.TypeA)
+	signed.SetTsig("xfr.", dns.HmacSHA256, 300, time.Now().Unix())
+	signedWire, _, err := dns.TsigGenerate(signed, testSecret, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		packet []byte
+		// same: the answer must be byte for byte the plain query's but
+		// for the ID and the echoed header bits.
+		same bool
+	}{
+		{"RA set", withBits(func(b []byte) { b[3] |= 0x80 }), true},
+		{"Z set", withBits(func(b []byte) { b[3] |= 0x40 }), true},
+		{"EDNS option", pack(t, withCookie), false},
+		{"TSIG", signedWire, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := rawExchange(t, "udp", srv.Addr(), tc.packet)
+			r := new(dns.Msg)
+			if err := r.Unpack(got); err != nil {
+				t.Fatal(err)
+			}
+			if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 {
+				t.Fatalf("answer: %v", r)
+			}
+			r.Compress = true
+			if want := len(must(r.Pack())); len(got) > want {
+				t.Errorf("answer is %d bytes, %d compressed: not compressed", len(got), want)
+			}
+			if tc.same && len(got) != len(plain) {
+				t.Errorf("answer is %d bytes, the plain query's %d", len(got), len(plain))
+			}
+		})
+	}
+}
+
+// TestRequestRulesSameOverUDPAndTCP sends requests that break RFC 6891
+// (EDNS) or carry sections a query has no use for, and well-formed
+// neighbours of them, over UDP and over TCP: each gets the rcode of
+// docs/dns.md, and the same answer over both transports.
+func TestRequestRulesSameOverUDPAndTCP(t *testing.T) {
+	srv := startServer(t, Config{}, testServices())
+	const name = "web.default.lb.example.test."
+	rr := func(s string) dns.RR {
+		r, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	opt := func(owner string) *dns.OPT {
+		o := &dns.OPT{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeOPT}}
+		o.SetUDPSize(1232)
+		return o
+	}
+	withExtra := func(extra ...dns.RR) []byte {
+		m := query(name, dns.TypeA)
+		m.Extra = extra
+		return pack(t, m)
+	}
+	cookie := func() *dns.Msg {
+		m := query(name, dns.TypeA)
+		m.Extra = []dns.RR{opt(".")}
+		m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: "0102030405060708"}}
+		return m
+	}
+	// The cookie option's length is the 2 bytes before its 8 bytes of
+	// data, at the end of the packet.
+	optionPastEnd := pack(t, cookie())
+	optionPastEnd[len(optionPastEnd)-9] = 9
+	optionCut := pack(t, cookie())
+	optionCut[len(optionCut)-9] = 4 // 4 bytes of data, then 4 that are no option
+	ancountOnly := pack(t, query(name, dns.TypeA))
+	ancountOnly[7] = 5
+	fiveAnswers := query(name, dns.TypeA)
+	for range 5 {
+		fiveAnswers.Answer = append(fiveAnswers.Answer, rr(name+" 5 IN A 192.0.2.1"))
+	}
+	authority := query(name, dns.TypeA)
+	authority.Ns = []dns.RR{rr(testOrigin + " 60 IN SOA ns1. h. 1 2 3 4 5")}
+	ixfr := new(dns.Msg)
+	ixfr.SetIxfr(testOrigin, 1, "ns1.", "h.")
+	notify := new(dns.Msg)
+	notify.SetNotify(testOrigin)
+	notify.Answer = []dns.RR{rr(testOrigin + " 60 IN SOA ns1. h. 1 2 3 4 5")}
+	tsigFirst := query(name, dns.TypeA)
+	tsigFirst.SetTsig("xfr.", dns.HmacSHA256, 300, time.Now().Unix())
+	tsigFirst.Extra = append(tsigFirst.Extra, opt("."))
+
+	tests := []struct {
+		name   string
+		packet []byte
+		rcode  int
+	}{
+		{"well-formed EDNS", withExtra(opt(".")), dns.RcodeSuccess},
+		{"well-formed EDNS option", pack(t, cookie()), dns.RcodeSuccess},
+		{"two OPT records", withExtra(opt("."), opt(".")), dns.RcodeFormatError},
+		{"OPT owner not the root", withExtra(opt("example.")), dns.RcodeFormatError},
+		{"OPT in the answer section", func() []byte {
+			m := query(name, dns.TypeA)
+			m.Answer = []dns.RR{opt(".")}
+			return pack(t, m)
+		}(), dns.RcodeFormatError},
+		{"option length past the OPT data", optionPastEnd, dns.RcodeFormatError},
+		{"option data not a whole option", optionCut, dns.RcodeFormatError},
+		{"ANCOUNT=5, no records", ancountOnly, dns.RcodeFormatError},
+		{"five answer records in a query", pack(t, fiveAnswers), dns.RcodeFormatError},
+		{"authority record in a query", pack(t, authority), dns.RcodeFormatError},
+		{"TSIG not last", pack(t, tsigFirst), dns.RcodeFormatError},
+		{"IXFR with its SOA in authority", pack(t, ixfr), dns.RcodeRefused},
+		{"NOTIFY with its SOA in answer", pack(t, notify), dns.RcodeRefused},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			udp := rawExchange(t, "udp", srv.Addr(), tc.packet)
+			tcp := rawExchange(t, "tcp", srv.Addr(), tc.packet)
+			for network, b := range map[string][]byte{"udp": udp, "tcp": tcp} {
+				if len(b) < 12 {
+					t.Fatalf("%s: reply of %d bytes", network, len(b))
+				}
+				if got := int(b[3] & 0x0F); got != tc.rcode {
+					t.Errorf("%s: rcode %s, want %s", network, dns.RcodeToString[got], dns.RcodeToString[tc.rcode])
+				}
+			}
+			if bytes.Equal(udp, tcp) {
+				return
+			}
+			// Equal answers may still be packed differently (the cached
+			// UDP answer keeps the asker's spelling in pointers).
+			u, tr := new(dns.Msg), new(dns.Msg)
+			if err := u.Unpack(udp); err != nil {
+				t.Fatalf("udp reply: %v", err)
+			}
+			if err := tr.Unpack(tcp); err != nil {
+				t.Fatalf("tcp reply: %v", err)
+			}
+			if u.String() != tr.String() {
+				t.Errorf("udp reply\n%v\ntcp reply\n%v", u, tr)
+			}
+		})
+	}
+}
+
+// TestTCPPipelinedQueries writes many queries at once on one TCP
+// connection: every one is answered, in order, and the connection stays
+// open for more (docs/dns.md: no limit of queries per connection).
+func TestTCPPipelinedQueries(t *testing.T) {
+	srv := startServer(t, Config{}, testServices())
+	c, err := net.DialTimeout("tcp", srv.Addr().String(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	const n = 1000
+	write := func(first, count int) {
+		t.Helper()
+		var out []byte
+		for i := first; i < first+count; i++ {
+			q := query("web.default.lb.example.test.", dns.TypeA)
+			q.Id = uint16(i)
+			b := pack(t, q)
+			out = binary.BigEndian.AppendUint16(out, uint16(len(b)))
+			out = append(out, b...)
+		}
+		if _, err := c.Write(out); err != nil {
+			t.Fatalf("writing queries: %v", err)
+		}
+	}
+	read := func(id int) {
+		t.Helper()
+		var l [2]byte
+		if _, err := io.ReadFull(c, l[:]); err != nil {
+			t.Fatalf("answer %d: %v", id, err)
+		}
+		buf := make([]byte, binary.BigEndian.Uint16(l[:]))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatalf("answer %d: %v", id, err)
+		}
+		r := new(dns.Msg)
+		if err := r.Unpack(buf); err != nil {
+			t.Fatalf("answer %d: %v", id, err)
+		}
+		if int(r.Id) != id || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 {
+			t.Fatalf("answer %d: %v", id, r)
+		}
+	}
+	write(0, n)
+	for i := range n {
+		read(i)
+	}
+	write(n, 1)
+	read(n)
+}
+
+// TestTCPClientThatDoesNotRead pipelines queries on a connection and
+// reads nothing: once the answers fill the socket buffers, the server
+// gives up on the connection after the write timeout instead of waiting
+// for the client for ever.
+func TestTCPClientThatDoesNotRead(t *testing.T) {
+	srv := startServer(t, Config{}, testServices())
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(srv.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := pack(t, query("big.default.lb.example.test.", dns.TypeA))
+	one := append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...)
+	// Answers of about 1.6 KB: 6,000 of them are 10 MB, more than the
+	// socket buffers hold (Linux grows a send buffer to 4 MB at most,
+	// net.ipv4.tcp_wmem, and a receive buffer only as the reader reads).
+	const queries = 6000
+	go func() {
+		for range queries {
+			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			if _, err := c.Write(one); err != nil {
+				return
+			}
+		}
+	}()
+	// The client reads nothing for longer than the server waits; this
+	// sleep is the behaviour under test, not a synchronisation.
+	time.Sleep(tcpWriteTimeout + time.Second)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		t.Fatalf("the server still held the connection 10s after the client read again (%d bytes read)", got)
+	case err != nil && !errors.Is(err, syscall.ECONNRESET):
+		t.Fatalf("reading: %v", err)
+	}
+	if got >= queries*1600 {
+		t.Errorf("read %d bytes: every answer was sent, the server never gave up", got)
+	}
+}
