@@ -85,6 +85,52 @@ func TestUDPAnswersCompressed(t *testing.T) {
 // docs/dns.md, and the same answer over both transports.
 func TestRequestRulesSameOverUDPAndTCP(t *testing.T) {
 	srv := startServer(t, Config{}, testServices())
+	for _, tc := range requestRuleCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			udp := rawExchange(t, "udp", srv.Addr(), tc.packet)
+			tcp := rawExchange(t, "tcp", srv.Addr(), tc.packet)
+			for network, b := range map[string][]byte{"udp": udp, "tcp": tcp} {
+				if len(b) < 12 {
+					t.Fatalf("%s: reply of %d bytes", network, len(b))
+				}
+				if got := int(b[3] & 0x0F); got != tc.rcode {
+					t.Errorf("%s: rcode %s, want %s", network, dns.RcodeToString[got], dns.RcodeToString[tc.rcode])
+				}
+			}
+			if bytes.Equal(udp, tcp) {
+				return
+			}
+			// Equal answers may still be packed differently (the cached
+			// UDP answer keeps the asker's spelling in pointers).
+			u, tr := new(dns.Msg), new(dns.Msg)
+			if err := u.Unpack(udp); err != nil {
+				t.Fatalf("udp reply: %v", err)
+			}
+			if err := tr.Unpack(tcp); err != nil {
+				t.Fatalf("tcp reply: %v", err)
+			}
+			if u.String() != tr.String() {
+				t.Errorf("udp reply\n%v\ntcp reply\n%v", u, tr)
+			}
+		})
+	}
+}
+
+// requestRule is a request and the rcode docs/dns.md gives it.
+type requestRule struct {
+	name   string
+	packet []byte
+	rcode  int
+	// byRole: the rcode follows from this server's role (a primary that
+	// takes no NOTIFY and transfers only to TSIG), not from the form of
+	// the request, so a BIND secondary answers otherwise.
+	byRole bool
+}
+
+// requestRuleCases are requests that break RFC 6891 or carry records a
+// query has no use for, and well-formed neighbours of them, all for the
+// name web.default in testOrigin.
+func requestRuleCases(t *testing.T) []requestRule {
 	const name = "web.default.lb.example.test."
 	rr := func(s string) dns.RR {
 		r, err := dns.NewRR(s)
@@ -132,57 +178,53 @@ func TestRequestRulesSameOverUDPAndTCP(t *testing.T) {
 	tsigFirst.SetTsig("xfr.", dns.HmacSHA256, 300, time.Now().Unix())
 	tsigFirst.Extra = append(tsigFirst.Extra, opt("."))
 
-	tests := []struct {
-		name   string
-		packet []byte
-		rcode  int
-	}{
-		{"well-formed EDNS", withExtra(opt(".")), dns.RcodeSuccess},
-		{"well-formed EDNS option", pack(t, cookie()), dns.RcodeSuccess},
-		{"two OPT records", withExtra(opt("."), opt(".")), dns.RcodeFormatError},
-		{"OPT owner not the root", withExtra(opt("example.")), dns.RcodeFormatError},
+	return []requestRule{
+		{"well-formed EDNS", withExtra(opt(".")), dns.RcodeSuccess, false},
+		{"well-formed EDNS option", pack(t, cookie()), dns.RcodeSuccess, false},
+		{"two OPT records", withExtra(opt("."), opt(".")), dns.RcodeFormatError, false},
+		{"OPT owner not the root", withExtra(opt("example.")), dns.RcodeFormatError, false},
 		{"OPT in the answer section", func() []byte {
 			m := query(name, dns.TypeA)
 			m.Answer = []dns.RR{opt(".")}
 			return pack(t, m)
-		}(), dns.RcodeFormatError},
-		{"option length past the OPT data", optionPastEnd, dns.RcodeFormatError},
-		{"option data not a whole option", optionCut, dns.RcodeFormatError},
-		{"ANCOUNT=5, no records", ancountOnly, dns.RcodeFormatError},
-		{"five answer records in a query", pack(t, fiveAnswers), dns.RcodeFormatError},
-		{"authority record in a query", pack(t, authority), dns.RcodeFormatError},
-		{"TSIG not last", pack(t, tsigFirst), dns.RcodeFormatError},
-		{"IXFR with its SOA in authority", pack(t, ixfr), dns.RcodeRefused},
-		{"NOTIFY with its SOA in answer", pack(t, notify), dns.RcodeRefused},
+		}(), dns.RcodeFormatError, false},
+		{"option length past the OPT data", optionPastEnd, dns.RcodeFormatError, false},
+		{"option data not a whole option", optionCut, dns.RcodeFormatError, false},
+		{"ANCOUNT=5, no records", ancountOnly, dns.RcodeFormatError, false},
+		{"five answer records in a query: ignored", pack(t, fiveAnswers), dns.RcodeSuccess, false},
+		{"authority record in a query: ignored", pack(t, authority), dns.RcodeSuccess, false},
+		{"TSIG not last", pack(t, tsigFirst), dns.RcodeFormatError, false},
+		{"bytes after the last record: ignored", append(pack(t, query(name, dns.TypeA)), 0, 0, 0), dns.RcodeSuccess, false},
+		{"no question", func() []byte {
+			b := pack(t, query(name, dns.TypeA))
+			b[5] = 0
+			return b[:12]
+		}(), dns.RcodeFormatError, false},
+		{"IXFR with its SOA in authority", pack(t, ixfr), dns.RcodeRefused, true},
+		{"NOTIFY with its SOA in answer", pack(t, notify), dns.RcodeRefused, true},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			udp := rawExchange(t, "udp", srv.Addr(), tc.packet)
-			tcp := rawExchange(t, "tcp", srv.Addr(), tc.packet)
-			for network, b := range map[string][]byte{"udp": udp, "tcp": tcp} {
-				if len(b) < 12 {
-					t.Fatalf("%s: reply of %d bytes", network, len(b))
+}
+
+// TestRequestRulesLikeBIND sends the same requests to a real BIND 9,
+// secondary of the zone: where the form of a request decides, pulselb
+// answers with BIND's rcode, over UDP and over TCP.
+func TestRequestRulesLikeBIND(t *testing.T) {
+	namedPath(t)
+	srv := startServer(t, transferConfig(), testServices())
+	bind, _ := startBIND(t, srv.Addr())
+	waitForA(t, bind, "web.default.lb.example.test.", []string{"192.0.2.10", "192.0.2.11"}, 10*time.Second)
+	for _, tc := range requestRuleCases(t) {
+		if tc.byRole {
+			continue
+		}
+		for _, network := range []string{"udp", "tcp"} {
+			t.Run(network+"/"+tc.name, func(t *testing.T) {
+				want := int(rawExchange(t, network, bind, tc.packet)[3] & 0x0F)
+				if got := int(rawExchange(t, network, srv.Addr(), tc.packet)[3] & 0x0F); got != want {
+					t.Errorf("rcode %s, BIND's %s", dns.RcodeToString[got], dns.RcodeToString[want])
 				}
-				if got := int(b[3] & 0x0F); got != tc.rcode {
-					t.Errorf("%s: rcode %s, want %s", network, dns.RcodeToString[got], dns.RcodeToString[tc.rcode])
-				}
-			}
-			if bytes.Equal(udp, tcp) {
-				return
-			}
-			// Equal answers may still be packed differently (the cached
-			// UDP answer keeps the asker's spelling in pointers).
-			u, tr := new(dns.Msg), new(dns.Msg)
-			if err := u.Unpack(udp); err != nil {
-				t.Fatalf("udp reply: %v", err)
-			}
-			if err := tr.Unpack(tcp); err != nil {
-				t.Fatalf("tcp reply: %v", err)
-			}
-			if u.String() != tr.String() {
-				t.Errorf("udp reply\n%v\ntcp reply\n%v", u, tr)
-			}
-		})
+			})
+		}
 	}
 }
 

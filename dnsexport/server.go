@@ -515,15 +515,16 @@ func readRequest(packet, out []byte) (req *dns.Msg, reply []byte) {
 	return req, nil
 }
 
-// malformed reports whether req, which unpacked, breaks a rule on what
-// its sections may hold; it is answered FORMERR:
+// malformed reports whether req, which unpacked, breaks a rule on where
+// its OPT and TSIG records may be; it is answered FORMERR:
 //   - at most one OPT record, owned by the root, in the additional
-//     section only (RFC 6891 section 6.1.1);
+//     section only (RFC 6891 sections 6.1.1 and 6.2.6);
 //   - a TSIG record only as the last one of the additional section
-//     (RFC 8945 section 5.1);
-//   - a query asks and carries no records but its OPT and TSIG, except
-//     an IXFR's SOA in the authority section (RFC 1995); a NOTIFY may
-//     carry its SOA (RFC 1996) and is refused anyway.
+//     (RFC 8945 section 5.1).
+//
+// Other records in a query's answer or authority section are ignored, as
+// BIND 9 ignores them: a query has no use for them, and only an IXFR
+// (its SOA, RFC 1995) or a NOTIFY (RFC 1996) reads them.
 func malformed(req *dns.Msg) bool {
 	var opts int
 	for i, rr := range req.Extra {
@@ -545,21 +546,7 @@ func malformed(req *dns.Msg) bool {
 			}
 		}
 	}
-	if req.Opcode != dns.OpcodeQuery {
-		return false
-	}
-	if len(req.Answer) > 0 {
-		return true
-	}
-	switch len(req.Ns) {
-	case 0:
-		return false
-	case 1:
-		_, soa := req.Ns[0].(*dns.SOA)
-		return !soa || req.Question[0].Qtype != dns.TypeIXFR
-	default:
-		return true
-	}
+	return false
 }
 
 // formErr answers a query that could not be parsed with FORMERR, echoing
