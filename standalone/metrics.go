@@ -23,7 +23,7 @@ func newMetrics() *metrics {
 	const ns, sub = "pulselb", "standalone"
 	return &metrics{
 		peerPolls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "peer_polls_total", Help: "Polls of peers' reports, by result (ok, error, unauthorized)."}, []string{"result"}),
+			Name: "peer_polls_total", Help: "Polls of peers' reports, by result (ok, error, unauthorized, invalid: a value no instance writes, self: the url reaches this instance)."}, []string{"result"}),
 		reportRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "report_requests_total", Help: "Requests for this instance's report, by result (ok, unauthorized)."}, []string{"result"}),
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,

@@ -531,11 +531,11 @@ func (r *Runner) pollPeers(ctx context.Context) {
 		var wg sync.WaitGroup
 		for _, p := range cfg.Peers {
 			wg.Go(func() {
-				rep, err := fetchReport(pctx, r.client, p, string(cfg.Token), cfg.Interval, time.Now)
+				rep, remote, err := fetchReport(pctx, r.client, p, string(cfg.Token), cfg.Interval, time.Now)
 				if ctx.Err() != nil {
 					return
 				}
-				r.recordPoll(logger, p, rep, err)
+				r.recordPoll(logger, p, rep, remote, err)
 			})
 		}
 		wg.Wait()
@@ -544,19 +544,32 @@ func (r *Runner) pollPeers(ctx context.Context) {
 	}
 }
 
-// recordPoll keeps a peer's new report, or its error. A failed poll keeps
-// the last report, which turns stale after StaleHeartbeats intervals.
-func (r *Runner) recordPoll(logger klog.Logger, p Peer, rep *v1alpha1.ProbeReport, err error) {
+// recordPoll keeps a peer's new report, which names itself remote, or its
+// error. A failed poll keeps the last report, which turns stale after
+// StaleHeartbeats intervals. A report of this instance's own is refused
+// (ErrSelf): its votes would count twice.
+func (r *Runner) recordPoll(logger klog.Logger, p Peer, rep *v1alpha1.ProbeReport, remote string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil && remote == r.cfg.Instance {
+		err = fmt.Errorf("polling peer %s: %w: its report is named %q, as this instance; set its url to the peer's own address", p.Name, ErrSelf, remote)
+		// A report of our own is not one to keep while the error lasts.
+		if ps := r.peers[p.Name]; ps != nil {
+			ps.report = nil
+		}
+	}
 	result := "ok"
 	switch {
 	case errors.Is(err, ErrUnauthorized):
 		result = "unauthorized"
+	case errors.Is(err, ErrInvalidReport):
+		result = "invalid"
+	case errors.Is(err, ErrSelf):
+		result = "self"
 	case err != nil:
 		result = "error"
 	}
 	r.metrics.peerPolls.WithLabelValues(result).Inc()
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if !slices.ContainsFunc(r.cfg.Peers, func(q Peer) bool { return q.Name == p.Name }) {
 		return // removed by a reload meanwhile
 	}
@@ -573,8 +586,38 @@ func (r *Runner) recordPoll(logger klog.Logger, p Peer, rep *v1alpha1.ProbeRepor
 	}
 	ps.err = err
 	if err == nil {
-		ps.report = rep
+		ps.report, ps.remote = rep, remote
 	}
+}
+
+// peerReportsLocked returns the peers' reports that count: one per
+// instance, however often it is listed. A peer whose report names the
+// same instance as an earlier peer's (two URLs of one instance) is left
+// out, and logged when that starts and ends. r.mu is held.
+func (r *Runner) peerReportsLocked(logger klog.Logger, cfg *Config) []*v1alpha1.ProbeReport {
+	var out []*v1alpha1.ProbeReport
+	seen := map[string]string{}
+	for _, p := range cfg.Peers {
+		ps := r.peers[p.Name]
+		if ps == nil || ps.report == nil {
+			continue
+		}
+		first, dup := seen[ps.remote]
+		switch {
+		case dup && ps.sameAs != first:
+			logger.Info("Peer is the same instance as another; leaving its report out", "peer", p.Name, "samePeer", first, "instance", ps.remote)
+		case !dup && ps.sameAs != "":
+			logger.Info("Peer is no longer the same instance as another; counting its report", "peer", p.Name, "instance", ps.remote)
+		}
+		if dup {
+			ps.sameAs = first
+			continue
+		}
+		ps.sameAs = ""
+		seen[ps.remote] = p.Name
+		out = append(out, ps.report)
+	}
+	return out
 }
 
 // evaluate judges every target over this instance's and the peers'
@@ -587,13 +630,10 @@ func (r *Runner) evaluate(ctx context.Context) {
 	r.mu.Lock()
 	own := r.reportLocked(now)
 	cfg := r.cfg
-	reports := []*v1alpha1.ProbeReport{own}
+	reports := append([]*v1alpha1.ProbeReport{own}, r.peerReportsLocked(logger, cfg)...)
 	vantages := []string{cfg.Instance}
 	for _, p := range cfg.Peers {
 		vantages = append(vantages, p.Name)
-		if ps := r.peers[p.Name]; ps != nil && ps.report != nil {
-			reports = append(reports, ps.report)
-		}
 	}
 	slices.Sort(vantages)
 	idx := status.IndexReports(reports, now)
