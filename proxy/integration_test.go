@@ -173,6 +173,9 @@ func TestProxyCommandFlags(t *testing.T) {
 // topology is one set of network namespaces.
 type topology struct {
 	client, node, pod, backend string
+	// wrap, when set, runs the proxy through this command (such as
+	// prlimit), inside the pod namespace.
+	wrap []string
 }
 
 // run runs a command, failing the test with its output on error.
@@ -358,10 +361,11 @@ func (pp *proxyProcess) log() string {
 // mode want.
 func (tp *topology) startProxy(t *testing.T, bin string, mode, want Mode, extra ...string) *proxyProcess {
 	t.Helper()
-	args := append([]string{"netns", "exec", tp.pod, bin, "proxy",
-		"--cluster-ips=" + clusterIP4.String() + "," + clusterIP6.String(), "--ports=" + servicePorts,
-		"--source-ranges=" + sourceRanges, "--mode=" + string(mode), "--resync-interval=200ms",
-		"--drain-timeout=1s", "--health-address=" + healthAddr, "-v=2"}, extra...)
+	args := append(append([]string{"netns", "exec", tp.pod}, tp.wrap...), bin, "proxy",
+		"--cluster-ips="+clusterIP4.String()+","+clusterIP6.String(), "--ports="+servicePorts,
+		"--source-ranges="+sourceRanges, "--mode="+string(mode), "--resync-interval=200ms",
+		"--drain-timeout=1s", "--health-address="+healthAddr, "-v=2")
+	args = append(args, extra...)
 	cmd := exec.Command("ip", args...)
 	pp := &proxyProcess{cmd: cmd, stderr: &syncWriter{}, exited: make(chan struct{})}
 	cmd.Stderr = pp.stderr

@@ -42,6 +42,11 @@ type Metrics struct {
 	// "fd-limit" (out of file descriptors) or "other". Clients wait in the
 	// listen backlog meanwhile.
 	AcceptErrors *prometheus.CounterVec
+	// AcceptPaused is pulselb_proxy_accept_paused_total{protocol}: times
+	// a userspace TCP relay stopped accepting because the open connections
+	// hold every file descriptor the process's limit leaves them; clients
+	// wait in the listen backlog until one ends.
+	AcceptPaused *prometheus.CounterVec
 	// IdleClosed is pulselb_proxy_idle_closed_total{protocol}: TCP
 	// connections closed in userspace mode after --tcp-idle-timeout
 	// without data.
@@ -89,6 +94,7 @@ func NewMetrics() *Metrics {
 		Active:           gauge("active", "Open TCP connections and UDP sessions in userspace mode.", "protocol"),
 		Refused:          counter("refused_total", "Clients refused in userspace mode, by protocol and reason.", "protocol", "reason"),
 		AcceptErrors:     counter("accept_errors_total", "Failed accepts of TCP connections in userspace mode, by reason: fd-limit (out of file descriptors) or other.", "protocol", "reason"),
+		AcceptPaused:     counter("accept_paused_total", "Times userspace mode stopped accepting TCP connections because the open ones hold the file descriptors its limit allows; clients wait in the listen backlog.", "protocol"),
 		IdleClosed:       counter("idle_closed_total", "TCP connections closed in userspace mode after the idle timeout without data.", "protocol"),
 		RuleRepairs:      counter("rule_repairs_total", "iptables chains or jumps found changed or missing and restored.", "family"),
 		RuleErrors:       counter("rule_errors_total", "Failed checks or repairs of the iptables rules.", "family"),
@@ -115,6 +121,7 @@ func NewMetrics() *Metrics {
 	m.AcceptErrors.WithLabelValues(string(TCP), "fd-limit")
 	m.AcceptErrors.WithLabelValues(string(TCP), "other")
 	m.IdleClosed.WithLabelValues(string(TCP))
+	m.AcceptPaused.WithLabelValues(string(TCP))
 	for _, f := range []Family{IPv4, IPv6} {
 		m.RuleRepairs.WithLabelValues(f.String())
 		m.RuleErrors.WithLabelValues(f.String())
@@ -126,7 +133,7 @@ func NewMetrics() *Metrics {
 // never from init, so tests choose their own registry.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.Mode, m.Phase, m.Bytes, m.Connections, m.Active, m.Refused, m.AcceptErrors, m.IdleClosed, m.RuleRepairs, m.RuleErrors,
+	for _, c := range []prometheus.Collector{m.Mode, m.Phase, m.Bytes, m.Connections, m.Active, m.Refused, m.AcceptErrors, m.AcceptPaused, m.IdleClosed, m.RuleRepairs, m.RuleErrors,
 		m.AllowList, m.AllowListSources, m.AllowListUpdates} {
 		if err := r.Register(c); err != nil {
 			errs = append(errs, err)

@@ -381,7 +381,7 @@ func (p *Proxy) startUserspace(ctx context.Context, ports []Port) error {
 			if ln, err = net.Listen("tcp", addr); err == nil {
 				p.tcp = append(p.tcp, &tcpRelay{
 					ln: ln.(*net.TCPListener), port: port, allow: &p.allow, backend: p.backend(port),
-					header:      p.cfg.ProxyProtocol[port],
+					header: p.cfg.ProxyProtocol[port], stopping: make(chan struct{}),
 					dialTimeout: p.cfg.DialTimeout, idleTimeout: p.cfg.TCPIdleTimeout, metrics: p.metrics,
 					conns:  map[*net.TCPConn]*relayedConn{},
 					served: make(chan struct{}),
@@ -408,6 +408,13 @@ func (p *Proxy) startUserspace(ctx context.Context, ports []Port) error {
 			p.tcp, p.udp = nil, nil
 			return fmt.Errorf("listening on %s: %w", port, err)
 		}
+	}
+	if n := connectionSlots(); n > 0 && len(p.tcp) > 0 {
+		slots := make(chan struct{}, n)
+		for _, r := range p.tcp {
+			r.slots = slots
+		}
+		klog.FromContext(ctx).V(2).Info("Bounded relayed TCP connections by the file descriptor limit", "connectionLimit", n)
 	}
 	for _, r := range p.tcp {
 		go r.serve(ctx)

@@ -39,6 +39,16 @@ type tcpRelay struct {
 	idleTimeout time.Duration
 	metrics     *Metrics
 
+	// slots holds a token per relayed connection; its capacity is what the
+	// file descriptor limit allows (connectionSlots), shared by every TCP
+	// relay of the proxy. nil means no bound.
+	slots chan struct{}
+	// stopping is closed by shutdown, so that a serve waiting for a slot
+	// returns.
+	stopping chan struct{}
+	// pauseLog limits the logging of pauses at the limit.
+	pauseLog rateLog
+
 	served chan struct{}  // closed when serve returns
 	wg     sync.WaitGroup // one per connection being relayed
 	mu     sync.Mutex
@@ -108,8 +118,16 @@ func (r *tcpRelay) serve(ctx context.Context) {
 	const minBackoff = 5 * time.Millisecond
 	backoff := minBackoff
 	for {
+		// A connection is accepted only with the descriptors to relay it:
+		// at the limit, an accepted client could only be closed again
+		// (its backend's socket would fail), while one left in the backlog
+		// is served as soon as another connection ends.
+		if !r.acquire(ctx) {
+			return
+		}
 		c, err := r.ln.AcceptTCP()
 		if err != nil {
+			r.release()
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -130,10 +148,42 @@ func (r *tcpRelay) serve(ctx context.Context) {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
+			defer r.release()
 			// Not cancelled with ctx: a connection accepted before a
 			// shutdown may still reach its backend while the relay drains.
 			r.relay(context.WithoutCancel(ctx), c)
 		}()
+	}
+}
+
+// acquire takes a connection slot, waiting while every slot is held. It
+// returns false when the relay shuts down meanwhile.
+func (r *tcpRelay) acquire(ctx context.Context) bool {
+	if r.slots == nil {
+		return true
+	}
+	select {
+	case r.slots <- struct{}{}:
+		return true
+	default:
+	}
+	r.metrics.AcceptPaused.WithLabelValues(string(TCP)).Inc()
+	if ok, unlogged := r.pauseLog.note(time.Now()); ok {
+		klog.FromContext(ctx).Info("Not accepting TCP connections at the file descriptor limit; new connections wait in the backlog",
+			"port", r.port.String(), "connectionLimit", cap(r.slots), "unloggedPauses", unlogged)
+	}
+	select {
+	case r.slots <- struct{}{}:
+		return true
+	case <-r.stopping:
+		return false
+	}
+}
+
+// release gives back a slot acquire took.
+func (r *tcpRelay) release() {
+	if r.slots != nil {
+		<-r.slots
 	}
 }
 
@@ -329,6 +379,9 @@ func (r *tcpRelay) pipe(dst, src *net.TCPConn, direction string) {
 // shutdown stops accepting, waits up to drain for the open connections to
 // end by themselves, then closes the rest.
 func (r *tcpRelay) shutdown(drain time.Duration) {
+	if r.stopping != nil {
+		close(r.stopping)
+	}
 	r.ln.Close()
 	// No wg.Add can race with the Wait below once serve has returned.
 	<-r.served
