@@ -42,10 +42,13 @@ import (
 const failingMemory = 15 * time.Second
 
 // noteFailing records when a fresh vantage last reported each port target
-// Down, for behindProxies, and forgets the targets no longer judged.
+// Down, for behindProxies, and forgets the targets no longer judged. A
+// Service whose port starts failing somewhere is synced at once, as a
+// Down below quorum changes no verdict; and again once the failure would
+// be forgotten, so that a hold ends.
 func (c *Controller) noteFailing(idx status.Reports, targets []healthTarget, now time.Time) {
+	var started, failing []cache.ObjectName
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.failing == nil {
 		c.failing = map[string]time.Time{}
 	}
@@ -60,7 +63,11 @@ func (c *Controller) noteFailing(idx status.Reports, targets []healthTarget, now
 				continue
 			}
 			if o := idx.Observation(v, t.Target); o != nil && o.State == v1alpha1.StateDown {
+				if last, ok := c.failing[t.Key]; !ok || now.Sub(last) > failingMemory {
+					started = append(started, t.service)
+				}
 				c.failing[t.Key] = now
+				failing = append(failing, t.service)
 				break
 			}
 		}
@@ -70,6 +77,36 @@ func (c *Controller) noteFailing(idx status.Reports, targets []healthTarget, now
 			delete(c.failing, k)
 		}
 	}
+	c.mu.Unlock()
+	for _, svc := range started {
+		c.queue.Add(svc)
+	}
+	for _, svc := range failing {
+		c.queue.AddAfter(svc, failingMemory+time.Second)
+	}
+}
+
+// servicesWithEndpointsOn returns the Services with an endpoint on node,
+// whose ports may fail behind their proxies when the node fails.
+func (c *Controller) servicesWithEndpointsOn(node string) []cache.ObjectName {
+	eps, err := c.slices.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []cache.ObjectName
+	for _, s := range eps {
+		name := s.Labels[discoveryv1.LabelServiceName]
+		if name == "" {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if e.NodeName != nil && *e.NodeName == node {
+				out = append(out, cache.NewObjectName(s.Namespace, name))
+				break
+			}
+		}
+	}
+	return out
 }
 
 // failedRecently reports whether target key was Down by a vantage's report

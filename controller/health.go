@@ -154,6 +154,11 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 					c.recordService(svc, corev1.EventTypeWarning, ReasonNodeFailed, "node %s failed: %s", t.Node, is.Summary())
 				}
 			}
+			// After the Services served there: those with a backend
+			// there may now fail behind their proxies (behindProxies).
+			for _, svc := range c.servicesWithEndpointsOn(t.Node) {
+				c.queue.Add(svc)
+			}
 			continue
 		}
 		c.queue.Add(t.service)
