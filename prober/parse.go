@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"regexp/syntax"
 	"slices"
@@ -113,8 +114,21 @@ var options = map[string]option{
 		if !strings.HasPrefix(v, "/") {
 			return errors.New(`must start with "/"`)
 		}
-		if strings.ContainsAny(v, " \t\r\n#") {
-			return errors.New("must not contain spaces, control characters or a fragment")
+		if strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return errors.New("must not contain spaces or control characters")
+		}
+		if strings.Contains(v, "#") {
+			return errors.New("must not contain a fragment (#)")
+		}
+		if strings.HasPrefix(v, "//") {
+			return errors.New(`must not start with "//" (a URL reads what follows as a host name)`)
+		}
+		if _, err := url.Parse(v); err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return fmt.Errorf("not a URL path: %v", err)
 		}
 		s.Path = v
 		return nil

@@ -127,6 +127,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pulselb check: %v\n", err)
 		return 2
 	}
+	if src := opts.LocalAddr; src.IsValid() && src.Unmap().Is4() != target.Addr().Unmap().Is4() {
+		fmt.Fprintf(stderr, "pulselb check: --source=%q is an %s address and the target %s is %s: a probe's source must be of the target's family\n",
+			*source, family(src), target, family(target.Addr()))
+		return 2
+	}
 
 	p, err := prober.New(spec, opts)
 	if err != nil {
@@ -222,6 +227,9 @@ func resolveTarget(ctx context.Context, s string) (netip.AddrPort, error) {
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("target %q: want ADDR:PORT, such as 192.0.2.10:443 or [2001:db8::1]:53", s)
 	}
+	if host == "" {
+		return netip.AddrPort{}, fmt.Errorf("target %q: no address before the port (want ADDR:PORT, such as 192.0.2.10:443 or [2001:db8::1]:53)", s)
+	}
 	port, err := strconv.ParseUint(portStr, 10, 16)
 	if err != nil || port == 0 {
 		return netip.AddrPort{}, fmt.Errorf("target %q: port %q is not a number from 1 to 65535", s, portStr)
@@ -236,6 +244,14 @@ func resolveTarget(ctx context.Context, s string) (netip.AddrPort, error) {
 		return netip.AddrPort{}, fmt.Errorf("target %q: %q has no addresses", s, host)
 	}
 	return netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)), nil
+}
+
+// family names a's address family for a message.
+func family(a netip.Addr) string {
+	if a.Unmap().Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
 }
 
 func ms(d time.Duration) string {

@@ -79,6 +79,13 @@ func TestCheckExitCodes(t *testing.T) {
 		{"serve udp", []string{"--serve", `udp send=hello expect=hello`}, 0, "UP L7OK", ""},
 		{"serve dns", []string{"--serve", `dns name=web.example.test answer=true`}, 0, "UP L7OK", ""},
 		{"serve mysql", []string{"--serve", "mysql"}, 2, "", "no built-in mysql server"},
+		// Issue 31 item 17: the right reason, and 2 for a bad argument.
+		{"path with a NUL", []string{`http path="/\x00x"`, "127.0.0.1:80"}, 2, "", `option path="/\x00x": must not contain spaces or control characters`},
+		{"path that reads as a host", []string{"http path=//host/x", "127.0.0.1:80"}, 2, "", `option path="//host/x": must not start with "//"`},
+		{"path with a bad escape", []string{"http path=/%zz", "127.0.0.1:80"}, 2, "", `option path="/%zz": not a URL path`},
+		{"IPv6 source, IPv4 target", []string{"--source", "::1", "tcp", ln.Addr().String()}, 2, "", `--source="::1" is an IPv6 address and the target ` + ln.Addr().String() + ` is IPv4`},
+		{"no host before the port", []string{"tcp", ":18004"}, 2, "", `target ":18004": no address before the port`},
+		{"serve with the PROXY protocol", []string{"--serve", "tcp proxy-protocol=v2"}, 0, "UP L4OK", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
