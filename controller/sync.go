@@ -90,6 +90,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		EligibleNodes: len(want.EligibleNodes),
 		Now:           metav1.NewTime(c.now()),
 		ExternalMode:  want.Settings.ExternalVantages,
+		DataPaths:     want.Settings.DataPaths(svc),
 		External:      c.externalView(key),
 	}
 	for _, n := range nodes {

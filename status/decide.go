@@ -94,6 +94,10 @@ type Input struct {
 	BehindProxies *BehindProxies
 	// Problems make ConfigValid False.
 	Problems []Problem
+	// DataPaths, when set, says which ports the proxies relay in userspace
+	// and which they forward by rule (contract.Settings.DataPaths); the
+	// ConfigValid condition's message carries it.
+	DataPaths string
 	// Conflicts are host port conflict messages (placement.Conflict).
 	Conflicts []string
 	// Servable is false when no workload can be built (Problems say why).
@@ -252,6 +256,9 @@ func Decide(in Input) Result {
 			msgs[i] = p.Message
 		}
 		valid.Status, valid.Reason, valid.Message = metav1.ConditionFalse, ReasonInvalidConfig, strings.Join(msgs, "; ")
+	}
+	if in.DataPaths != "" {
+		valid.Message += "; " + in.DataPaths
 	}
 	ours := []metav1.Condition{sched, health, valid}
 	var ext *metav1.Condition

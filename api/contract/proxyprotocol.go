@@ -137,3 +137,31 @@ func withProxyProtocol(p Probe, pp prober.ProxyProtocol, key string) (Probe, *Pr
 	p.Text = p.Spec.String()
 	return p, nil
 }
+
+// DataPaths says which way each served port of svc takes through its
+// proxies when any port sends a PROXY protocol header, for the Service's
+// pulselb.io/ConfigValid condition: such ports always go through the
+// proxy's userspace relay, which writes the header; the others go through
+// iptables DNAT rules (or the relay, when a proxy runs in userspace mode).
+// It returns "" when no port sends a header: every port then takes the
+// proxy's one mode.
+func (s Settings) DataPaths(svc *corev1.Service) string {
+	if len(s.ProxyProtocol) == 0 {
+		return ""
+	}
+	var relayed, ruled []string
+	for _, p := range ServedPorts(svc) {
+		k := PortKeyOf(p)
+		name := fmt.Sprintf("%s:%d", k.Protocol, k.Port)
+		if v, ok := s.ProxyProtocol[k]; ok {
+			relayed = append(relayed, name+" with a PROXY protocol "+v.String()+" header")
+		} else {
+			ruled = append(ruled, name)
+		}
+	}
+	out := "the userspace relay carries " + strings.Join(relayed, ", ")
+	if len(ruled) > 0 {
+		out += "; iptables rules carry " + strings.Join(ruled, ", ") + " (the relay, when a proxy runs in userspace mode)"
+	}
+	return out
+}

@@ -81,3 +81,17 @@ func TestParseProxyProtocol(t *testing.T) {
 		})
 	}
 }
+
+func TestDataPaths(t *testing.T) {
+	svc := service(annotate(AnnotationProxyProtocolPrefix+"http", "v2"))
+	s, _ := Parse(svc)
+	want := "the userspace relay carries TCP:80 with a PROXY protocol v2 header; iptables rules carry UDP:53 (the relay, when a proxy runs in userspace mode)"
+	if got := s.DataPaths(svc); got != want {
+		t.Errorf("DataPaths %q, want %q", got, want)
+	}
+	plain := service()
+	s, _ = Parse(plain)
+	if got := s.DataPaths(plain); got != "" {
+		t.Errorf("DataPaths without the annotation %q, want none", got)
+	}
+}
