@@ -37,6 +37,12 @@ const (
 	L7RSP
 	// L7TOUT: the application did not answer before the deadline.
 	L7TOUT
+	// SOCKERR: the prober could not open or use its own socket (out of
+	// file descriptors or socket memory; see LocalFailure). It is the
+	// prober's failure, not the target's: the scheduler sets it in place
+	// of the outcome a Prober returned, and it counts neither for nor
+	// against the target. No Prober returns it.
+	SOCKERR
 )
 
 var outcomeNames = [...]string{
@@ -52,6 +58,7 @@ var outcomeNames = [...]string{
 	L7STS:          "L7STS",
 	L7RSP:          "L7RSP",
 	L7TOUT:         "L7TOUT",
+	SOCKERR:        "SOCKERR",
 }
 
 // Outcomes lists every outcome a Prober can return, in order.

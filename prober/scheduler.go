@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -125,6 +126,13 @@ type TargetStatus struct {
 	// succeeded or none has finished. It survives the change to Down,
 	// so a report shows how long a target has really been failing.
 	FailingSince time.Time
+	// LocalFailures counts the latest probes in a row that could not run
+	// because the prober could not open its socket (LocalFailure), and
+	// LocalError is the last one's error; zero and nil once a probe ran.
+	// Such probes change nothing else: State, the streaks, Last and
+	// FailingSince are those of the last probe that ran.
+	LocalFailures int
+	LocalError    error
 	// CertNotAfter is the NotAfter of the leaf certificate of the latest
 	// probe that completed a TLS handshake, kept while later probes fail so
 	// a target that is down still shows when its certificate expires. It
@@ -191,6 +199,10 @@ type Scheduler struct {
 
 	running sync.Mutex
 	probes  sync.WaitGroup
+	// logger is Run's; localLog limits the log of probes that could not
+	// open a socket to one line a localLogEvery.
+	logger   klog.Logger
+	localLog localLog
 
 	mu      sync.Mutex
 	targets map[string]*entry
@@ -221,9 +233,12 @@ type entry struct {
 	srtt        time.Duration
 	rttvar      time.Duration
 	rttObserved bool
-	// failingSince and certNotAfter are TargetStatus's.
-	failingSince time.Time
-	certNotAfter time.Time
+	// failingSince, certNotAfter, localFailures and localErr are
+	// TargetStatus's.
+	failingSince  time.Time
+	certNotAfter  time.Time
+	localFailures int
+	localErr      error
 	// proberGen changes whenever Set replaces the Prober, so a probe of
 	// the old one, which may have reached another name or port, does not
 	// set the certificate of the new one.
@@ -391,6 +406,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer s.running.Unlock()
+	s.mu.Lock()
+	s.logger = klog.FromContext(ctx)
+	s.mu.Unlock()
 
 	dispatched := make(chan struct{})
 	stop := make(chan struct{})
@@ -515,6 +533,9 @@ func (s *Scheduler) probe(ctx context.Context, j job) {
 	if r.Outcome == OutcomeUnknown && r.Err == nil {
 		r.Err = errors.New("prober returned no outcome")
 	}
+	if !r.Up() && LocalFailure(r.Err) {
+		r.Outcome = SOCKERR
+	}
 	rtt := r.Timings.Total
 	if rtt <= 0 {
 		rtt = s.clock.Since(j.start)
@@ -543,6 +564,16 @@ func (s *Scheduler) probe(ctx context.Context, j job) {
 func (s *Scheduler) record(j job, r Result, rtt time.Duration) {
 	e := j.e
 	now := s.clock.Now()
+	if r.Outcome == SOCKERR {
+		// The probe did not run: nothing is learnt about the target.
+		// Try again soon, as descriptors free up quickly.
+		e.localFailures++
+		e.localErr = r.Err
+		s.localLog.note(s.logger, now, j.key, j.addr, r.Err)
+		s.release(e, j.start.Add(s.jitter(min(s.cfg.FastInterval, s.interval(e.t)))))
+		return
+	}
+	e.localFailures, e.localErr = 0, nil
 	e.last, e.lastAt = r, now
 	up := r.Up()
 	if up {
@@ -702,19 +733,21 @@ func (s *Scheduler) Status(key string) (TargetStatus, bool) {
 // status summarises e. s.mu is held.
 func (s *Scheduler) status(e *entry) TargetStatus {
 	st := TargetStatus{
-		Key:          e.t.Key,
-		Addr:         e.t.Addr,
-		State:        e.state,
-		Since:        e.since,
-		LastChange:   e.lastChange,
-		Last:         e.last,
-		LastAt:       e.lastAt,
-		RTT:          e.srtt,
-		Successes:    e.successes,
-		Failures:     e.failures,
-		Timeout:      s.timeout(e),
-		FailingSince: e.failingSince,
-		CertNotAfter: e.certNotAfter,
+		Key:           e.t.Key,
+		Addr:          e.t.Addr,
+		State:         e.state,
+		Since:         e.since,
+		LastChange:    e.lastChange,
+		Last:          e.last,
+		LastAt:        e.lastAt,
+		RTT:           e.srtt,
+		Successes:     e.successes,
+		Failures:      e.failures,
+		Timeout:       s.timeout(e),
+		FailingSince:  e.failingSince,
+		CertNotAfter:  e.certNotAfter,
+		LocalFailures: e.localFailures,
+		LocalError:    e.localErr,
 	}
 	if !e.inFlight {
 		st.Next = e.due
