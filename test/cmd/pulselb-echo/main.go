@@ -3,6 +3,12 @@
 // answers HTTP requests with its name, terminates TLS (self-signed) and
 // echoes anything else; on every UDP port it echoes datagrams.
 //
+// A connection may start with a PROXY protocol header (version 1 or 2), as
+// pulselb's proxies send one for a port with pulselb.io/proxy-protocol: the
+// answer's client= is then the address the header carries, the client's
+// own, rather than the proxy's. A header with version 2's LOCAL or version
+// 1's UNKNOWN (a health check's) leaves the connection's address.
+//
 // GET /health answers 200 "ok", or 503 once /health/fail was requested and
 // until /health/pass is: tests point readiness and liveness probes at it
 // and flip it from inside the pod.
@@ -10,6 +16,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -30,6 +37,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	proxyproto "github.com/pires/go-proxyproto"
 )
 
 func main() {
@@ -117,7 +126,21 @@ func (s *server) handle(c net.Conn, inTLS bool) {
 		return
 	}
 	conn := &peekedConn{Conn: c, r: br}
-	if first[0] == 0x16 && !inTLS {
+	if !inTLS && (first[0] == 'P' || first[0] == 0x0D) {
+		if head, _ := br.Peek(12); isProxyHeader(head) {
+			h, err := proxyproto.Read(br)
+			if err != nil {
+				return
+			}
+			if src, _, ok := h.TCPAddrs(); ok && h.Command.IsProxy() {
+				conn.remote = src
+			}
+			if _, err := br.Peek(1); err != nil {
+				return
+			}
+		}
+	}
+	if first, _ = br.Peek(1); len(first) == 1 && first[0] == 0x16 && !inTLS {
 		tc := tls.Server(conn, s.tls)
 		if err := tc.Handshake(); err != nil {
 			return
@@ -175,9 +198,24 @@ func serveUDP(c net.PacketConn) error {
 type peekedConn struct {
 	net.Conn
 	r *bufio.Reader
+	// remote, when set, is the client a PROXY protocol header named.
+	remote net.Addr
 }
 
 func (p *peekedConn) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+func (p *peekedConn) RemoteAddr() net.Addr {
+	if p.remote != nil {
+		return p.remote
+	}
+	return p.Conn.RemoteAddr()
+}
+
+// isProxyHeader reports whether head, a connection's first 12 bytes, starts
+// a PROXY protocol header: version 1's "PROXY " or version 2's signature.
+func isProxyHeader(head []byte) bool {
+	return bytes.HasPrefix(head, []byte("PROXY ")) || bytes.Equal(head, []byte("\r\n\r\n\x00\r\nQUIT\n"))
+}
 
 // oneConnListener serves one connection to an http.Server, then reports
 // closed once that connection is done.
