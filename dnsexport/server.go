@@ -716,10 +716,10 @@ type writeDeadlineConn struct {
 }
 
 func (c *writeDeadlineConn) Write(b []byte) (int, error) {
-	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
+	_ = c.SetWriteDeadline(time.Now().Add(c.timeout))
 	n, err := c.Conn.Write(b)
 	if err != nil {
-		c.Conn.Close()
+		c.Close()
 	}
 	return n, err
 }
