@@ -496,8 +496,9 @@ func (s *Server) replyFailed(req *dns.Msg, err error) {
 // wire, over UDP or TCP alike. A packet too short for a header, or a
 // response, gets no answer: two servers must not be made to talk to each
 // other for ever. A request that does not unpack, or holds fewer records
-// than its header counts, gets FORMERR (appended to out). Otherwise it returns the request; answerCapped applies the rules
-// on its content (malformed).
+// than its header counts, gets FORMERR (appended to out). Otherwise it
+// returns the request, and answerCapped applies the rules on its content
+// (malformed).
 func readRequest(packet, out []byte) (req *dns.Msg, reply []byte) {
 	if len(packet) < 12 || packet[2]&0x80 != 0 {
 		return nil, nil
@@ -518,7 +519,7 @@ func readRequest(packet, out []byte) (req *dns.Msg, reply []byte) {
 // malformed reports whether req, which unpacked, breaks a rule on where
 // its OPT and TSIG records may be; it is answered FORMERR:
 //   - at most one OPT record, owned by the root, in the additional
-//     section only (RFC 6891 sections 6.1.1 and 6.2.6);
+//     section only (RFC 6891 section 6.1.1);
 //   - a TSIG record only as the last one of the additional section
 //     (RFC 8945 section 5.1).
 //
