@@ -71,6 +71,10 @@ type Options struct {
 	ControlPlaneQPS float32
 	// NoKubeProxy skips running kube-proxy in node namespaces.
 	NoKubeProxy bool
+	// WithoutControllers are kube-controller-manager controllers the
+	// harness leaves out, such as "deployment-controller" for a benchmark
+	// that makes the proxy pods itself.
+	WithoutControllers []string
 	// WaitForMachine is how long Start waits for another live cluster on
 	// the machine (another test package, a cluster started by hand) to
 	// stop; default 10 minutes.

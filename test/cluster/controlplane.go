@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -198,7 +200,7 @@ func (cp *controlPlane) start(ctx context.Context) error {
 	grace := cp.opts.NodeGracePeriod
 	cp.controllerManager, err = startProcess(ctx, cp.rec, cp.logs, "kube-controller-manager", "", env,
 		cp.componentArgv("kube-controller-manager", "controller-manager.kubeconfig", kcmPort,
-			"--controllers="+controllers,
+			"--controllers="+cp.opts.controllers(),
 			"--service-account-private-key-file="+p("sa.key"),
 			"--root-ca-file="+p("ca.crt"),
 			// One service account per controller, as kubeadm does: the
@@ -232,6 +234,18 @@ const controllers = "node-lifecycle-controller,taint-eviction-controller,deploym
 	"garbage-collector-controller,serviceaccount-token-controller,serviceaccount-controller,namespace-controller," +
 	"root-ca-certificate-publisher-controller,pod-garbage-collector-controller,job-controller,statefulset-controller," +
 	"disruption-controller,ttl-after-finished-controller,clusterrole-aggregation-controller"
+
+// controllers returns the controllers kube-controller-manager runs:
+// controllers less Options.WithoutControllers.
+func (o Options) controllers() string {
+	var out []string
+	for c := range strings.SplitSeq(controllers, ",") {
+		if !slices.Contains(o.WithoutControllers, c) {
+			out = append(out, c)
+		}
+	}
+	return strings.Join(out, ",")
+}
 
 // componentArgv returns the command line of kube-scheduler or
 // kube-controller-manager (name): the flags they share (one kubeconfig for
