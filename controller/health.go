@@ -301,6 +301,11 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 		}
 		for _, sp := range contract.ServedPorts(svc) {
 			pk := contract.PortKeyOf(sp)
+			if !podHasPort(p, pk) {
+				// A proxy from before a port change, which its
+				// rollout replaces: it was never meant to serve pk.
+				continue
+			}
 			tk := pk.TargetKey(name.String(), p.Spec.NodeName)
 			starting := proxyStarting(p, now, func() time.Duration {
 				if windows[name] == nil {
@@ -327,6 +332,29 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 		}
 	}
 	return out, nil
+}
+
+// podHasPort reports whether proxy pod p holds pk as a host port, as its
+// template does for each port of its Service when it was made; true for a
+// pod that declares no host port at all.
+func podHasPort(p *corev1.Pod, pk contract.PortKey) bool {
+	declared := false
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.HostPort == 0 {
+				continue
+			}
+			declared = true
+			proto := cp.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			if cp.HostPort == pk.Port && proto == pk.Protocol {
+				return true
+			}
+		}
+	}
+	return !declared
 }
 
 // Starting a proxy: its targets are Starting (status.Target), so a Down

@@ -873,3 +873,50 @@ func TestStandbyJudgesWithoutActing(t *testing.T) {
 		t.Errorf("ingress %v after the first sync as leader, want only n2's 10.0.0.2", ips)
 	}
 }
+
+// A proxy from before a port was added does not serve it and is not judged
+// on it: its rollout replaces it, and judging it Down there would fail the
+// Service over between nodes and move its address.
+func TestPortNotInProxyNotJudged(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "alt", Port: 81, Protocol: corev1.ProtocolTCP})
+	withPorts := func(p *corev1.Pod, ports ...int32) *corev1.Pod {
+		for _, port := range ports {
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP})
+		}
+		return p
+	}
+	old, updated := withPorts(deploymentPod(svc, "n1"), 80), withPorts(deploymentPod(svc, "n2"), 80, 81)
+	objs := []runtime.Object{svc, old, updated}
+	for i, n := range []string{"n1", "n2", "n3", "n4"} {
+		objs = append(objs, newNode(n, "10.0.0."+string(rune('1'+i))), proberPod(n))
+	}
+	reports := meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateUp, "n2": v1alpha1.StateUp})
+	for _, r := range reports {
+		// Port 81 refuses on n1, which has no proxy listening on it.
+		if r.Name != "n1" {
+			withResult(r, svc, 81, "n1", v1alpha1.StateDown)
+		}
+		if r.Name != "n2" {
+			withResult(r, svc, 81, "n2", v1alpha1.StateUp)
+		}
+	}
+	f := newFixture(t, objs...)
+	c := f.healthController(ctx, reports...)
+	if err := c.evaluate(ctx, healthKey); err != nil {
+		t.Fatal(err)
+	}
+	if j := c.verdicts.Verdict(contract.TargetKey("shop/web", "TCP", 81, "n1")); j.Verdict != status.VerdictUnknown {
+		t.Errorf("port 81 on n1, whose proxy does not have it: %v (%s), want not judged", j.Verdict, j.Summary())
+	}
+	if j := c.verdicts.Verdict(contract.TargetKey("shop/web", "TCP", 81, "n2")); j.Verdict != status.VerdictUp {
+		t.Errorf("port 81 on n2: %v (%s), want Up", j.Verdict, j.Summary())
+	}
+	if err := c.sync(ctx, key(svc)); err != nil {
+		t.Fatal(err)
+	}
+	if ips := ingressIPs(f.service(ctx, "shop", "web")); !slices.Equal(ips, []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Errorf("ingress %v, want both proxy nodes kept", ips)
+	}
+}
