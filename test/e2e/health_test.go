@@ -307,13 +307,22 @@ func TestHealth(t *testing.T) {
 		// kube-proxy picks that backend. The status must stay, the
 		// condition say why, and no proxy be restarted.
 		before := webUp(t, 60*time.Second)
+		// The victim runs no proxy and, of web's own backends, as few as
+		// possible: some backend must stay reachable, or every port fails
+		// and the all-down policy decides instead.
 		proxies := proxyNodes()
-		var victim string
+		backends := map[string]int{}
+		for _, p := range readyPods(ctx, t, cs, "shop", "app=web") {
+			backends[p.Spec.NodeName]++
+		}
+		victim := ""
 		for _, n := range c.Nodes() {
-			if !slices.Contains(proxies, n) {
+			if !slices.Contains(proxies, n) && (victim == "" || backends[n] < backends[victim]) {
 				victim = n
-				break
 			}
+		}
+		if backends[victim] == len(readyPods(ctx, t, cs, "shop", "app=web")) {
+			t.Fatalf("every backend of shop/web runs on %s, the only node without a proxy", victim)
 		}
 		dep, err := cs.AppsV1().Deployments("shop").Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
