@@ -3,8 +3,10 @@ package dnsexport
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,7 +45,10 @@ func FuzzServer(f *testing.F) {
 	alive := query("web.default.lb.example.test.", dns.TypeA)
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		srv.handleUDP(data, src, nil, make([]byte, 0, 260))
+		// TSIG verification rewrites the packet's ARCOUNT in place
+		// (miekg/dns); the server never reads a packet again, but
+		// this test does.
+		udpReply := srv.handleUDP(slices.Clone(data), src, nil, make([]byte, 0, 260))
 		// The cached fast path must answer exactly as the full path.
 		if fast := srv.fastAnswer(data, nil, make([]byte, 0, 260)); fast != nil {
 			req := new(dns.Msg)
@@ -63,7 +68,18 @@ func FuzzServer(f *testing.F) {
 		if _, err := udp.Write(data); err != nil {
 			t.Fatal(err)
 		}
-		sendTCP(t, srv.Addr(), data)
+		tcpReply := sendTCP(t, srv.Addr(), data)
+		// One set of rules for both transports: the same request gets
+		// an answer over both or over neither, with the same rcode.
+		// Transfers are the exception: TCP only.
+		if !isTransfer(data) {
+			switch {
+			case (udpReply == nil) != (tcpReply == nil):
+				t.Fatalf("answered over one transport only: udp %x, tcp %x", udpReply, tcpReply)
+			case udpReply != nil && udpReply[3]&0x0F != tcpReply[3]&0x0F:
+				t.Fatalf("rcode %d over udp, %d over tcp", udpReply[3]&0x0F, tcpReply[3]&0x0F)
+			}
+		}
 		if r := exchange(t, "udp", srv.Addr(), alive); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 {
 			t.Fatalf("server answers wrongly after the input: %v", r)
 		}
@@ -71,8 +87,9 @@ func FuzzServer(f *testing.F) {
 }
 
 // sendTCP sends data as one length-prefixed message on a new connection,
-// closes its side, and reads until the server closes.
-func sendTCP(t *testing.T, addr netip.AddrPort, data []byte) {
+// closes its side, and reads until the server closes. It returns the
+// first message the server sent, or nil.
+func sendTCP(t *testing.T, addr netip.AddrPort, data []byte) []byte {
 	t.Helper()
 	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(addr))
 	if err != nil {
@@ -82,19 +99,28 @@ func sendTCP(t *testing.T, addr netip.AddrPort, data []byte) {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	msg := binary.BigEndian.AppendUint16(nil, uint16(len(data)))
 	if _, err := c.Write(append(msg, data...)); err != nil {
-		return // the server may close first; only liveness matters
+		t.Fatalf("writing over tcp: %v", err)
 	}
 	c.CloseWrite()
-	buf := make([]byte, 4096)
-	for {
-		if _, err := c.Read(buf); err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				t.Fatal("server kept a closed TCP connection open for 5s")
-			}
-			return
-		}
+	got, err := io.ReadAll(c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("server kept a closed TCP connection open for 5s")
 	}
+	if len(got) < 2 || len(got) < 2+int(binary.BigEndian.Uint16(got)) {
+		return nil
+	}
+	return got[2 : 2+int(binary.BigEndian.Uint16(got))]
+}
+
+// isTransfer reports whether data asks for AXFR or IXFR, which are
+// answered over TCP only.
+func isTransfer(data []byte) bool {
+	m := new(dns.Msg)
+	if m.Unpack(data) != nil || len(m.Question) != 1 {
+		return false
+	}
+	return m.Question[0].Qtype == dns.TypeAXFR || m.Question[0].Qtype == dns.TypeIXFR
 }
 
 func fuzzSeeds() []*dns.Msg {
