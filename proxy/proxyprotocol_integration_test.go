@@ -23,6 +23,9 @@ const (
 	haproxyV2Port = 8182
 	nginxV1Port   = 8183
 	nginxV2Port   = 8184
+	// haproxyTrustPort is HAProxy as docs/operations.md configures it:
+	// the header expected only from trusted sources (expect-proxy).
+	haproxyTrustPort = 8185
 )
 
 // requireBinary skips without bin, unless CI=true, where it must be there.
@@ -82,13 +85,18 @@ frontend pp
 	bind :::%d v4v6 accept-proxy
 	log-format "client=%%ci:%%cp"
 	http-request return status 200 content-type text/plain lf-string "%%ci"
-`, haproxyV1Port, haproxyV2Port)
+frontend trusted
+	bind :::%d v4v6
+	tcp-request connection expect-proxy layer4 if { src 198.18.0.0/15 fd00:198::/32 }
+	log-format "client=%%ci:%%cp"
+	http-request return status 200 content-type text/plain lf-string "%%ci"
+`, haproxyV1Port, haproxyV2Port, haproxyTrustPort)
 	path := filepath.Join(t.TempDir(), "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := tp.startBackendServer(t, bin, "-db", "-f", path)
-	tp.waitBackendListening(t, haproxyV1Port, haproxyV2Port)
+	tp.waitBackendListening(t, haproxyV1Port, haproxyV2Port, haproxyTrustPort)
 	return out
 }
 
@@ -199,11 +207,12 @@ func TestProxyProtocolBackends(t *testing.T) {
 	tp := newTopology(t)
 	haLog := tp.startHAProxy(t)
 	nginxLog := tp.startNginx(t)
-	tp.dnatPorts(t, haproxyV1Port, haproxyV2Port, nginxV1Port, nginxV2Port)
+	ppPorts := []int{haproxyV1Port, haproxyV2Port, nginxV1Port, nginxV2Port, haproxyTrustPort}
+	tp.dnatPorts(t, ppPorts...)
 	run(t, "ip", "netns", "exec", tp.pod, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 
-	ports := fmt.Sprintf("--ports=%s,TCP:%d,TCP:%d,TCP:%d,TCP:%d", servicePorts, haproxyV1Port, haproxyV2Port, nginxV1Port, nginxV2Port)
-	headers := fmt.Sprintf("--proxy-protocol=TCP:%d=v1,TCP:%d=v2,TCP:%d=v1,TCP:%d=v2", haproxyV1Port, haproxyV2Port, nginxV1Port, nginxV2Port)
+	ports := fmt.Sprintf("--ports=%s,TCP:%d,TCP:%d,TCP:%d,TCP:%d,TCP:%d", servicePorts, haproxyV1Port, haproxyV2Port, nginxV1Port, nginxV2Port, haproxyTrustPort)
+	headers := fmt.Sprintf("--proxy-protocol=TCP:%d=v1,TCP:%d=v2,TCP:%d=v1,TCP:%d=v2,TCP:%d=v2", haproxyV1Port, haproxyV2Port, nginxV1Port, nginxV2Port, haproxyTrustPort)
 	// Each mode reads only what the servers logged since it started.
 	nginxSince := func(offset int) string {
 		b, _ := os.ReadFile(nginxLog)
@@ -215,7 +224,7 @@ func TestProxyProtocolBackends(t *testing.T) {
 			pp := tp.startProxy(t, bin, mode, mode, ports, headers)
 			if mode == ModeIPTables {
 				rules := tp.rules(t)
-				for _, port := range []int{haproxyV1Port, haproxyV2Port, nginxV1Port, nginxV2Port} {
+				for _, port := range ppPorts {
 					if strings.Contains(rules, fmt.Sprintf("--dport %d ", port)) {
 						t.Errorf("a rule forwards PROXY protocol port %d, which must be relayed:\n%s", port, rules)
 					}
@@ -228,7 +237,7 @@ func TestProxyProtocolBackends(t *testing.T) {
 				if got, err := tp.tcpEcho(c.client, c.node, "mixed", 5*time.Second); err != nil || got != "mixed" {
 					t.Errorf("echo port from %s = %q, %v", c.client, got, err)
 				}
-				for _, port := range []int{haproxyV1Port, haproxyV2Port, nginxV1Port, nginxV2Port} {
+				for _, port := range ppPorts {
 					got, err := tp.httpGet(c.client, c.node, port)
 					if err != nil || got != c.client.String() {
 						t.Errorf("port %d from %s: the backend saw %q (%v), want the client's address", port, c.client, got, err)
@@ -236,8 +245,14 @@ func TestProxyProtocolBackends(t *testing.T) {
 				}
 				// The logs show the client's address and a port of its.
 				want := "client=" + c.client.String() + ":"
-				if got := strings.Count(haLog.String()[haFrom:], want); got != 2 {
-					t.Errorf("HAProxy logged %q %d times, want 2 (v1 and v2):\n%s", want, got, haLog.String()[haFrom:])
+				// A server writes its log line as the request ends, which
+				// may be a moment after the client read the answer.
+				settle := time.Now().Add(2 * time.Second)
+				for time.Now().Before(settle) && (strings.Count(haLog.String()[haFrom:], want) < 3 || strings.Count(nginxSince(nginxFrom), want) < 2) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				if got := strings.Count(haLog.String()[haFrom:], want); got != 3 {
+					t.Errorf("HAProxy logged %q %d times, want 3 (v1, v2, and v2 with expect-proxy):\n%s", want, got, haLog.String()[haFrom:])
 				}
 				if got := strings.Count(nginxSince(nginxFrom), want); got != 2 {
 					t.Errorf("nginx logged %q %d times, want 2 (v1 and v2):\n%s", want, got, nginxSince(nginxFrom))
@@ -248,7 +263,7 @@ func TestProxyProtocolBackends(t *testing.T) {
 	}
 
 	t.Run("probes", func(t *testing.T) {
-		for _, port := range []int{haproxyV1Port, nginxV2Port} {
+		for _, port := range []int{haproxyV1Port, nginxV2Port, haproxyTrustPort} {
 			for _, cip := range []netip.Addr{clusterIP4, clusterIP6} {
 				target := netip.AddrPortFrom(cip, uint16(port)).String()
 				for _, tt := range []struct {
