@@ -161,6 +161,8 @@ func (c *Controller) behindProxies(svc *corev1.Service, own []*corev1.Pod) (*sta
 		if down == 0 && failing == 0 {
 			continue
 		}
+		c.logger.V(2).Info("Port failing through the proxies", "service", name, "port", pk, "proxyNodesUp", up,
+			"down", down, "failing", failing, "endpointsOnFailedNodes", unreachable, "endpointsElsewhere", reachable)
 		switch {
 		case len(unreachable) > 0 && reachable && failing > 0:
 		case failing >= 2 && down < len(up) && (reachable || len(unreachable) > 0):

@@ -79,6 +79,7 @@ type Config struct {
 // Controller reconciles LoadBalancer Services with their proxy workloads
 // and status.
 type Controller struct {
+	logger   klog.Logger
 	client   kubernetes.Interface
 	recorder record.EventRecorder
 	cfg      Config
@@ -175,6 +176,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 	}
 
 	c := &Controller{
+		logger:   logger,
 		client:   client,
 		recorder: recorder,
 		cfg:      cfg,
