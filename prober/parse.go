@@ -128,7 +128,7 @@ var options = map[string]option{
 			if errors.As(err, &ue) {
 				err = ue.Err
 			}
-			return fmt.Errorf("not a URL path: %v", err)
+			return fmt.Errorf("not a URL path: %w", err)
 		}
 		s.Path = v
 		return nil
