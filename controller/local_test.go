@@ -21,6 +21,8 @@ import (
 type endpoint struct {
 	node               string
 	ready, terminating bool
+	// serving: still serving while terminating (Ready is false then).
+	serving bool
 }
 
 func endpointSlice(svc *corev1.Service, eps ...endpoint) *discoveryv1.EndpointSlice {
@@ -34,7 +36,7 @@ func endpointSlice(svc *corev1.Service, eps ...endpoint) *discoveryv1.EndpointSl
 			Addresses: []string{"10.244.0." + string(rune('1'+i))},
 			NodeName:  ptr.To(ep.node),
 			Conditions: discoveryv1.EndpointConditions{
-				Ready: ptr.To(ep.ready), Serving: ptr.To(ep.ready), Terminating: ptr.To(ep.terminating)},
+				Ready: ptr.To(ep.ready), Serving: ptr.To(ep.ready || ep.serving), Terminating: ptr.To(ep.terminating)},
 		})
 	}
 	return s
@@ -69,6 +71,10 @@ func TestSyncLocalTrafficPolicy(t *testing.T) {
 		{name: "terminating backend does not hold its proxy", opts: []func(*corev1.Service){local},
 			endpoints:   []endpoint{{node: "n1", terminating: true}, {node: "n2", ready: false}},
 			wantDeleted: []string{"n1"}},
+		{name: "terminating backend still serving keeps its proxy and its address, as kube-proxy serves through it",
+			opts:        []func(*corev1.Service){local},
+			endpoints:   []endpoint{{node: "n1", terminating: true, serving: true}, {node: "n2", ready: true}},
+			wantIngress: []string{"10.0.0.1", "10.0.0.2"}},
 		{name: "no endpoint anywhere: nothing moves", opts: []func(*corev1.Service){local}},
 		{name: "Cluster policy: endpoints do not matter",
 			opts:        []func(*corev1.Service){func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} }},

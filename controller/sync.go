@@ -200,8 +200,9 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 	return svc, nil
 }
 
-// endpointNodes returns the nodes with a ready endpoint of svc, and the
-// nodes with an endpoint that is not terminating (ready or still starting).
+// endpointNodes returns the nodes with an endpoint of svc that serves (ready,
+// or terminating and still serving), and the nodes with an endpoint that
+// serves or is not terminating (still starting).
 func (c *Controller) endpointNodes(svc *corev1.Service) (ready, present map[string]bool, err error) {
 	slices, err := c.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
 	if err != nil {
@@ -213,10 +214,17 @@ func (c *Controller) endpointNodes(svc *corev1.Service) (ready, present map[stri
 			if ep.NodeName == nil {
 				continue
 			}
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+			// kube-proxy sends Local traffic to a node's terminating
+			// endpoints that still serve when it has no ready one: such a
+			// node still serves, and its proxy stays until they are gone.
+			serving := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+			if ep.Conditions.Serving != nil {
+				serving = *ep.Conditions.Serving
+			}
+			if serving {
 				ready[*ep.NodeName] = true
 			}
-			if ep.Conditions.Terminating == nil || !*ep.Conditions.Terminating {
+			if serving || ep.Conditions.Terminating == nil || !*ep.Conditions.Terminating {
 				present[*ep.NodeName] = true
 			}
 		}
