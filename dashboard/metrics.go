@@ -15,6 +15,8 @@ const (
 type Metrics struct {
 	sseClients                                  prometheus.Gauge
 	sseEvents, sseRejected, sseEvicted, updates prometheus.Counter
+	renders                                     prometheus.Counter
+	paced                                       *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered dashboard metrics.
@@ -45,13 +47,23 @@ func NewMetrics() *Metrics {
 			Name: "updates_total",
 			Help: "States given to the dashboard that changed what it shows.",
 		}),
+		renders: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "renders_total",
+			Help: "Renderings of the page or its live fragment; at most one per version and per page max age, however many clients ask.",
+		}),
+		paced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "paced_total",
+			Help: "Requests for the page, its fragment or the JSON beyond the responses a second, by result: waited for their turn, or refused (503) when it was too far off.",
+		}, []string{"result"}),
 	}
 }
 
 // RegisterMetrics registers m with r.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.sseClients, m.sseEvents, m.sseRejected, m.sseEvicted, m.updates} {
+	for _, c := range []prometheus.Collector{m.sseClients, m.sseEvents, m.sseRejected, m.sseEvicted, m.updates, m.renders, m.paced} {
 		errs = append(errs, r.Register(c))
 	}
 	return errors.Join(errs...)

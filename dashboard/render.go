@@ -48,6 +48,13 @@ type view struct {
 	Failovers []failoverView
 	Published []publishedView
 	Former    []formerView
+	// MaxRows bounds the rows of the services, targets (and matrix),
+	// certificates and former-targets tables; the Hidden counts say how
+	// many of each the page leaves out, and HiddenUp how many of the
+	// targets left out are Up.
+	MaxRows                                             int
+	HiddenServices, HiddenTargets, HiddenUp             int
+	HiddenCerts, HiddenFormer, TotalTargets, TotalCerts int
 }
 
 type serviceView struct {
@@ -89,8 +96,14 @@ type certView struct {
 	Class string
 }
 
-func newView(title string, s State, hist History, version uint64, now time.Time) view {
-	v := view{Title: title, Version: version, Now: now, State: s}
+// newView derives what the page shows of s and hist. Each table holds at
+// most maxRows rows: of the services and targets, those not Up are chosen
+// first, then the others, each table keeping its order; the certificates
+// expiring first; the targets no longer probed seen last most recently. So a page's size, and
+// the time to render it, are bounded whatever the number of targets; the
+// JSON has them all.
+func newView(title string, s State, hist History, version uint64, now time.Time, maxRows int) view {
+	v := view{Title: title, Version: version, Now: now, State: s, MaxRows: maxRows}
 	window := time.Duration(hist.WindowSeconds * float64(time.Second))
 	if window <= 0 {
 		window = DefaultHistoryWindow
@@ -133,9 +146,54 @@ func newView(title string, s State, hist History, version uint64, now time.Time)
 			v.Columns = append(v.Columns, column{Name: n, External: external})
 		}
 	}
-	for _, svc := range s.Services {
-		sv := serviceView{Service: svc, Timeline: newTimeline(serviceHist[svc.Name].Changes, from, now, now, window)}
-		for _, t := range svc.Targets {
+	// Which services and targets get a row: those not Up first, then
+	// the others, in their order, up to maxRows of each. Timelines and
+	// sparklines, the costly part, are drawn only for those.
+	var services []*Service
+	var targets []struct {
+		svc string
+		t   *Target
+	}
+	for pass := range 2 {
+		for i := range s.Services {
+			svc := &s.Services[i]
+			if svcUp := svc.Healthy && !slices.ContainsFunc(svc.Targets, func(t Target) bool { return t.State != "Up" }); svcUp == (pass == 1) {
+				services = append(services, svc)
+			}
+			for j := range svc.Targets {
+				if (svc.Targets[j].State == "Up") == (pass == 1) {
+					targets = append(targets, struct {
+						svc string
+						t   *Target
+					}{svc.Name, &svc.Targets[j]})
+				}
+			}
+		}
+	}
+	if len(services) > maxRows {
+		v.HiddenServices, services = len(services)-maxRows, services[:maxRows]
+	}
+	v.TotalTargets = len(targets)
+	if len(targets) > maxRows {
+		for _, x := range targets[maxRows:] {
+			if x.t.State == "Up" {
+				v.HiddenUp++
+			}
+		}
+		v.HiddenTargets, targets = len(targets)-maxRows, targets[:maxRows]
+	}
+	shownService := make(map[*Service]bool, len(services))
+	for _, svc := range services {
+		shownService[svc] = true
+	}
+	shownTarget := make(map[*Target]bool, len(targets))
+	for _, x := range targets {
+		shownTarget[x.t] = true
+	}
+	for i := range s.Services {
+		svc := s.Services[i]
+		sv := serviceView{Service: svc}
+		for j, t := range svc.Targets {
 			switch t.State {
 			case "Up":
 				sv.Up++
@@ -146,14 +204,16 @@ func newView(title string, s State, hist History, version uint64, now time.Time)
 			}
 			id := targetID{svc.Name, t.Node, t.Port, t.Protocol}
 			present[id] = true
-			th := targetHist[id]
-			tv := targetView{Service: svc.Name, Target: t, Cells: make([]cellView, len(v.Columns)),
-				Timeline: newTimeline(th.Changes, from, now, now, window), Spark: newSpark(th.Latency, windowFrom, now)}
-			for _, vr := range t.Vantages {
-				i := slices.IndexFunc(v.Columns, func(c column) bool { return c.Name == vr.Vantage && c.External == vr.External })
-				tv.Cells[i] = cellView{Assigned: true, VantageResult: vr}
+			if shownTarget[&s.Services[i].Targets[j]] {
+				th := targetHist[id]
+				tv := targetView{Service: svc.Name, Target: t, Cells: make([]cellView, len(v.Columns)),
+					Timeline: newTimeline(th.Changes, from, now, now, window), Spark: newSpark(th.Latency, windowFrom, now)}
+				for _, vr := range t.Vantages {
+					i := slices.IndexFunc(v.Columns, func(c column) bool { return c.Name == vr.Vantage && c.External == vr.External })
+					tv.Cells[i] = cellView{Assigned: true, VantageResult: vr}
+				}
+				v.Targets = append(v.Targets, tv)
 			}
-			v.Targets = append(v.Targets, tv)
 			if !t.CertNotAfter.IsZero() {
 				left := t.CertNotAfter.Sub(now)
 				c := certView{Service: svc.Name, Node: t.Node, Endpoint: endpoint(t), NotAfter: t.CertNotAfter,
@@ -167,10 +227,17 @@ func newView(title string, s State, hist History, version uint64, now time.Time)
 				v.Certs = append(v.Certs, c)
 			}
 		}
-		v.Services = append(v.Services, sv)
+		if shownService[&s.Services[i]] {
+			sv.Timeline = newTimeline(serviceHist[svc.Name].Changes, from, now, now, window)
+			v.Services = append(v.Services, sv)
+		}
 	}
 	slices.SortStableFunc(v.Certs, func(a, b certView) int { return a.NotAfter.Compare(b.NotAfter) })
-	v.Failovers, v.Published, v.Former = historyViews(hist, from, now, window, present)
+	v.TotalCerts = len(v.Certs)
+	if len(v.Certs) > maxRows {
+		v.HiddenCerts, v.Certs = len(v.Certs)-maxRows, v.Certs[:maxRows]
+	}
+	v.Failovers, v.Published, v.Former, v.HiddenFormer = historyViews(hist, from, now, window, present, maxRows)
 	return v
 }
 

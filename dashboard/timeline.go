@@ -244,7 +244,7 @@ func durationText(seconds float64) string {
 
 // historyViews derives the failover log, the published-address log and
 // the former targets from h, newest first.
-func historyViews(h History, from, now time.Time, window time.Duration, present map[targetID]bool) ([]failoverView, []publishedView, []formerView) {
+func historyViews(h History, from, now time.Time, window time.Duration, present map[targetID]bool, maxRows int) ([]failoverView, []publishedView, []formerView, int) {
 	var fos []failoverView
 	var pubs []publishedView
 	for _, sh := range h.Services {
@@ -266,17 +266,26 @@ func historyViews(h History, from, now time.Time, window time.Duration, present 
 	slices.SortStableFunc(fos, func(a, b failoverView) int { return b.Time.Compare(a.Time) })
 	slices.SortStableFunc(pubs, func(a, b publishedView) int { return b.Time.Compare(a.Time) })
 	fos, pubs = fos[:min(len(fos), MaxLogRows)], pubs[:min(len(pubs), MaxLogRows)]
-	var former []formerView
+	var gone []TargetHistory
 	for _, th := range h.Targets {
-		if present[targetID{th.Service, th.Node, th.Port, th.Protocol}] {
-			continue
+		if !present[targetID{th.Service, th.Node, th.Port, th.Protocol}] {
+			gone = append(gone, th)
 		}
+	}
+	hidden := 0
+	if len(gone) > maxRows {
+		// The ones seen last most recently, newest first.
+		slices.SortStableFunc(gone, func(a, b TargetHistory) int { return b.LastSeen.Compare(a.LastSeen) })
+		hidden, gone = len(gone)-maxRows, gone[:maxRows]
+	}
+	var former []formerView
+	for _, th := range gone {
 		fv := formerView{TargetHistory: th, Timeline: newTimeline(th.Changes, from, th.LastSeen, now, window)}
 		// The lists are the history's own: the view keeps only what it drew.
 		fv.Changes, fv.Latency = nil, nil
 		former = append(former, fv)
 	}
-	return fos, pubs, former
+	return fos, pubs, former, hidden
 }
 
 // axisStart is where the page's timelines start: the start of the window,

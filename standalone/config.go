@@ -27,6 +27,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/httpserver"
 	"github.com/pulselb/pulselb/prober"
@@ -139,6 +140,11 @@ type HTTPConfig struct {
 	// more wait until one closes. The dashboard's event streams take at
 	// most half of them.
 	MaxConnections int
+	// DashboardRows bounds each table of the dashboard's page, and
+	// DashboardRate the page and JSON responses a second
+	// (dashboard.Options MaxPageRows and ResponsesPerSecond).
+	DashboardRows int
+	DashboardRate int
 }
 
 // Timing is how often and how patiently targets are probed.
@@ -281,7 +287,8 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	d := &decoder{file: file, dir: filepath.Dir(file)}
 	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL, RateLimit: dnsexport.DefaultRateLimit},
-		HTTP: HTTPConfig{Listen: DefaultHTTPListen, MaxConnections: httpserver.DefaultMaxConns}, Timing: Timing{Interval: DefaultInterval, Rise: prober.DefaultRise, Fall: prober.DefaultFall},
+		HTTP: HTTPConfig{Listen: DefaultHTTPListen, MaxConnections: httpserver.DefaultMaxConns,
+			DashboardRows: dashboard.DefaultMaxPageRows, DashboardRate: dashboard.DefaultResponsesPerSecond}, Timing: Timing{Interval: DefaultInterval, Rise: prober.DefaultRise, Fall: prober.DefaultFall},
 		PublishWhen: contract.PublishAllPorts, AllDown: contract.AllDownPublishAll}
 	if len(doc.Content) == 0 {
 		d.errorf(&doc, "", "the file is empty")
@@ -573,12 +580,18 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	}
 	var httpListen *yaml.Node
 	if n := m["http"]; n != nil {
-		if hm, _, ok := d.mapping(n, "http", "listen", "max-connections"); ok {
+		if hm, _, ok := d.mapping(n, "http", "listen", "max-connections", "dashboard-rows", "dashboard-rate"); ok {
 			if httpListen = hm["listen"]; httpListen != nil {
 				cfg.HTTP.Listen = d.listenAddr(httpListen, "http.listen")
 			}
 			if n := hm["max-connections"]; n != nil {
 				cfg.HTTP.MaxConnections, _ = d.integer(n, "http.max-connections", minHTTPConnections, maxHTTPConnections)
+			}
+			if n := hm["dashboard-rows"]; n != nil {
+				cfg.HTTP.DashboardRows, _ = d.integer(n, "http.dashboard-rows", 10, 100000)
+			}
+			if n := hm["dashboard-rate"]; n != nil {
+				cfg.HTTP.DashboardRate, _ = d.integer(n, "http.dashboard-rate", 1, 10000)
 			}
 		}
 	}

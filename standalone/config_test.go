@@ -23,7 +23,7 @@ func TestLoadExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Instance != "a" || cfg.Zone != "lb.example.test." || cfg.DNS.Listen != "127.0.0.1:5353" || cfg.DNS.TTL != 5 ||
-		cfg.HTTP.Listen != "127.0.0.1:8080" || cfg.HTTP.MaxConnections != 512 || !cfg.Metrics {
+		cfg.HTTP.Listen != "127.0.0.1:8080" || cfg.HTTP.MaxConnections != 512 || cfg.HTTP.DashboardRows != 300 || cfg.HTTP.DashboardRate != 10 || !cfg.Metrics {
 		t.Errorf("top level = %+v", cfg)
 	}
 	if cfg.Interval != 2*time.Second || cfg.Timeout != 500*time.Millisecond || cfg.Rise != 3 || cfg.Fall != 2 {
@@ -76,7 +76,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Zone != "lb.example.test." || cfg.Interval != DefaultInterval || cfg.HTTP.Listen != "127.0.0.1:9471" || cfg.HTTP.MaxConnections != httpserver.DefaultMaxConns ||
+	if cfg.Zone != "lb.example.test." || cfg.Interval != DefaultInterval || cfg.HTTP.Listen != "127.0.0.1:9471" || cfg.HTTP.MaxConnections != httpserver.DefaultMaxConns || cfg.HTTP.DashboardRows != 200 || cfg.HTTP.DashboardRate != 20 ||
 		cfg.DNS.TTL != 5 || cfg.AllDown != contract.AllDownPublishAll || cfg.PublishWhen != contract.PublishAllPorts {
 		t.Errorf("defaults = %+v", cfg)
 	}
@@ -113,6 +113,8 @@ func TestConfigErrors(t *testing.T) {
 			[]string{`pulselb.yaml:9: services[0].ports[0].protocol: "SCTP" is not TCP or UDP`}},
 		{"duplicate port", head + svc + "      - {port: 80}\n      - {port: 80}\n",
 			[]string{`pulselb.yaml:10: services[0].ports[1]: port TCP/80 is listed twice`}},
+		{"dashboard rows out of range", head + "http: {dashboard-rows: 5, dashboard-rate: 0}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:4: http.dashboard-rows: 5 is out of range: want 10 to 100000`, `pulselb.yaml:4: http.dashboard-rate: 0 is out of range: want 1 to 10000`}},
 		{"too few http connections", head + "http: {max-connections: 4}\n" + svc + "      - {port: 80}\n",
 			[]string{`pulselb.yaml:4: http.max-connections: 4 is out of range: want 8 to 65536`}},
 		{"bad interval", "interval: 10ms\n" + head + svc + "      - {port: 80}\n",

@@ -2,14 +2,18 @@ package standalone
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pulselb/pulselb/dashboard"
 )
 
 // gathered returns the value of the metric name with label server=server
@@ -118,4 +122,71 @@ func TestReloadKeepsHTTPSettings(t *testing.T) {
 	if got.HTTP.MaxConnections != 256 || len(changed) != 1 || changed[0] != "http.max-connections" {
 		t.Errorf("reload to max-connections 512: running %d, reported %v; want 256 and [http.max-connections]", got.HTTP.MaxConnections, changed)
 	}
+}
+
+// TestDashboardLimits: http.dashboard-rows bounds the page's tables and
+// http.dashboard-rate paces its responses; by default 200 rows and 20 a
+// second.
+func TestDashboardLimits(t *testing.T) {
+	hosts := []string{}
+	for i := range 12 {
+		hosts = append(hosts, fmt.Sprintf("h%d=127.0.3.%d", i, i+1))
+	}
+	in := instance{name: "solo", hosts: hosts, httpExtra: ", dashboard-rows: 10, dashboard-rate: 2"}
+	cfg := in.load(t, t.TempDir(), 1)
+	if cfg.HTTP.DashboardRows != 10 || cfg.HTTP.DashboardRate != 2 {
+		t.Fatalf("http = %+v", cfg.HTTP)
+	}
+	r := start(t, cfg)
+	waitFor(t, 10*time.Second, "every host judged", func() bool {
+		st := r.State()
+		return len(st.Services) == 1 && len(st.Services[0].Targets) == 12 && !slices.ContainsFunc(st.Services[0].Targets, func(tg dashboard.Target) bool { return tg.State == "Unknown" })
+	})
+	codes := map[int]int{}
+	var body string
+	for range 8 {
+		resp, err := http.Get("http://" + r.HTTPAddr() + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+		if resp.StatusCode == http.StatusOK {
+			body = string(b)
+		}
+	}
+	if n := strings.Count(body, `<tr class="target"`); n != 10 || !strings.Contains(body, "Showing 10 of 12 targets") {
+		t.Errorf("the page shows %d target rows, want 10 and a note on the other 2", n)
+	}
+	// A burst of 4, then one each 500ms: 8 requests in a row cannot all
+	// be answered at once; they wait (up to 5s) rather than fail.
+	if codes[http.StatusOK] != 8 {
+		t.Errorf("answers %v, want 8 OK after waiting their turn", codes)
+	}
+	if n := counterVec(t, r.Runner, "pulselb_dashboard_paced_total", "result", "waited"); n < 1 {
+		t.Errorf("paced_total{result=waited} = %v, want some of 8 requests at 2 a second to have waited", n)
+	}
+}
+
+// counterVec is the counter name{label=value} of r's registry.
+func counterVec(t *testing.T, r *Runner, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := r.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

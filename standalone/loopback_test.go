@@ -103,6 +103,8 @@ type instance struct {
 	extra    string
 	// maxConns is http.max-connections; 0 leaves it out.
 	maxConns int
+	// httpExtra is more of the http mapping, such as ", dashboard-rows: 10".
+	httpExtra string
 }
 
 func (in instance) yaml(port uint16) string {
@@ -113,9 +115,9 @@ func (in instance) yaml(port uint16) string {
 	}
 	fmt.Fprintf(&b, "instance: %s\nzone: lb.example.test.\ndns: {listen: \"127.0.0.1:0\", ttl: 5}\n", in.name)
 	if in.maxConns > 0 {
-		fmt.Fprintf(&b, "http: {listen: \"127.0.0.1:0\", max-connections: %d}\n", in.maxConns)
+		fmt.Fprintf(&b, "http: {listen: \"127.0.0.1:0\", max-connections: %d%s}\n", in.maxConns, in.httpExtra)
 	} else {
-		b.WriteString("http: {listen: \"127.0.0.1:0\"}\n")
+		fmt.Fprintf(&b, "http: {listen: \"127.0.0.1:0\"%s}\n", in.httpExtra)
 	}
 	fmt.Fprintf(&b, "interval: %s\ntoken-file: token\n%s", iv, in.extra)
 	if len(in.peers) > 0 {

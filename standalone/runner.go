@@ -129,7 +129,8 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Runner, error) {
 		saved:          true,
 	}
 	dnsMetrics, dashMetrics := dnsexport.NewMetrics(), dashboard.NewMetrics()
-	r.dash = dashboard.New(dashboard.Options{Title: opts.Title, Metrics: dashMetrics, MaxClients: dashboard.MaxClientsFor(cfg.HTTP.MaxConnections)})
+	r.dash = dashboard.New(dashboard.Options{Title: opts.Title, Metrics: dashMetrics, MaxClients: dashboard.MaxClientsFor(cfg.HTTP.MaxConnections),
+		MaxPageRows: cfg.HTTP.DashboardRows, ResponsesPerSecond: float64(cfg.HTTP.DashboardRate)})
 	if err := errors.Join(r.metrics.RegisterMetrics(reg), r.proberMetrics.RegisterMetrics(reg), dnsMetrics.RegisterMetrics(reg), dashMetrics.RegisterMetrics(reg)); err != nil {
 		return nil, err
 	}
@@ -413,6 +414,8 @@ func withFixed(cur, next *Config, changed func(field string)) *Config {
 	check("dns.rate-limit", c.DNS.RateLimit != cur.DNS.RateLimit)
 	check("http.listen", c.HTTP.Listen != cur.HTTP.Listen)
 	check("http.max-connections", c.HTTP.MaxConnections != cur.HTTP.MaxConnections)
+	check("http.dashboard-rows", c.HTTP.DashboardRows != cur.HTTP.DashboardRows)
+	check("http.dashboard-rate", c.HTTP.DashboardRate != cur.HTTP.DashboardRate)
 	check("state-file", c.StateFile != cur.StateFile)
 	c.Instance, c.Zone, c.HTTP, c.StateFile = cur.Instance, cur.Zone, cur.HTTP, cur.StateFile
 	c.DNS.Listen, c.DNS.NameServers, c.DNS.Hostmaster, c.DNS.SerialFile = cur.DNS.Listen, cur.DNS.NameServers, cur.DNS.Hostmaster, cur.DNS.SerialFile
