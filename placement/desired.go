@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -149,12 +150,25 @@ func (w Workload) Empty() bool { return w.Deployment == nil && w.DaemonSet == ni
 // served.
 func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, []contract.Problem) {
 	s, problems := contract.Parse(svc)
+	pinned, hostname, lbIPProblem := loadBalancerIPNode(svc, nodes)
+	if lbIPProblem != nil {
+		problems = append(problems, *lbIPProblem)
+	}
+	if pinned != "" {
+		// spec.loadBalancerIP is this node's address: one proxy, there.
+		s.NodeSelector = append(s.NodeSelector, corev1.NodeSelectorRequirement{
+			Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{hostname}})
+		s.Replicas = 1
+	}
 	w := Workload{
 		Name:          Name(svc.Namespace, svc.Name),
 		Namespace:     cfg.Namespace,
 		Mode:          s.Mode,
 		Settings:      s,
 		EligibleNodes: EligibleNodes(nodes, s),
+	}
+	if pinned != "" {
+		w.EligibleNodes = slices.DeleteFunc(w.EligibleNodes, func(n string) bool { return n != pinned })
 	}
 
 	ports, portProblems := proxyPorts(svc)
