@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/prober/agent"
+)
+
+// nodeName and nodeIP name node i and give its loopback address.
+func nodeName(i int) string { return fmt.Sprintf("sn-%05d", i) }
+func nodeIP(i int) string   { return fmt.Sprintf("127.%d.%d.%d", 1+i/62500, i/250%250, 1+i%250) }
+
+func serviceName(s int) string { return fmt.Sprintf("svc-%05d", s) }
+
+// layout is the cluster the benchmark builds: where each Service's proxies
+// run, who probes what, and which nodes the trials blackhole.
+type layout struct {
+	nodes    []*node
+	services int
+	// proxies[s] are the two nodes of Service s.
+	proxies [][2]int
+	victims []int
+	// vantages gives each target key (beacons and Service ports) its K
+	// vantages, as prober.Vantages computes them for the probers and the
+	// controller.
+	vantages func(key, node string) []string
+}
+
+func newLayout(nodes, services, trials int) *layout {
+	l := &layout{services: services}
+	for i := range nodes {
+		l.nodes = append(l.nodes, &node{ip: nodeIP(i)})
+	}
+	for s := range services {
+		p := [2]int{s % nodes, (s + nodes/2) % nodes}
+		l.proxies = append(l.proxies, p)
+		for _, i := range p {
+			l.nodes[i].ports = append(l.nodes[i].ports, firstPort+s)
+		}
+	}
+	// Victims spread over the nodes, each a different node.
+	for t := range min(trials, nodes) {
+		l.victims = append(l.victims, (t*nodes/min(trials, nodes)+nodes/(3*min(trials, nodes))+1)%nodes)
+	}
+	for len(l.victims) < trials {
+		l.victims = append(l.victims, l.victims[len(l.victims)%nodes])
+	}
+	cands := make([]prober.Vantage, nodes)
+	for i := range cands {
+		cands[i] = prober.Vantage{Node: nodeName(i)}
+	}
+	memo := (&prober.VantageMemo{}).For(cands, prober.DefaultVantages)
+	l.vantages = func(key, node string) []string { return memo(key, node, "") }
+	return l
+}
+
+func (l *layout) victimNames() []string {
+	out := make([]string, len(l.victims))
+	for i, v := range l.victims {
+		out[i] = nodeName(v)
+	}
+	return out
+}
+
+// servicesOn returns the Services with a proxy on node i.
+func (l *layout) servicesOn(i int) []string {
+	var out []string
+	for s, p := range l.proxies {
+		if p[0] == i || p[1] == i {
+			out = append(out, serviceName(s))
+		}
+	}
+	return out
+}
+
+// targetKey is the key of Service s's port on node i.
+func targetKey(s, i int) string {
+	return contract.TargetKey(benchNS+"/"+serviceName(s), string(corev1.ProtocolTCP), int32(firstPort+s), nodeName(i))
+}
+
+// realAgents returns the nodes that probe a victim's beacon or one of its
+// Service ports, sorted.
+func (l *layout) realAgents() []int {
+	byName := map[string]int{}
+	for i := range l.nodes {
+		byName[nodeName(i)] = i
+	}
+	set := map[int]bool{}
+	for _, v := range l.victims {
+		for _, n := range l.vantages(contract.BeaconKey(nodeName(v)), nodeName(v)) {
+			set[byName[n]] = true
+		}
+		for s, p := range l.proxies {
+			if p[0] == v || p[1] == v {
+				for _, n := range l.vantages(targetKey(s, v), nodeName(v)) {
+					set[byName[n]] = true
+				}
+			}
+		}
+	}
+	out := make([]int, 0, len(set))
+	for i := range set {
+		out = append(out, i)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// create makes the Node objects, prober pods, Services and proxy pods.
+func (l *layout) create(ctx context.Context, cs kubernetes.Interface) error {
+	err := parallel(ctx, len(l.nodes), func(i int) error {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i)}}
+		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating node %d: %w", i, err)
+		}
+		// The node lifecycle controller updates a new node too.
+		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			n, err := cs.CoreV1().Nodes().Get(ctx, nodeName(i), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			now := metav1.Now()
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(i)}}
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Benchmark",
+				LastHeartbeatTime: now, LastTransitionTime: now}}
+			_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("making node %d Ready: %w", i, err)
+		}
+		return createReadyPod(ctx, cs, "pulselb-prober-"+nodeName(i), nodeName(i),
+			map[string]string{contract.LabelAppName: contract.ProberAppName})
+	})
+	if err != nil {
+		return err
+	}
+	return parallel(ctx, l.services, func(s int) error {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: benchNS, Name: serviceName(s)},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
+				Ports: []corev1.ServicePort{{Name: "tcp", Port: int32(firstPort + s), Protocol: corev1.ProtocolTCP}}},
+		}
+		svc, err := cs.CoreV1().Services(benchNS).Create(ctx, svc, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating Service %d: %w", s, err)
+		}
+		for k, i := range l.proxies[s] {
+			if err := createReadyPod(ctx, cs, fmt.Sprintf("pulselb-%s-%d", svc.Name, k), nodeName(i), contract.ProxySelector(svc)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// createReadyPod creates a pod on node and reports it Running and Ready, as
+// a kubelet would.
+func createReadyPod(ctx context.Context, cs kubernetes.Interface, name, node string, labels map[string]string) error {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: name, Labels: labels},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "pulselb"}}},
+	}
+	if _, err := cs.CoreV1().Pods(systemNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating pod %s: %w", name, err)
+	}
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		p, err := cs.CoreV1().Pods(systemNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		_, err = cs.CoreV1().Pods(systemNS).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("making pod %s Ready: %w", name, err)
+	}
+	return nil
+}
+
+// parallel calls f(0..n-1) on *workers goroutines and returns the first
+// error.
+func parallel(ctx context.Context, n int, f func(int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	errs := make(chan error, *workers)
+	var wg sync.WaitGroup
+	for range *workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// node is one simulated node: its listeners, closed while it is blackholed.
+type node struct {
+	ip    string
+	ports []int
+	mu    sync.Mutex
+	lns   []net.Listener
+}
+
+// listen opens the node's beacon and proxy listeners, each accepting and
+// closing connections until closed.
+func (n *node) listen(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range append([]int{beaconPort}, n.ports...) {
+		ln, err := net.Listen("tcp", net.JoinHostPort(n.ip, strconv.Itoa(p)))
+		if err != nil {
+			return fmt.Errorf("listening on %s:%d: %w", n.ip, p, err)
+		}
+		n.lns = append(n.lns, ln)
+		go func() { _ = agent.ServeBeacon(ctx, ln, 0) }()
+	}
+	return nil
+}
+
+// blackhole closes every listener of the node: probes are refused.
+func (n *node) blackhole() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ln := range n.lns {
+		ln.Close()
+	}
+	n.lns = nil
+}
+
+// raiseFileLimit lets the process hold every listener and probe socket.
+func raiseFileLimit(runs []size) error {
+	var want uint64 = 4096
+	for _, s := range runs {
+		want = max(want, uint64(s.nodes+2*s.services)*2+4096)
+	}
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return fmt.Errorf("reading the open file limit: %w", err)
+	}
+	if l.Cur >= want {
+		return nil
+	}
+	l.Cur = max(l.Cur, want)
+	l.Max = max(l.Max, l.Cur)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return fmt.Errorf("raising the open file limit to %d: %w", want, err)
+	}
+	return nil
+}
