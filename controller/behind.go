@@ -190,18 +190,18 @@ func (c *Controller) endpointsOnFailedNodes(svc *corev1.Service) (names []string
 	}
 	for _, s := range eps {
 		for _, e := range s.Endpoints {
-			if e.NodeName == nil || len(e.Addresses) == 0 || (e.Conditions.Terminating != nil && *e.Conditions.Terminating) {
+			if e.NodeName == nil || (e.Conditions.Terminating != nil && *e.Conditions.Terminating) {
 				continue
 			}
 			if c.verdicts.Verdict(contract.BeaconKey(*e.NodeName)).Verdict != status.VerdictDown {
 				elsewhere = true
 				continue
 			}
-			n := e.Addresses[0]
+			// The informer keeps no addresses (trim.Object): the pod
+			// names the endpoint.
+			n := "an endpoint on " + *e.NodeName
 			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
-				n += fmt.Sprintf(" (%s/%s on %s)", svc.Namespace, e.TargetRef.Name, *e.NodeName)
-			} else {
-				n += " (on " + *e.NodeName + ")"
+				n = fmt.Sprintf("pod %s/%s on %s", svc.Namespace, e.TargetRef.Name, *e.NodeName)
 			}
 			if !slices.Contains(names, n) {
 				names = append(names, n)

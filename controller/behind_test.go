@@ -32,7 +32,7 @@ func TestFaultBehindProxies(t *testing.T) {
 		{name: "only n1 fails: its own fault, it fails over", wantIngress: []string{"10.0.0.2"}},
 		{name: "n2 fails too: behind the proxies", n2Failing: true, wantIngress: []string{"10.0.0.1", "10.0.0.2"}, wantHeld: true},
 		{name: "a backend's node failed: behind the proxies", n3Down: true, wantIngress: []string{"10.0.0.1", "10.0.0.2"}, wantHeld: true,
-			wantEndpoint: "10.244.0.1 (shop/web-backend-0 on n3)"},
+			wantEndpoint: "pod shop/web-backend-0 on n3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,8 +27,8 @@ type BehindProxies struct {
 	// sorted.
 	Ports []string
 	// Endpoints name the endpoints on nodes judged failed, such as
-	// "10.244.3.5 (shop/web-7d9f-abcde on node-4)", sorted; empty when no
-	// endpoint is known to be unreachable.
+	// "pod shop/web-7d9f-abcde on node-4", sorted; empty when no endpoint
+	// is known to be unreachable.
 	Endpoints []string
 }
 

@@ -69,11 +69,17 @@ func pod(p *corev1.Pod) {
 		PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs, HostIP: p.Status.HostIP, HostIPs: p.Status.HostIPs}
 }
 
-// endpointSlice keeps, of each endpoint, its node and conditions: which
-// nodes have a ready or starting backend, for externalTrafficPolicy Local.
+// endpointSlice keeps, of each endpoint, its node and conditions (which
+// nodes have a ready or starting backend, for externalTrafficPolicy Local,
+// or one on a failed node) and the kind and name of its target (the pod a
+// condition names when it is cut off), not its addresses.
 func endpointSlice(s *discoveryv1.EndpointSlice) {
 	for i, ep := range s.Endpoints {
-		s.Endpoints[i] = discoveryv1.Endpoint{NodeName: ep.NodeName, Conditions: ep.Conditions}
+		out := discoveryv1.Endpoint{NodeName: ep.NodeName, Conditions: ep.Conditions}
+		if r := ep.TargetRef; r != nil {
+			out.TargetRef = &corev1.ObjectReference{Kind: r.Kind, Name: r.Name}
+		}
+		s.Endpoints[i] = out
 	}
 	s.Ports = nil
 }

@@ -119,7 +119,8 @@ func TestNodeKeepsWhatPulselbReads(t *testing.T) {
 }
 
 // TestEndpointSliceKeepsNodesAndConditions: of a slice, the nodes of its
-// endpoints and their conditions are what the controller reads.
+// endpoints, their conditions and their pods' names are what the
+// controller reads.
 func TestEndpointSliceKeepsNodesAndConditions(t *testing.T) {
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "shop", Name: "web-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
@@ -139,7 +140,8 @@ func TestEndpointSliceKeepsNodesAndConditions(t *testing.T) {
 	}
 	got := out.(*discoveryv1.EndpointSlice)
 	want := []discoveryv1.Endpoint{{NodeName: ptr.To("n1"),
-		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Terminating: ptr.To(false)}}}
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Terminating: ptr.To(false)},
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}}}
 	if !equality.Semantic.DeepEqual(got.Endpoints, want) || got.Labels[discoveryv1.LabelServiceName] != "web" {
 		t.Errorf("trimmed slice %+v", got)
 	}
