@@ -171,6 +171,11 @@ func TestPlannedChanges(t *testing.T) {
 			intstr.FromString("http"), map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode})
 	})
 
+	t.Run("ClientAddress", func(t *testing.T) {
+		testClientAddress(ctx, t, c.Client, planned.AppNamespace, map[string]string{"app": planned.Backend},
+			intstr.FromString("http"), map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode})
+	})
+
 	t.Run("AddressBeforeBackends", func(t *testing.T) {
 		testAddressBeforeBackends(ctx, t, c.Client, planned.AppNamespace, env.BackendNode,
 			map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode})

@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/pulselb/pulselb/test/cluster"
+)
+
+// testClientAddress checks pulselb.io/proxy-protocol on the harness: a
+// Service with one port that sends a PROXY protocol v2 header and one that
+// does not, both to the echo backend (svcNamespace's pods named by
+// selector, on backendPort), which answers with the client it sees. The
+// Service is published (its probes send a header too); through every
+// published address the header port shows the client namespace's own
+// address and the other port answers too, from the proxy's; the ConfigValid
+// condition says which port the relay carries.
+func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interface, svcNamespace string, selector map[string]string,
+	backendPort intstr.IntOrString, annotations map[string]string) {
+	const name, ppPort, plainPort = "client-address", 8093, 8094
+	ann := map[string]string{
+		"pulselb.io/proxy-protocol.pp": "v2",
+		// An HTTP probe reads an answer after its header: the backend
+		// must have taken the header for the Service to be published.
+		"pulselb.io/probe": "http",
+	}
+	for k, v := range annotations {
+		ann[k] = v
+	}
+	_, err := cs.CoreV1().Services(svcNamespace).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svcNamespace, Annotations: ann},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: selector,
+			Ports: []corev1.ServicePort{
+				{Name: "pp", Port: ppPort, TargetPort: backendPort},
+				{Name: "plain", Port: plainPort, TargetPort: backendPort},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Services(svcNamespace).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
+	})
+	var addrs []string
+	poll(ctx, t, 90*time.Second, "the Service with proxy-protocol published", func() bool {
+		addrs = ingressIPs(ctx, cs, svcNamespace, name)
+		return len(addrs) == 2
+	})
+	client := rangesClientA
+	for _, a := range addrs {
+		ip := netip.MustParseAddr(a)
+		var body string
+		poll(ctx, t, 10*time.Second, "an answer on "+a+" port pp", func() bool {
+			body, err = httpBodyFrom(client, netip.AddrPortFrom(ip, ppPort))
+			return err == nil
+		})
+		if want := "client=" + client.String() + ":"; !strings.Contains(body, want) {
+			t.Errorf("%s port %d: the backend saw %q, want %q: the client's own address", a, ppPort, strings.TrimSpace(body), want)
+		}
+		body, err = httpBodyFrom(client, netip.AddrPortFrom(ip, plainPort))
+		if err != nil {
+			t.Errorf("%s port %d (no header): %v", a, plainPort, err)
+		} else if !strings.Contains(body, "client=") || strings.Contains(body, "client="+client.String()+":") {
+			t.Errorf("%s port %d (no header): the backend saw %q, want the proxy's address", a, plainPort, strings.TrimSpace(body))
+		}
+	}
+	svc, err := cs.CoreV1().Services(svcNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("the userspace relay carries TCP:%d with a PROXY protocol v2 header; iptables rules carry TCP:%d", ppPort, plainPort)
+	if c := findCondition(svc.Status.Conditions, "pulselb.io/ConfigValid"); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, want) {
+		t.Errorf("ConfigValid %+v, want True saying %q", c, want)
+	}
+}
+
+// httpBodyFrom sends one HTTP GET from client (an address of the client
+// namespace) to addr and returns the answer's body.
+func httpBodyFrom(client netip.Addr, addr netip.AddrPort) (string, error) {
+	var conn net.Conn
+	err := cluster.RunInNamespace(cluster.ClientNamespace, func() error {
+		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(client, 0)), Timeout: 2 * time.Second}
+		c, err := d.Dial("tcp", addr.String())
+		conn = c
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := fmt.Fprintf(conn, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", addr); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		return "", err
+	}
+	head, body, ok := strings.Cut(string(b), "\r\n\r\n")
+	if !ok || !strings.Contains(strings.SplitN(head, "\r\n", 2)[0], " 200 ") {
+		return "", fmt.Errorf("not a 200 answer: %q", b)
+	}
+	return body, nil
+}
