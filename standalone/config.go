@@ -595,9 +595,14 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 			}
 		}
 	}
-	if httpListen != nil && cfg.HTTP.Listen != "" && cfg.DNS.Listen != "" && listenOverlap(cfg.HTTP.Listen, cfg.DNS.Listen) {
-		d.errorf(httpListen, "http.listen", "%q takes dns.listen's port (%q): the DNS server listens there on TCP too; give the HTTP server another port",
-			cfg.HTTP.Listen, cfg.DNS.Listen)
+	if cfg.HTTP.Listen != "" && cfg.DNS.Listen != "" && listenOverlap(cfg.HTTP.Listen, cfg.DNS.Listen) {
+		if httpListen != nil {
+			d.errorf(httpListen, "http.listen", "%q takes dns.listen's port (%q): the DNS server listens there on TCP too; give the HTTP server another port",
+				cfg.HTTP.Listen, cfg.DNS.Listen)
+		} else {
+			d.errorf(m["dns"], "dns.listen", "%q takes the port of http.listen's default (%q): set http.listen to another port, or give the DNS server another",
+				cfg.DNS.Listen, cfg.HTTP.Listen)
+		}
 	}
 	if n := m["metrics"]; n != nil {
 		cfg.Metrics, _ = d.boolean(n, "metrics")

@@ -151,6 +151,8 @@ func TestConfigErrors(t *testing.T) {
 			[]string{`pulselb.yaml:4: http.listen: "127.0.0.1:5353" takes dns.listen's port ("127.0.0.1:5353")`}},
 		{"http listen on every address at the dns port", "zone: lb.example.test.\ninstance: a\ndns: {listen: \"127.0.0.1:5353\"}\nhttp: {listen: \":5353\"}\n" + svc + "      - {port: 80}\n",
 			[]string{`pulselb.yaml:4: http.listen: ":5353" takes dns.listen's port`}},
+		{"dns listen on the http default", "zone: lb.example.test.\ninstance: a\ndns: {listen: \":9471\", nameservers: [ns.example.test]}\n" + svc + "      - {port: 80}\n",
+			[]string{`pulselb.yaml:3: dns.listen: ":9471" takes the port of http.listen's default ("127.0.0.1:9471")`}},
 		{"hostmaster with markup", "zone: lb.example.test.\ninstance: a\ndns: {listen: \"127.0.0.1:0\", hostmaster: \"<script>\"}\n" + svc + "      - {port: 80}\n",
 			[]string{`pulselb.yaml:3: dns.hostmaster: "<script>" is not a mail address or a domain name`}},
 		{"hostmaster with a bad local part", "zone: lb.example.test.\ninstance: a\ndns: {listen: \"127.0.0.1:0\", hostmaster: \"a b@example.test\"}\n" + svc + "      - {port: 80}\n",

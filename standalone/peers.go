@@ -117,7 +117,7 @@ func fetchReport(ctx context.Context, client *http.Client, p Peer, token string,
 		return nil, "", fmt.Errorf("polling peer %s: decoding report: %w", p.Name, err)
 	}
 	if err := checkReport(&rep, now()); err != nil {
-		return nil, "", fmt.Errorf("polling peer %s: %w: %v", p.Name, ErrInvalidReport, err)
+		return nil, "", fmt.Errorf("polling peer %s: %w: %w", p.Name, ErrInvalidReport, err)
 	}
 	// The report counts under the name we know the peer by, whatever it
 	// calls itself; what it calls itself is returned to find this
