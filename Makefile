@@ -15,7 +15,7 @@ FUZZ_CONFIG   ?= 25000x
 FUZZ_SERIAL   ?= 30000x
 DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy nginx bind9 dnsperf nsd curl util-linux chromium runc containernetworking-plugins conntrack
 
-.PHONY: all build generate manifests verify-manifests image-binary test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers clean
+.PHONY: all build generate manifests verify-manifests image-binary test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers bench-scale clean
 
 all: build
 
@@ -78,7 +78,7 @@ deps:
 	fi
 
 ## bench: pulselb against its anchors, side by side (root); results go to docs/benchmarks.md.
-bench: bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers
+bench: bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers bench-scale
 
 ## bench-prober: probes per CPU-second against blackbox_exporter; 10,000 targets.
 bench-prober: deps
@@ -111,3 +111,7 @@ bench-probers: deps
 ## bench-controller: 2,000 LoadBalancer Services on 200 light nodes: time to every status, controller CPU and RSS, then the control plane alone for the same objects (root, ~15 minutes).
 bench-controller: deps
 	cd test && $(GO) run ./bench/controller && $(GO) run ./bench/controller -floor
+
+## bench-scale: failover at 1,000 nodes and 2,000 Services (real probers at 1 s around each victim, cheap reports and Leases elsewhere) against 10 nodes and 20 Services, 10 blackhole trials each (root, ~20 minutes).
+bench-scale: deps
+	cd test && $(GO) run ./bench/scale
