@@ -1,12 +1,18 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"io"
+	"net"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	proxyproto "github.com/pires/go-proxyproto"
 )
 
 // v2Signature opens every version 2 header (proxy-protocol.txt, 2.2).
@@ -113,6 +119,71 @@ func TestNewChecksProxyProtocol(t *testing.T) {
 			}
 			if err == nil || !errors.Is(err, ErrProxyProtocol) || !strings.Contains(err.Error(), tt.errHas) {
 				t.Fatalf("error %v, want ErrProxyProtocol containing %q", err, tt.errHas)
+			}
+		})
+	}
+}
+
+// TestUserspaceProxyProtocol relays on loopback, without root: the backend
+// of a header port reads (with go-proxyproto, as servers do) the client's
+// own address and port and the address it connected to, before the
+// client's bytes; the backend of the other port gets the bytes alone.
+func TestUserspaceProxyProtocol(t *testing.T) {
+	type seen struct {
+		header *proxyproto.Header
+		data   string
+		err    error
+	}
+	got := make(chan seen, 2)
+	backend := func(c *net.TCPConn) {
+		r := bufio.NewReader(c)
+		var s seen
+		if b, _ := r.Peek(1); len(b) == 1 && (b[0] == 'P' || b[0] == '\r') {
+			s.header, s.err = proxyproto.Read(r)
+		}
+		line, err := r.ReadString('\n')
+		s.data = line
+		if s.err == nil {
+			s.err = err
+		}
+		got <- s
+		_, _ = io.WriteString(c, "ok\n")
+	}
+	ppPort, plainPort := tcpBackend(t, backend), tcpBackend(t, backend)
+	for _, v := range []HeaderVersion{HeaderV1, HeaderV2} {
+		t.Run(v.String(), func(t *testing.T) {
+			cfg := userspaceConfig(Port{TCP, ppPort}, Port{TCP, plainPort})
+			cfg.ProxyProtocol = map[Port]HeaderVersion{{TCP, ppPort}: v}
+			startProxy(t, cfg)
+			for _, port := range []uint16{ppPort, plainPort} {
+				c, err := dialFrom(allowedAddr, netip.AddrPortFrom(proxyAddr, port))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := io.WriteString(c, "hello\n"); err != nil {
+					t.Fatal(err)
+				}
+				answer, _ := bufio.NewReader(c).ReadString('\n')
+				client := tcpAddrPort(c.LocalAddr())
+				c.Close()
+				s := <-got
+				if s.err != nil || s.data != "hello\n" || answer != "ok\n" {
+					t.Fatalf("port %d: backend read %q (%v), client got %q", port, s.data, s.err, answer)
+				}
+				if port == plainPort {
+					if s.header != nil {
+						t.Errorf("port %d without the option sent a header: %+v", port, s.header)
+					}
+					continue
+				}
+				if s.header == nil || s.header.Version != byte(v) || !s.header.Command.IsProxy() {
+					t.Fatalf("port %d: header %+v, want a version %d PROXY header", port, s.header, v)
+				}
+				src, dst, ok := s.header.TCPAddrs()
+				if !ok || src.AddrPort() != client || dst.AddrPort() != netip.AddrPortFrom(proxyAddr, port) {
+					t.Errorf("header says %v → %v, want the client %v → %v", src, dst, client, netip.AddrPortFrom(proxyAddr, port))
+				}
 			}
 		})
 	}
