@@ -43,7 +43,11 @@ func behindCondition(svc *corev1.Service, b *BehindProxies) *metav1.Condition {
 		return &metav1.Condition{Type: ConditionBackendsReachable, Status: metav1.ConditionTrue, Reason: ReasonBackendsReachable,
 			Message: "no port fails behind the proxies"}
 	}
-	msg := strings.Join(b.Ports, ", ") + " fail through the proxies on nodes that are up, so the fault is behind the proxies " +
+	verb := " fails"
+	if len(b.Ports) > 1 {
+		verb = " fail"
+	}
+	msg := strings.Join(b.Ports, ", ") + verb + " through the proxies on nodes that are up, so the fault is behind the proxies " +
 		"(a backend or the path to it) and the proxies' addresses stay published"
 	if len(b.Endpoints) > 0 {
 		msg += "; endpoints on failed nodes: " + strings.Join(b.Endpoints, ", ")
