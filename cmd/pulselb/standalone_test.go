@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,6 +144,69 @@ func TestStandaloneCheckDNSNames(t *testing.T) {
 			code := run([]string{"standalone", "--config", file, "--check"}, &out, &errOut)
 			if code != 2 || !strings.Contains(errOut.String(), file+tc.want) {
 				t.Errorf("exit %d, stderr %q; want 2 and %q", code, errOut.String(), file+tc.want)
+			}
+		})
+	}
+}
+
+// TestStandaloneCheckFilesAndListeners: --check exits 2, at once, with the
+// file, line, field and why, for each bad configuration of issue 31: a
+// state or serial file that is a named pipe or a device, a password file
+// the probe would refuse, http.listen on dns.listen's port, a hostmaster
+// that is no name, a peer URL at this instance or listed twice, a second
+// YAML document.
+func TestStandaloneCheckFilesAndListeners(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "secrets", "db"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(dir, "secrets", "db", "password")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("0123456789abcdef-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := strings.Replace(standaloneTestConfig, "PORT", "8080", 1)
+	tests := []struct{ name, from, to, want string }{
+		{"state file a pipe", "interval: 200ms\n", "interval: 200ms\nstate-file: fifo\n", ":6: state-file: " + fifo + " is not a regular file but a named pipe"},
+		{"serial file a device", `dns: {listen: "127.0.0.1:0"}`, `dns: {listen: "127.0.0.1:0", serial-file: /dev/zero}`,
+			":3: dns.serial-file: /dev/zero is not a regular file but a character device"},
+		{"password file a device", "interval: 200ms\n", "interval: 200ms\nsecrets: {dir: secrets}\n",
+			"secret=db: " + filepath.Join(dir, "secrets", "db", "password") + " is not a regular file but a character device"},
+		{"http on the dns port", `dns: {listen: "127.0.0.1:0"}` + "\n" + `http: {listen: "127.0.0.1:0"}`, `dns: {listen: "127.0.0.1:5353"}` + "\n" + `http: {listen: "[::]:5353"}`,
+			`:4: http.listen: "[::]:5353" takes dns.listen's port`},
+		{"hostmaster", `dns: {listen: "127.0.0.1:0"}`, `dns: {listen: "127.0.0.1:0", hostmaster: "<script>"}`, `:3: dns.hostmaster: "<script>" is not a mail address or a domain name`},
+		{"peer at this instance", `http: {listen: "127.0.0.1:0"}`, `http: {listen: "127.0.0.1:9471"}` + "\ntoken-file: token\npeers: [{name: b, url: \"http://127.0.0.1:9471\"}]",
+			`:6: peers[0].url: "http://127.0.0.1:9471" is this instance's own http.listen`},
+		{"peer twice", `http: {listen: "127.0.0.1:0"}`, `http: {listen: "127.0.0.1:9471"}` + "\ntoken-file: token\npeers: [{name: b, url: \"http://192.0.2.2:9471\"}, {name: c, url: \"http://192.0.2.2:9471/\"}]",
+			`:6: peers[1].url: "http://192.0.2.2:9471/" is also b's url`},
+		{"second document", "      - {port: 8080, protocol: TCP, probe: \"tcp\"}\n", "      - {port: 8080, protocol: TCP, probe: \"tcp\"}\n---\nzone: x.test.\n",
+			":13: a second YAML document"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(base, tc.from) {
+				t.Fatalf("the test configuration has no %q", tc.from)
+			}
+			text := strings.Replace(base, tc.from, tc.to, 1)
+			if strings.Contains(tc.to, "secrets:") {
+				text = strings.Replace(text, `probe: "tcp"`, `probe: "mysql user=probe secret=db"`, 1)
+			}
+			file := writeConfig(t, dir, text)
+			var out, errOut bytes.Buffer
+			done := make(chan int, 1)
+			go func() { done <- run([]string{"standalone", "--config", file, "--check"}, &out, &errOut) }()
+			select {
+			case code := <-done:
+				if code != 2 || !strings.Contains(errOut.String(), tc.want) {
+					t.Errorf("exit %d, stderr %q; want 2 and %q", code, errOut.String(), tc.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("--check did not return within 5s")
 			}
 		})
 	}
