@@ -2,7 +2,6 @@ package prober
 
 import (
 	"fmt"
-	"slices"
 
 	proxyproto "github.com/pires/go-proxyproto"
 )
@@ -63,10 +62,4 @@ func (v ProxyProtocol) healthHeader() []byte {
 		panic(fmt.Sprintf("formatting a PROXY %s health-check header: %v", v, err))
 	}
 	return b
-}
-
-// TakesProxyProtocol reports whether probes of protocol proto can send a
-// PROXY protocol header: those that open a TCP connection.
-func TakesProxyProtocol(proto Protocol) bool {
-	return slices.Contains(protocolOptions[proto], "proxy-protocol")
 }

@@ -28,15 +28,9 @@ const ProxyProtocolNone = "none"
 const udpProxyProtocolReason = "the PROXY protocol is for TCP ports only: its header goes in front of a connection's byte stream, " +
 	"and a UDP datagram has no stream for it (UDP backends such as DNS servers read none)"
 
-// ppChoice is a port's header version and the annotation that chose it.
-type ppChoice struct {
-	version prober.ProxyProtocol
-	key     string
-}
-
 // parseProxyProtocol reads proxy-protocol and proxy-protocol.<port>: the
 // header version of every served TCP port that sends one.
-func parseProxyProtocol(svc *corev1.Service, a map[string]string) (map[PortKey]ppChoice, []Problem) {
+func parseProxyProtocol(svc *corev1.Service, a map[string]string) (map[PortKey]prober.ProxyProtocol, []Problem) {
 	var problems []Problem
 	bad := func(key, reason, def string) {
 		problems = append(problems, Problem{Key: key, Value: a[key], Reason: reason, Default: def})
@@ -54,11 +48,11 @@ func parseProxyProtocol(svc *corev1.Service, a map[string]string) (map[PortKey]p
 			all = pp
 		}
 	}
-	out := map[PortKey]ppChoice{}
+	out := map[PortKey]prober.ProxyProtocol{}
 	if all != prober.ProxyNone {
 		for _, p := range served {
 			if k := PortKeyOf(p); k.Protocol == corev1.ProtocolTCP {
-				out[k] = ppChoice{all, AnnotationProxyProtocol}
+				out[k] = all
 			}
 		}
 	}
@@ -102,12 +96,28 @@ func parseProxyProtocol(svc *corev1.Service, a map[string]string) (map[PortKey]p
 			bad(key, "want v1, v2 or none", def)
 			continue
 		}
-		out[k] = ppChoice{pp, key}
+		out[k] = pp
 	}
 	if len(out) == 0 {
 		return nil, problems
 	}
 	return out, problems
+}
+
+// probeKey names the annotation port's probe came from: probe.<name>,
+// probe.<number>, or the Service-level probe.
+func probeKey(svc *corev1.Service, a map[string]string, port PortKey) string {
+	for _, p := range svc.Spec.Ports {
+		if PortKeyOf(p) != port {
+			continue
+		}
+		for _, k := range []string{p.Name, strconv.Itoa(int(p.Port))} {
+			if _, ok := a[AnnotationProbePrefix+k]; ok && k != "" {
+				return AnnotationProbePrefix + k
+			}
+		}
+	}
+	return AnnotationProbe
 }
 
 func hasTCP(ports []corev1.ServicePort) bool {
@@ -119,23 +129,24 @@ func hasTCP(ports []corev1.ServicePort) bool {
 	return false
 }
 
-// withProxyProtocol makes the probe of a port whose proxies send a PROXY
-// protocol header send one too: the backend behind such a port drops a
-// bare connection, so a probe without it would find every node down. A
-// spec that sets proxy-protocol= itself keeps its own. It returns a
-// Problem when the probe's protocol cannot send a header.
-func withProxyProtocol(p Probe, pp prober.ProxyProtocol, key string) (Probe, *Problem) {
-	if pp == prober.ProxyNone || p.Spec.ProxyProtocol != prober.ProxyNone {
+// withoutOwnHeader keeps the probe of a port whose proxies send a PROXY
+// protocol header from sending one of its own. The probers probe a
+// Service's ports through its proxies, whose relay writes the header on
+// the probe's connection like on any other (with the prober's address), so
+// the backend that requires it is probed as it is used; a header of the
+// probe's own would reach the backend as a second one, read as the start of
+// the request. A spec that asks for it is a Problem and loses the option.
+func withoutOwnHeader(p Probe, key string) (Probe, *Problem) {
+	if p.Spec.ProxyProtocol == prober.ProxyNone {
 		return p, nil
 	}
-	if !prober.TakesProxyProtocol(p.Spec.Protocol) {
-		return p, &Problem{Key: key, Value: pp.String(),
-			Reason:  fmt.Sprintf("the port's %s probe cannot send a PROXY protocol header, so it probes the backend with a bare connection, which a backend that requires the header drops", p.Spec.Protocol),
-			Default: "the header on the proxies' connections; the probe without one"}
-	}
-	p.Spec.ProxyProtocol = pp
+	problem := &Problem{Key: key, Value: p.Text,
+		Reason: "the proxies already send a PROXY protocol header on every connection to this port, the probes' included " +
+			"(proxy-protocol); the probe's own proxy-protocol= would reach the backend as a second header",
+		Default: "the probe without its own header"}
+	p.Spec.ProxyProtocol = prober.ProxyNone
 	p.Text = p.Spec.String()
-	return p, nil
+	return p, problem
 }
 
 // DataPaths says which way each served port of svc takes through its

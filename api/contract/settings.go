@@ -161,7 +161,8 @@ type Settings struct {
 	drainDelay *time.Duration
 	// ProxyProtocol holds the PROXY protocol version of every served TCP
 	// port whose proxies send a header (proxy-protocol and
-	// proxy-protocol.<port>); nil when none does. Their probes send one too.
+	// proxy-protocol.<port>); nil when none does. Their probes send none
+	// of their own: they pass through the proxies, which add it.
 	ProxyProtocol map[PortKey]prober.ProxyProtocol
 }
 
@@ -181,8 +182,8 @@ type Probe struct {
 	Port PortKey
 	// Text is the spec as the annotation wrote it, or the protocol's
 	// default ("tcp", "udp"); Spec is its parsed form. On a port with
-	// proxy-protocol, a spec without its own proxy-protocol= gets the
-	// port's, and Text is then the spec's canonical form (Spec.String).
+	// proxy-protocol a spec's own proxy-protocol= is dropped (the proxy
+	// writes the header), and Text is then the spec's canonical form.
 	Text string
 	Spec prober.Spec
 	// Interval, Timeout, Rise and Fall are the spec's own, else the
@@ -359,17 +360,13 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 	pp, ppProblems := parseProxyProtocol(svc, a)
 	problems = append(problems, ppProblems...)
 	s.Probes = portProbes(svc, s, texts)
+	s.ProxyProtocol = pp
 	for i, p := range s.Probes {
-		c, ok := pp[p.Port]
-		if !ok {
+		if _, ok := pp[p.Port]; !ok {
 			continue
 		}
-		if s.ProxyProtocol == nil {
-			s.ProxyProtocol = map[PortKey]prober.ProxyProtocol{}
-		}
-		s.ProxyProtocol[p.Port] = c.version
 		var problem *Problem
-		if s.Probes[i], problem = withProxyProtocol(p, c.version, c.key); problem != nil {
+		if s.Probes[i], problem = withoutOwnHeader(p, probeKey(svc, a, p.Port)); problem != nil {
 			problems = append(problems, *problem)
 		}
 	}
