@@ -198,8 +198,10 @@ func (tp *topology) httpGet(src, node netip.Addr, port int) (string, error) {
 // PROXY protocol version 1 and 2 headers: each backend answers and logs the
 // client's own address, not the proxy pod's. In iptables mode the same
 // proxy keeps forwarding its other ports with rules (the echo port); in
-// userspace mode it relays every port. It also checks that a backend that
-// requires the header is probed Up by `pulselb check` with the option and
+// userspace mode it relays every port. Probed through the proxy, as the
+// probers do, the backends are Up with no header of the probe's own (the
+// relay writes one) and Down with one (a second header). Probed directly, a
+// backend that requires the header is Up with `pulselb check`'s option and
 // Down without it.
 func TestProxyProtocolBackends(t *testing.T) {
 	requireRoot(t)
@@ -256,6 +258,23 @@ func TestProxyProtocolBackends(t *testing.T) {
 				}
 				if got := strings.Count(nginxSince(nginxFrom), want); got != 2 {
 					t.Errorf("nginx logged %q %d times, want 2 (v1 and v2):\n%s", want, got, nginxSince(nginxFrom))
+				}
+			}
+			// A probe through the proxy, as pulselb's probers probe,
+			// gets the relay's header like any client: it needs none of
+			// its own, and one of its own is a second header, which the
+			// backend refuses.
+			for _, port := range []int{haproxyV2Port, nginxV1Port} {
+				target := netip.AddrPortFrom(nodeIP4, uint16(port)).String()
+				for _, tt := range []struct {
+					spec string
+					want int
+				}{{"http", 0}, {"http proxy-protocol=v2", 1}} {
+					cmd := exec.Command("ip", "netns", "exec", tp.client, bin, "check", "--source="+clientOK4.String(), "--timeout=2s", tt.spec, target)
+					out, _ := cmd.CombinedOutput()
+					if got := cmd.ProcessState.ExitCode(); got != tt.want {
+						t.Errorf("through the proxy, pulselb check %q %s: exit %d, want %d\n%s", tt.spec, target, got, tt.want, out)
+					}
 				}
 			}
 			pp.stop(t)
