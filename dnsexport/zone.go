@@ -301,6 +301,11 @@ func Build(cfg ZoneConfig, services []Service) (*Zone, []error, error) {
 		}
 	}
 	rname := cfg.Hostmaster
+	if rname != "" {
+		if err := CheckHostmaster(rname); err != nil {
+			return nil, nil, fmt.Errorf("hostmaster %.80q: %w", rname, err)
+		}
+	}
 	if rname == "" {
 		rname = "hostmaster." + origin
 	}
@@ -646,4 +651,40 @@ func negativeSOA(soa *dns.SOA) []dns.RR {
 	c := *soa
 	c.Hdr.Ttl = min(c.Hdr.Ttl, c.Minttl)
 	return []dns.RR{&c}
+}
+
+// CheckHostmaster checks a zone's hostmaster (--dns-hostmaster, standalone's
+// dns.hostmaster), the SOA mailbox: a mail
+// address whose domain is a hostname (contract.Hostname) and whose local
+// part has letters, digits and ".", "-", "_", "+" only, not starting or
+// ending with a dot nor holding two in a row; or a hostname, whose first
+// label is the mailbox.
+func CheckHostmaster(s string) error {
+	local, domain, isMail := strings.Cut(s, "@")
+	if !isMail {
+		domain = s
+	}
+	if _, err := contract.Hostname(domain); err != nil || strings.HasPrefix(domain, "*") {
+		if err == nil {
+			err = errors.New("a wildcard")
+		}
+		return fmt.Errorf("domain %.80q: %w", domain, err)
+	}
+	if !isMail {
+		return nil
+	}
+	switch {
+	case local == "":
+		return errors.New("nothing before the @")
+	case len(local) > 63:
+		return errors.New("the part before the @ is longer than 63 characters")
+	case local[0] == '.' || local[len(local)-1] == '.' || strings.Contains(local, ".."):
+		return errors.New("the part before the @ starts or ends with a dot, or has two in a row")
+	}
+	for _, c := range local {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && !strings.ContainsRune(".-_+", c) {
+			return fmt.Errorf("%q before the @: want letters, digits, '.', '-', '_' and '+'", c)
+		}
+	}
+	return nil
 }

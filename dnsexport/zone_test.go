@@ -173,6 +173,10 @@ func TestBuildConfigErrors(t *testing.T) {
 		{"no name servers", ZoneConfig{Origin: "lb.example.test"}},
 		{"in-zone name server without address", ZoneConfig{Origin: "lb.example.test", NameServers: []NameServer{{Name: "ns.lb.example.test"}}}},
 		{"bad origin", ZoneConfig{Origin: "a..b", NameServers: testZoneConfig.NameServers}},
+		// The controller's --dns-hostmaster and standalone's
+		// dns.hostmaster both end here.
+		{"hostmaster not a name", ZoneConfig{Origin: "lb.example.test", NameServers: testZoneConfig.NameServers, Hostmaster: "<script>"}},
+		{"hostmaster mailbox with a space", ZoneConfig{Origin: "lb.example.test", NameServers: testZoneConfig.NameServers, Hostmaster: "dns admin@example.com"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

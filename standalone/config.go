@@ -725,7 +725,7 @@ func (d *decoder) dns(n *yaml.Node, cfg *Config) {
 	}
 	if v := m["hostmaster"]; v != nil {
 		if s, ok := d.str(v, "dns.hostmaster"); ok {
-			if err := checkHostmaster(s); err != nil {
+			if err := dnsexport.CheckHostmaster(s); err != nil {
 				d.errorf(v, "dns.hostmaster", "%.80q is not a mail address or a domain name: %v", s, err)
 			} else {
 				cfg.DNS.Hostmaster = s
@@ -742,41 +742,6 @@ func (d *decoder) dns(n *yaml.Node, cfg *Config) {
 	if v := m["rate-limit"]; v != nil {
 		cfg.DNS.RateLimit = d.rateLimit(v, "dns.rate-limit")
 	}
-}
-
-// checkHostmaster checks dns.hostmaster, the zone's SOA mailbox: a mail
-// address whose domain is a hostname (contract.Hostname) and whose local
-// part has letters, digits and ".", "-", "_", "+" only, not starting or
-// ending with a dot nor holding two in a row; or a hostname, whose first
-// label is the mailbox.
-func checkHostmaster(s string) error {
-	local, domain, isMail := strings.Cut(s, "@")
-	if !isMail {
-		domain = s
-	}
-	if _, err := contract.Hostname(domain); err != nil || strings.HasPrefix(domain, "*") {
-		if err == nil {
-			err = errors.New("a wildcard")
-		}
-		return fmt.Errorf("domain %.80q: %w", domain, err)
-	}
-	if !isMail {
-		return nil
-	}
-	switch {
-	case local == "":
-		return errors.New("nothing before the @")
-	case len(local) > 63:
-		return errors.New("the part before the @ is longer than 63 characters")
-	case local[0] == '.' || local[len(local)-1] == '.' || strings.Contains(local, ".."):
-		return errors.New("the part before the @ starts or ends with a dot, or has two in a row")
-	}
-	for _, c := range local {
-		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && !strings.ContainsRune(".-_+", c) {
-			return fmt.Errorf("%q before the @: want letters, digits, '.', '-', '_' and '+'", c)
-		}
-	}
-	return nil
 }
 
 // rateLimit reads dns.rate-limit: the controller's --dns-rate-limit
