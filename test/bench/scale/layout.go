@@ -87,6 +87,17 @@ func (l *layout) servicesOn(i int) []string {
 	return out
 }
 
+// servicesOnIndex returns the indexes of the Services with a proxy on node i.
+func (l *layout) servicesOnIndex(i int) []int {
+	var out []int
+	for s, p := range l.proxies {
+		if p[0] == i || p[1] == i {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // targetKey is the key of Service s's port on node i.
 func targetKey(s, i int) string {
 	return contract.TargetKey(benchNS+"/"+serviceName(s), string(corev1.ProtocolTCP), int32(firstPort+s), nodeName(i))

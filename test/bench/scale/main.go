@@ -148,6 +148,10 @@ type result struct {
 	healed                          []time.Duration
 	queues                          queueStats
 	setup                           time.Duration
+	timedOut                        int
+	// agentProbes is the real agents' probes per second, agentRefreshes
+	// their target recomputations per agent per second.
+	agentProbes, agentRefreshes float64
 }
 
 func printResult(r result) {
@@ -169,6 +173,10 @@ func printResult(r result) {
 	fmt.Printf("  CPU by process (cores): %s\n", formatCPU(r.processCPU, r.window))
 	fmt.Printf("  API server writes/s: %s\n", formatWrites(r.writes))
 	fmt.Printf("  controller: %s\n", r.queues)
+	fmt.Printf("  real agents: %.0f probes/s; %.2f target recomputations per agent per second\n", r.agentProbes, r.agentRefreshes)
+	if r.timedOut > 0 {
+		fmt.Printf("  %d of %d trials timed out after %s: their unfinished Services count as %s above\n", r.timedOut, len(r.trialMax), *trialTimeout, *trialTimeout)
+	}
 }
 
 func printSummary(results []result) {

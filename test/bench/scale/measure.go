@@ -10,11 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -103,7 +106,8 @@ func measure(ctx context.Context, s size) (result, error) {
 	wg.Go(func() { cheap.renew(ctx) })
 
 	// Real agents, sharing informers and a vantage memo as in bench/probers.
-	if err := startAgents(ctx, &wg, cs, reports, cl, real); err != nil {
+	agentReg := prometheus.NewRegistry()
+	if err := startAgents(ctx, &wg, cs, reports, cl, real, agentReg); err != nil {
 		return r, err
 	}
 	r.setup = time.Since(began)
@@ -147,11 +151,12 @@ func measure(ctx context.Context, s size) (result, error) {
 	if err != nil {
 		return r, err
 	}
+	a0 := agentCounters(agentReg)
 	t0 := time.Now()
 	services := 0
 	ctlLog := &verdictLog{path: ctl.LogPath}
 	for i, v := range cl.victims {
-		tr, err := trial(ctx, cl, statuses, votes, ctlLog, v)
+		tr, err := trial(ctx, cs, cl, reports, statuses, votes, ctlLog, v)
 		if err != nil {
 			return r, fmt.Errorf("trial %d (node %s): %w", i+1, nodeName(v), err)
 		}
@@ -171,6 +176,9 @@ func measure(ctx context.Context, s size) (result, error) {
 		}
 		r.healed = append(r.healed, tr.healed)
 		services += len(tr.perService)
+		if tr.timedOut {
+			r.timedOut++
+		}
 	}
 	r.window = time.Since(t0)
 	r.servicesPerTrl = float64(services) / float64(len(cl.victims))
@@ -205,6 +213,9 @@ func measure(ctx context.Context, s size) (result, error) {
 	}
 	r.queues = q1.sub(q0)
 	r.load = loadAverage()
+	a1 := agentCounters(agentReg)
+	r.agentProbes = (a1.probes - a0.probes) / r.window.Seconds()
+	r.agentRefreshes = (a1.refreshes - a0.refreshes) / r.window.Seconds() / float64(max(1, len(real)))
 	return r, nil
 }
 
@@ -216,6 +227,7 @@ type trialResult struct {
 	// its first Down verdict on anything of the node (beacon or port).
 	beaconVerdict  time.Duration
 	healed, cutFor time.Duration
+	timedOut       bool
 	servicesOfNode int
 }
 
@@ -223,7 +235,7 @@ func (t trialResult) first() time.Duration { return slices.Min(t.perService) }
 func (t trialResult) last() time.Duration  { return slices.Max(t.perService) }
 
 // trial blackholes node v, times its Services' status writes, and heals it.
-func trial(ctx context.Context, cl *layout, statuses *statusWatch, votes *voteWatch, ctlLog *verdictLog, v int) (trialResult, error) {
+func trial(ctx context.Context, cs kubernetes.Interface, cl *layout, reports *v1alpha1.Client, statuses *statusWatch, votes *voteWatch, ctlLog *verdictLog, v int) (trialResult, error) {
 	tr := trialResult{vote: -1, verdict: -1, beaconVerdict: -1}
 	victim := cl.nodes[v]
 	svcs := cl.servicesOn(v)
@@ -234,10 +246,17 @@ func trial(ctx context.Context, cl *layout, statuses *statusWatch, votes *voteWa
 		return statuses.allWithout(svcs, ip, t0), nil
 	})
 	if err != nil {
-		return tr, fmt.Errorf("waiting for %d Services to drop %s: %w", len(svcs), ip, err)
+		// Counted as the timeout, and said why as far as the reports
+		// tell: what the victim's beacon vantages report of it.
+		tr.timedOut = true
+		log.Printf("trial on %s: not every Service dropped %s after %s; the beacon's vantages report: %s",
+			nodeName(v), ip, *trialTimeout, diagnose(ctx, reports, cl, v))
 	}
 	for _, s := range svcs {
-		at, _ := statuses.firstWithout(s, ip, t0)
+		at, ok := statuses.firstWithout(s, ip, t0)
+		if !ok {
+			at = t0.Add(*trialTimeout)
+		}
 		tr.perService = append(tr.perService, at.Sub(t0))
 	}
 	// The node stays cut off until its beacon is Down by quorum too (a
@@ -261,10 +280,28 @@ func trial(ctx context.Context, cl *layout, statuses *statusWatch, votes *voteWa
 	if err := victim.listen(ctx); err != nil {
 		return tr, err
 	}
+	// The controller may have deleted a proxy pod it judged broken (a port
+	// Down on a node whose beacon is Up); no ReplicaSet runs here to make
+	// another, so the benchmark does, on the same node.
+	for _, sv := range cl.servicesOnIndex(v) {
+		for k, i := range cl.proxies[sv] {
+			name := fmt.Sprintf("pulselb-%s-%d", serviceName(sv), k)
+			if _, err := cs.CoreV1().Pods(systemNS).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				svc, err := cs.CoreV1().Services(benchNS).Get(ctx, serviceName(sv), metav1.GetOptions{})
+				if err != nil {
+					return tr, err
+				}
+				if err := createReadyPod(ctx, cs, name, nodeName(i), contract.ProxySelector(svc)); err != nil {
+					return tr, err
+				}
+				log.Printf("recreated proxy pod %s on %s", name, nodeName(i))
+			}
+		}
+	}
 	if err := waitFor(ctx, *healTimeout, func() (bool, error) {
 		return statuses.allWith(svcs, ip), nil
 	}); err != nil {
-		return tr, fmt.Errorf("waiting for %s to return to %d Services: %w", ip, len(svcs), err)
+		log.Printf("trial on %s: %s not back in every Service after %s; going on", nodeName(v), ip, *healTimeout)
 	}
 	tr.healed = time.Since(h0)
 	// The next victim is another node; the quiet seconds let this one's
@@ -275,13 +312,16 @@ func trial(ctx context.Context, cl *layout, statuses *statusWatch, votes *voteWa
 
 // startAgents runs a prober agent, probing every second, for each node in
 // real.
-func startAgents(ctx context.Context, wg *sync.WaitGroup, cs kubernetes.Interface, reports *v1alpha1.Client, cl *layout, real []int) error {
+func startAgents(ctx context.Context, wg *sync.WaitGroup, cs kubernetes.Interface, reports *v1alpha1.Client, cl *layout, real []int, reg *prometheus.Registry) error {
 	clusterInf := informers.NewSharedInformerFactory(cs, 0)
 	system := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(systemNS))
 	memo := &prober.VantageMemo{}
 	probeMetrics := prober.NewMetrics()
 	agentMetrics := agent.NewMetrics()
-	if err := agentMetrics.RegisterMetrics(prometheus.NewRegistry()); err != nil {
+	if err := agentMetrics.RegisterMetrics(reg); err != nil {
+		return err
+	}
+	if err := probeMetrics.RegisterMetrics(reg); err != nil {
 		return err
 	}
 	var as []*agent.Agent
@@ -378,6 +418,49 @@ func ingressIPs(svc *corev1.Service) []string {
 	var out []string
 	for _, in := range svc.Status.LoadBalancer.Ingress {
 		out = append(out, in.IP)
+	}
+	return out
+}
+
+// diagnose says what the vantages of node v's beacon report of it now,
+// and when each last wrote.
+func diagnose(ctx context.Context, reports *v1alpha1.Client, cl *layout, v int) string {
+	var parts []string
+	for _, n := range cl.vantages(contract.BeaconKey(nodeName(v)), nodeName(v)) {
+		r, err := reports.Get(ctx, systemNS, n)
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("%s: %v", n, err))
+			continue
+		}
+		obs := "no observation"
+		for _, b := range r.Status.Beacons {
+			if b.Node == nodeName(v) {
+				obs = fmt.Sprintf("%s %s %q", b.State, b.Outcome, b.Message)
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s (written %s ago): %s", n, time.Since(r.Status.HeartbeatTime.Time).Round(time.Second), obs))
+	}
+	return strings.Join(parts, "; ")
+}
+
+type agentCount struct{ probes, refreshes float64 }
+
+// agentCounters reads the real agents' probes and target recomputations.
+func agentCounters(reg *prometheus.Registry) agentCount {
+	var out agentCount
+	mfs, err := reg.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "pulselb_prober_probes_total":
+				out.probes += m.GetCounter().GetValue()
+			case "pulselb_prober_target_refreshes_total":
+				out.refreshes += m.GetCounter().GetValue()
+			}
+		}
 	}
 	return out
 }
