@@ -28,6 +28,9 @@ the MySQL server version. ADDR may be an IP address or a host name.
 With --serve, ADDR:PORT is omitted: pulselb starts a throwaway loopback
 server for SPEC's protocol and probes that; for tls and https the probe
 trusts the server's self-signed certificate, so verification succeeds.
+A backend that requires a PROXY protocol header (HAProxy accept-proxy, nginx
+proxy_protocol) is probed with proxy-protocol=v1 or proxy-protocol=v2 in SPEC,
+for example "http proxy-protocol=v2 path=/healthz".
 
 Exit status: 0 when every probe was up, 1 when any was down, 2 for a bad
 spec, address or flag.
