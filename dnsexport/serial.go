@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pulselb/pulselb/files"
 )
 
 // serials hands out SOA serials that increase on every change and across
@@ -35,12 +37,16 @@ type serials struct {
 // no reason to stop serving: it is ignored, the serial starts from the
 // clock as without a file, and ignored says why. Only a file that cannot
 // be read is an error, since it could not be written either.
+// maxSerialFile caps the serial file, which holds one decimal number: a
+// device or a huge file in its place must neither fill memory nor block.
+const maxSerialFile = 4 << 10
+
 func newSerials(path string, now func() time.Time) (s *serials, ignored, err error) {
 	s = &serials{path: path, now: now}
 	if path == "" {
 		return s, nil, nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := files.Read(path, maxSerialFile, "a serial file")
 	switch {
 	case os.IsNotExist(err):
 		return s, nil, nil

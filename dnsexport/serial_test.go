@@ -113,3 +113,14 @@ func TestCorruptSerialFileAsksSecondaries(t *testing.T) {
 		t.Errorf("first serial %d, want %d: one past the secondary's", got, ahead+1)
 	}
 }
+
+// A serial file that is a device or a named pipe is refused at once, naming
+// it, instead of filling memory or blocking the start.
+func TestSerialFileNotRegular(t *testing.T) {
+	for _, path := range []string{"/dev/zero", t.TempDir()} {
+		_, _, err := newSerials(path, time.Now)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("newSerials(%s): %v, want an error naming it", path, err)
+		}
+	}
+}

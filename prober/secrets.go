@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/pulselb/pulselb/files"
 )
 
 // DirSecrets is a SecretSource that reads Secrets laid out the way a
@@ -23,14 +25,14 @@ func (d DirSecrets) PasswordFile(name string) string {
 	return filepath.Join(string(d), name, "password")
 }
 
-// Password returns the password of the named Secret, read with ReadFile:
+// Password returns the password of the named Secret, read with files.Read:
 // a password file that is not a regular file or is larger than
 // MaxSecretBytes is an error naming it.
 func (d DirSecrets) Password(_ context.Context, name string) (string, error) {
 	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
 		return "", fmt.Errorf("secret name %q is not a single path element", name)
 	}
-	b, err := ReadFile(d.PasswordFile(name), MaxSecretBytes, "a password file")
+	b, err := files.Read(d.PasswordFile(name), MaxSecretBytes, "a password file")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", fmt.Errorf("secret %q has no password file in %s", name, string(d))

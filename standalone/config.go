@@ -29,6 +29,7 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
+	"github.com/pulselb/pulselb/files"
 	"github.com/pulselb/pulselb/httpserver"
 	"github.com/pulselb/pulselb/prober"
 )
@@ -250,17 +251,17 @@ func Load(path string) (*Config, error) {
 
 // checkStateFile checks a file pulselb keeps its own state in (state-file,
 // dns.serial-file): it need not exist yet, but when it does it must be a
-// file prober.ReadFile reads.
+// file files.Read reads.
 func checkStateFile(path string, limit int64, what string) error {
-	if err := prober.CheckFile(path, limit, what); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := files.Check(path, limit, what); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
 }
 
-// readFile is prober.ReadFile: regular files of at most limit bytes.
+// readFile is files.Read: regular files of at most limit bytes.
 func readFile(path string, limit int64, what string) ([]byte, error) {
-	return prober.ReadFile(path, limit, what)
+	return files.Read(path, limit, what)
 }
 
 // Parse checks the configuration in data, read from file. Relative paths
@@ -1156,7 +1157,7 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config, svc *Service) {
 				// Read as the probe reads it, so that a file the probe
 				// would refuse is refused here first.
 				file := prober.DirSecrets(cfg.SecretsDir).PasswordFile(spec.Secret)
-				if err := prober.CheckFile(file, prober.MaxSecretBytes, "a password file"); err != nil {
+				if err := files.Check(file, prober.MaxSecretBytes, "a password file"); err != nil {
 					d.errorf(m["probe"], p+".probe", "secret=%s: %v", spec.Secret, err)
 				}
 			}

@@ -1,4 +1,8 @@
-package prober
+// Package files reads the files a user points pulselb at (configuration,
+// tokens, passwords, state, the DNS serial) by one rule: regular files
+// only, of a bounded size, with errors naming the file. It imports nothing
+// of pulselb, so every package may use it.
+package files
 
 import (
 	"fmt"
@@ -8,15 +12,15 @@ import (
 	"syscall"
 )
 
-// ReadFile reads the regular file at path, of at most limit bytes. It is
+// Read reads the regular file at path, of at most limit bytes. It is
 // the one rule for the files a user points pulselb at (configuration,
 // tokens, passwords, state): anything but a regular file, such as a
 // device (/dev/zero), a named pipe or a directory, is refused before it is
 // opened, so that it can neither block a reader forever nor fill memory;
 // a larger file is refused too. Errors name the file; what says what it
 // is for, as in "larger than 64 KiB, the most a password file may hold".
-func ReadFile(path string, limit int64, what string) ([]byte, error) {
-	if err := CheckFile(path, limit, what); err != nil {
+func Read(path string, limit int64, what string) ([]byte, error) {
+	if err := Check(path, limit, what); err != nil {
 		return nil, err
 	}
 	// A named pipe put in the file's place since the check would block
@@ -45,9 +49,9 @@ func ReadFile(path string, limit int64, what string) ([]byte, error) {
 	return data, nil
 }
 
-// CheckFile returns what ReadFile would refuse path for without reading
+// Check returns what Read would refuse path for without reading
 // it: that it is missing, not a regular file, or larger than limit.
-func CheckFile(path string, limit int64, what string) error {
+func Check(path string, limit int64, what string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return err
