@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/pulselb/pulselb/test/cluster"
@@ -37,6 +38,11 @@ func (b *bench) leaderPhase(ctx context.Context, ctl *cluster.PulselbProcess, n 
 	if err != nil {
 		return nil, nil, err
 	}
+	// The probers run already (deploy.InstallProbers, whose DaemonSet
+	// selects its pods by other labels and cannot be changed in place).
+	objs = slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "DaemonSet" && o.GetName() == deploy.ProberName
+	})
 	a, err := deploy.NewApplier(b.c.RESTConfig)
 	if err != nil {
 		return nil, nil, err
