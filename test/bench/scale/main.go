@@ -65,7 +65,7 @@ var (
 	workers       = flag.Int("create-workers", 32, "parallel object creations during setup")
 	publishWait   = flag.Duration("publish-timeout", 20*time.Minute, "how long to wait for every Service to be published")
 	trialTimeout  = flag.Duration("trial-timeout", time.Minute, "how long a trial waits for the status writes")
-	healTimeout   = flag.Duration("heal-timeout", 2*time.Minute, "how long to wait for a healed node's addresses to return")
+	healTimeout   = flag.Duration("heal-timeout", time.Minute, "how long to wait for a healed node's addresses to return")
 )
 
 func main() {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -131,7 +132,21 @@ func measure(ctx context.Context, s size) (result, error) {
 		return r, fmt.Errorf("waiting for every Service to be published (%d of %d): %w", statuses.published(cl), s.services, err)
 	}
 	r.publishedAfter = time.Since(ctlStarted)
-	log.Printf("%s: every Service published after %s; warming up %s", s.name, r.publishedAfter.Round(time.Second), *warmup)
+	// The controller goes on writing for a while (disruption budgets,
+	// conditions); the trials start once it has written nothing for 10 s.
+	last, quietSince := -1.0, time.Now()
+	_ = waitFor(ctx, 5*time.Minute, func() (bool, error) {
+		q, err := readQueues(ctx, metricsURL)
+		if err != nil {
+			return false, nil
+		}
+		if n := q.writes(); n != last {
+			last, quietSince = n, time.Now()
+		}
+		return time.Since(quietSince) >= 10*time.Second, nil
+	})
+	log.Printf("%s: every Service published after %s, the controller quiet after %s; warming up %s", s.name,
+		r.publishedAfter.Round(time.Second), time.Since(ctlStarted).Round(time.Second), *warmup)
 	time.Sleep(*warmup) // a measurement setting, not synchronisation
 
 	cpu0 := processCPU()
@@ -286,7 +301,22 @@ func trial(ctx context.Context, cs kubernetes.Interface, cl *layout, reports *v1
 	for _, sv := range cl.servicesOnIndex(v) {
 		for k, i := range cl.proxies[sv] {
 			name := fmt.Sprintf("pulselb-%s-%d", serviceName(sv), k)
-			if _, err := cs.CoreV1().Pods(systemNS).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			p, err := cs.CoreV1().Pods(systemNS).Get(ctx, name, metav1.GetOptions{})
+			if err == nil && p.DeletionTimestamp != nil {
+				// Deleted with a grace period, which no kubelet here ends.
+				err = cs.CoreV1().Pods(systemNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+				if err == nil {
+					err = waitFor(ctx, 30*time.Second, func() (bool, error) {
+						_, err := cs.CoreV1().Pods(systemNS).Get(ctx, name, metav1.GetOptions{})
+						return apierrors.IsNotFound(err), nil
+					})
+				}
+				if err != nil {
+					return tr, fmt.Errorf("removing the deleted proxy pod %s: %w", name, err)
+				}
+				err = apierrors.NewNotFound(corev1.Resource("pods"), name)
+			}
+			if apierrors.IsNotFound(err) {
 				svc, err := cs.CoreV1().Services(benchNS).Get(ctx, serviceName(sv), metav1.GetOptions{})
 				if err != nil {
 					return tr, err

@@ -367,6 +367,10 @@ func readQueues(ctx context.Context, url string) (queueStats, error) {
 			case "pulselb_controller_workqueue_queue_duration_seconds":
 				s.waits += float64(m.GetHistogram().GetSampleCount())
 				s.waitSeconds += m.GetHistogram().GetSampleSum()
+			case "pulselb_controller_writes_total":
+				q = "writes"
+				s = out[q]
+				s.adds += m.GetCounter().GetValue()
 			case "pulselb_controller_workqueue_adds_total":
 				s.adds += m.GetCounter().GetValue()
 			default:
@@ -377,6 +381,9 @@ func readQueues(ctx context.Context, url string) (queueStats, error) {
 	}
 	return out, nil
 }
+
+// writes is the controller's writes to the API server so far.
+func (q queueStats) writes() float64 { return q["writes"].adds }
 
 func (q queueStats) sub(b queueStats) queueStats {
 	out := queueStats{}
@@ -391,6 +398,10 @@ func (q queueStats) String() string {
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		s := q[k]
+		if k == "writes" {
+			parts = append(parts, fmt.Sprintf("%.0f writes", s.adds))
+			continue
+		}
 		if s.syncs == 0 && s.adds == 0 {
 			continue
 		}
