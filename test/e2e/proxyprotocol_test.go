@@ -22,17 +22,20 @@ import (
 // Service with one port that sends a PROXY protocol v2 header and one that
 // does not, both to the echo backend (svcNamespace's pods named by
 // selector, on backendPort), which answers with the client it sees. The
-// Service is published (its probes send a header too); through every
+// Service is published and Healthy: its http probes pass through the relay,
+// which gives them a header like any client's. Through every
 // published address the header port shows the client namespace's own
 // address and the other port answers too, from the proxy's; the ConfigValid
-// condition says which port the relay carries.
+// condition says which port the relay carries. Then sessionAffinity ClientIP,
+// which the proxies cannot honour per client, is reported (ConfigValid
+// False, an InvalidSpec Event) while the Service stays published.
 func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interface, svcNamespace string, selector map[string]string,
 	backendPort intstr.IntOrString, annotations map[string]string) {
 	const name, ppPort, plainPort = "client-address", 8093, 8094
 	ann := map[string]string{
 		"pulselb.io/proxy-protocol.pp": "v2",
-		// An HTTP probe reads an answer after its header: the backend
-		// must have taken the header for the Service to be published.
+		// An HTTP probe reads an answer: the backend must have taken the
+		// header the relay wrote on the probe's connection.
 		"pulselb.io/probe": "http",
 	}
 	for k, v := range annotations {
@@ -56,9 +59,15 @@ func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 		_ = cs.CoreV1().Services(svcNamespace).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
 	})
 	var addrs []string
-	poll(ctx, t, 90*time.Second, "the Service with proxy-protocol published", func() bool {
+	// Healthy True: published because its probes pass, not failing open.
+	poll(ctx, t, 90*time.Second, "the Service with proxy-protocol published and Healthy", func() bool {
 		addrs = ingressIPs(ctx, cs, svcNamespace, name)
-		return len(addrs) == 2
+		s, err := cs.CoreV1().Services(svcNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		c := findCondition(s.Status.Conditions, "pulselb.io/Healthy")
+		return len(addrs) == 2 && c != nil && c.Status == metav1.ConditionTrue
 	})
 	client := rangesClientA
 	for _, a := range addrs {
@@ -85,6 +94,23 @@ func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 	want := fmt.Sprintf("the userspace relay carries TCP:%d with a PROXY protocol v2 header; iptables rules carry TCP:%d", ppPort, plainPort)
 	if c := findCondition(svc.Status.Conditions, "pulselb.io/ConfigValid"); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, want) {
 		t.Errorf("ConfigValid %+v, want True saying %q", c, want)
+	}
+
+	svc.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	if _, err := cs.CoreV1().Services(svcNamespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, 15*time.Second, "ConfigValid False for sessionAffinity ClientIP, and an InvalidSpec Event", func() bool {
+		s, err := cs.CoreV1().Services(svcNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		c := findCondition(s.Status.Conditions, "pulselb.io/ConfigValid")
+		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, `spec.sessionAffinity="ClientIP"`) &&
+			countEvents(ctx, t, cs, svcNamespace, name, "InvalidSpec") > 0
+	})
+	if got := ingressIPs(ctx, cs, svcNamespace, name); len(got) != len(addrs) {
+		t.Errorf("published %v with sessionAffinity ClientIP, was %v: a reported setting must not unpublish the Service", got, addrs)
 	}
 }
 
