@@ -23,6 +23,7 @@ var commands = map[string]command{
 	"proxy-init": {"turn on IP forwarding in a proxy pod (init container)", runProxyInit},
 	"standalone": {"probe hosts from a YAML file and serve the healthy ones in DNS, without a cluster", runStandalone},
 	"demo":       {"run standalone against three loopback hosts, fail one and show DNS follow", runDemo},
+	"version":    {"print the version, commit, Go version and platform", runVersion},
 
 	"vantage-kubeconfig": {"write an external vantage's kubeconfig from its ServiceAccount token", runVantageKubeconfig},
 }

@@ -1,6 +1,14 @@
-package image
+// Package debian puts Debian packages into pulselb's images without
+// installing them in an image: Installed takes the files of packages
+// installed on this machine (the test harness' images), Fetch downloads
+// and unpacks a package and its dependencies for any Debian architecture
+// (the release images for amd64, arm64 and armhf). Both leave out what
+// Debian's slim images leave out and follow Debian 12's merged /usr.
+package debian
 
 import (
+	"github.com/pulselb/pulselb/release/oci"
+
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,13 +20,13 @@ import (
 // skipped are the paths a slim Debian image leaves out (dpkg path-exclude).
 var skipped = []string{"/usr/share/doc/", "/usr/share/man/", "/usr/share/info/", "/usr/share/lintian/", "/usr/share/locale/"}
 
-// DebianPackages returns the files of the installed Debian packages pkgs
+// Installed returns the files of the installed Debian packages pkgs
 // and of everything they depend on (first alternative of each Depends and
 // Pre-Depends), read from this machine: what `apt-get install
 // --no-install-recommends pkgs` puts into a Debian image of the same
 // release. Symbolic links into /etc/alternatives come with their
 // alternative. Documentation is left out, as in Debian's slim images.
-func DebianPackages(pkgs ...string) ([]File, error) {
+func Installed(pkgs ...string) ([]oci.File, error) {
 	closure := map[string]bool{}
 	todo := append([]string(nil), pkgs...)
 	for len(todo) > 0 {
@@ -44,7 +52,7 @@ func DebianPackages(pkgs ...string) ([]File, error) {
 	}
 	sort.Strings(names)
 	seen, dup, links := map[string]bool{}, map[string]bool{}, map[string]bool{}
-	var files []File
+	var files []oci.File
 	add := func(p string) error {
 		if seen[p] {
 			return nil
@@ -80,19 +88,19 @@ func DebianPackages(pkgs ...string) ([]File, error) {
 		dup[name] = true
 		switch {
 		case fi.IsDir():
-			files = append(files, File{Path: name, Dir: true, Mode: fi.Mode()})
+			files = append(files, oci.File{Path: name, Dir: true, Mode: fi.Mode()})
 		case fi.Mode()&os.ModeSymlink != 0:
 			target, err := os.Readlink(p)
 			if err != nil {
 				return fmt.Errorf("reading link %s: %w", p, err)
 			}
-			files = append(files, File{Path: name, Link: target})
+			files = append(files, oci.File{Path: name, Link: target})
 		case fi.Mode().IsRegular():
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return fmt.Errorf("reading %s: %w", p, err)
 			}
-			files = append(files, File{Path: name, Mode: fi.Mode(), Data: b})
+			files = append(files, oci.File{Path: name, Mode: fi.Mode(), Data: b})
 		}
 		return nil
 	}
@@ -160,7 +168,7 @@ func DebianPackages(pkgs ...string) ([]File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading link %s: %w", d, err)
 		}
-		files = append(files, File{Path: d, Link: target})
+		files = append(files, oci.File{Path: d, Link: target})
 	}
 	return files, nil
 }
