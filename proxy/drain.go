@@ -69,7 +69,6 @@ func (p *Proxy) shutdown(ctx context.Context) error {
 	logger.Info("Refusing new proxy connections; open ones may finish", "drainTimeout", p.cfg.DrainTimeout)
 	switch mode {
 	case ModeIPTables:
-		p.stopNewIPTables(ctx)
 		// The relays of PROXY protocol ports, if any, close their
 		// listeners and drain while the rules drain.
 		relays := make(chan struct{})
@@ -77,6 +76,7 @@ func (p *Proxy) shutdown(ctx context.Context) error {
 			defer close(relays)
 			p.stopUserspace(p.cfg.DrainTimeout)
 		}()
+		p.stopNewIPTables(ctx)
 		p.keepUpFor(ctx, p.cfg.DrainTimeout)
 		<-relays
 		return p.removeIPTables(ctx)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -280,6 +281,28 @@ func TestProxyProtocolBackends(t *testing.T) {
 			pp.stop(t)
 		})
 	}
+
+	// A relayed port drains like the rules do: during the delay a new
+	// client is still served with its header, after it one is refused, and
+	// the proxy exits cleanly at the end.
+	t.Run("drain in iptables mode", func(t *testing.T) {
+		pp := tp.startProxy(t, bin, ModeIPTables, ModeIPTables, ports, headers, "--drain-delay=2s", "--drain-timeout=4s")
+		pp.signal(t, syscall.SIGTERM)
+		waitFor(t, 5*time.Second, "the delay phase", func() bool { return tp.healthy("phase=delay") })
+		if got, err := tp.httpGet(clientOK4, nodeIP4, haproxyV2Port); err != nil || got != clientOK4.String() {
+			t.Errorf("during the drain delay the backend saw %q (%v), want the client's address", got, err)
+		}
+		waitFor(t, 5*time.Second, "the drain phase", func() bool { return tp.healthy("phase=drain") })
+		// The phase is set a moment before the listeners close.
+		waitFor(t, time.Second, "the relayed port to refuse new clients", func() bool {
+			_, err := tp.httpGet(clientOK4, nodeIP4, haproxyV2Port)
+			return err != nil
+		})
+		if !tp.healthy("phase=drain") {
+			t.Errorf("the proxy left the drain phase before the relayed port refused: the test proves nothing")
+		}
+		pp.wait(t, 10*time.Second)
+	})
 
 	t.Run("probes", func(t *testing.T) {
 		for _, port := range []int{haproxyV1Port, nginxV2Port, haproxyTrustPort} {
