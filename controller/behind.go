@@ -31,6 +31,10 @@ import (
 //     decides).
 // Such a port's Down verdict does not take the node out of the status nor
 // restart its proxy; the Service's BackendsReachable condition says why.
+// Only on nodes whose beacon no vantage reports Down: a node cut off fails
+// its beacon and its ports together, and its ports' verdict must not wait
+// for the beacon's quorum (a failure seen elsewhere shortly before, such as
+// the previous fault's, would otherwise hold it).
 // A node whose own path fails, the others' working, still fails over.
 // Not for externalTrafficPolicy Local, where each proxy has its own
 // endpoints.
@@ -53,25 +57,24 @@ func (c *Controller) noteFailing(idx status.Reports, targets []healthTarget, now
 		c.failing = map[string]time.Time{}
 	}
 	keep := make(map[string]bool, len(targets))
+	beacons := map[string]bool{}
 	for _, t := range targets {
 		if t.Beacon {
+			if anyDownVote(idx, t.Target) {
+				beacons[t.Node] = true
+			}
 			continue
 		}
 		keep[t.Key] = true
-		for _, v := range t.Vantages {
-			if fresh, _ := idx.Vantage(v); !fresh {
-				continue
+		if anyDownVote(idx, t.Target) {
+			if last, ok := c.failing[t.Key]; !ok || now.Sub(last) > failingMemory {
+				started = append(started, t.service)
 			}
-			if o := idx.Observation(v, t.Target); o != nil && o.State == v1alpha1.StateDown {
-				if last, ok := c.failing[t.Key]; !ok || now.Sub(last) > failingMemory {
-					started = append(started, t.service)
-				}
-				c.failing[t.Key] = now
-				failing = append(failing, t.service)
-				break
-			}
+			c.failing[t.Key] = now
+			failing = append(failing, t.service)
 		}
 	}
+	c.beaconsFailing = beacons
 	for k := range c.failing {
 		if !keep[k] {
 			delete(c.failing, k)
@@ -109,6 +112,28 @@ func (c *Controller) servicesWithEndpointsOn(node string) []cache.ObjectName {
 	return out
 }
 
+// anyDownVote reports whether a fresh vantage of t reports it Down now.
+func anyDownVote(idx status.Reports, t status.Target) bool {
+	for _, v := range t.Vantages {
+		if fresh, _ := idx.Vantage(v); !fresh {
+			continue
+		}
+		if o := idx.Observation(v, t); o != nil && o.State == v1alpha1.StateDown {
+			return true
+		}
+	}
+	return false
+}
+
+// beaconFailing reports whether a fresh vantage reports node's beacon Down
+// now, even below quorum: its ports' failures are then likely the node's
+// own, as they begin together, and are not held (behindProxies).
+func (c *Controller) beaconFailing(node string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.beaconsFailing[node]
+}
+
 // failedRecently reports whether target key was Down by a vantage's report
 // within failingMemory of now.
 func (c *Controller) failedRecently(key string, now time.Time) bool {
@@ -130,7 +155,7 @@ func (c *Controller) behindProxies(svc *corev1.Service, own []*corev1.Pod) (*sta
 		if n == "" || p.DeletionTimestamp != nil || slices.Contains(up, n) {
 			continue
 		}
-		if c.verdicts.Verdict(contract.BeaconKey(n)).Verdict == status.VerdictUp {
+		if c.verdicts.Verdict(contract.BeaconKey(n)).Verdict == status.VerdictUp && !c.beaconFailing(n) {
 			up = append(up, n)
 		}
 	}

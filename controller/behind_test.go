@@ -25,12 +25,16 @@ func TestFaultBehindProxies(t *testing.T) {
 		// n2Failing: a vantage (n3) also saw port 80 Down on n2, below
 		// quorum; n3Down: n3's beacon is Down, and a backend runs there.
 		n2Failing, n3Down bool
+		// n1BeaconFailing: a vantage (n3) sees n1's beacon Down too.
+		n1BeaconFailing bool
 		wantIngress       []string
 		wantHeld          bool
 		wantEndpoint      string
 	}{
 		{name: "only n1 fails: its own fault, it fails over", wantIngress: []string{"10.0.0.2"}},
 		{name: "n2 fails too: behind the proxies", n2Failing: true, wantIngress: []string{"10.0.0.1", "10.0.0.2"}, wantHeld: true},
+		{name: "n2 failed shortly before, but n1's beacon fails too: n1's own fault, it fails over", n2Failing: true, n1BeaconFailing: true,
+			wantIngress: []string{"10.0.0.2"}},
 		{name: "a backend's node failed: behind the proxies", n3Down: true, wantIngress: []string{"10.0.0.1", "10.0.0.2"}, wantHeld: true,
 			wantEndpoint: "pod shop/web-backend-0 on n3"},
 	}
@@ -49,6 +53,9 @@ func TestFaultBehindProxies(t *testing.T) {
 				for i, b := range r.Status.Beacons {
 					if tt.n3Down && b.Node == "n3" {
 						r.Status.Beacons[i].Observation = observation("n3", v1alpha1.StateDown)
+					}
+					if tt.n1BeaconFailing && r.Name == "n3" && b.Node == "n1" {
+						r.Status.Beacons[i].Observation = observation("n1", v1alpha1.StateDown)
 					}
 				}
 			}

@@ -145,8 +145,10 @@ type Controller struct {
 	// wanted, for allowListGrace.
 	allowLists map[cache.ObjectName]allowListSince
 	// failing is when a vantage last reported each port target Down
-	// (noteFailing).
-	failing map[string]time.Time
+	// (noteFailing); beaconsFailing holds the nodes whose beacon a fresh
+	// vantage reports Down now.
+	failing        map[string]time.Time
+	beaconsFailing map[string]bool
 }
 
 // New returns a Controller reading Services, Nodes and EndpointSlices from

@@ -472,7 +472,11 @@ func (c *Controller) health(svc *corev1.Service, nodes []*corev1.Node, own []*co
 			continue
 		}
 		v := c.nodeVerdicts(svc, name, n, published[n])
-		for pk := range held {
+		hold := held
+		if c.beaconFailing(n) {
+			hold = nil // its own fault, likely (behindProxies)
+		}
+		for pk := range hold {
 			if j, ok := v.Ports[pk]; ok && j.Verdict == status.VerdictDown {
 				v.Ports[pk] = status.Judgement{Verdict: status.VerdictUp, Assigned: j.Assigned, Fresh: j.Fresh}
 			}

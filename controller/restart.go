@@ -264,7 +264,7 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 				pk := contract.PortKeyOf(sp)
 				tk := pk.TargetKey(name.String(), n)
 				m[pk] = c.verdicts.Verdict(tk).Verdict
-				if held[pk] && m[pk] == status.VerdictDown {
+				if held[pk] && m[pk] == status.VerdictDown && !c.beaconFailing(n) {
 					m[pk] = status.VerdictUp
 					continue
 				}
