@@ -154,17 +154,29 @@ func (b *bench) steadyEverywhere(ctx context.Context) error {
 		want = append(want, b.ips[n])
 	}
 	slices.Sort(want)
-	return poll(ctx, 180*time.Second, "shop/everywhere on every node, two controllers ready, one leading", func() bool {
-		if !slices.Equal(b.rec.last(), want) {
+	var missing string
+	err := poll(ctx, 180*time.Second, "shop/everywhere on every node, two controllers ready, one leading", func() bool {
+		if got := b.rec.last(); !slices.Equal(got, want) {
+			missing = fmt.Sprintf("status %v, want %v", got, want)
 			return false
 		}
-		if len(readyPods(ctx, b.cs, systemNS, controllerApp)) != 2 {
+		if n := len(readyPods(ctx, b.cs, systemNS, controllerApp)); n != 2 {
+			missing = fmt.Sprintf("%d controllers ready", n)
 			return false
 		}
 		if _, err := b.leaderNode(ctx); err != nil {
+			missing = err.Error()
 			return false
 		}
 		l, err := b.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: unhealthy})
-		return err == nil && len(l.Items) == 0
+		if err != nil || len(l.Items) > 0 {
+			missing = "a node is labelled unhealthy"
+			return false
+		}
+		return true
 	})
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, missing)
+	}
+	return nil
 }
