@@ -148,6 +148,12 @@ func TestProxyCommandFlags(t *testing.T) {
 			`--node-ips="fd00::1": invalid proxy configuration: node IPs: no ipv4 node IP for the ipv4 ClusterIP`},
 		{"node-port target without node IPs", append(base, "--node-port-target=TCP:80=30080"), "",
 			`--node-ips="": invalid proxy configuration: node IPs: no ipv4 node IP`},
+		{"PROXY protocol on a UDP port", []string{"proxy", "--cluster-ips=10.96.0.10", "--ports=UDP:53", "--proxy-protocol=UDP:53=v2"}, "",
+			`--proxy-protocol="UDP:53=v2": proxy-protocol port "UDP:53=v2": the PROXY protocol is for TCP ports only`},
+		{"PROXY protocol on another port, from env", base, "PULSELB_PROXY_PROTOCOL=TCP:443=v2",
+			`--proxy-protocol="TCP:443=v2" (from PULSELB_PROXY_PROTOCOL): invalid proxy configuration: proxy-protocol: TCP:443 is not one of the ports`},
+		{"bad PROXY protocol version", append(base, "--proxy-protocol=TCP:80=v3"), "",
+			`--proxy-protocol="TCP:80=v3": proxy-protocol port "TCP:80=v3": version "v3": want v1 or v2`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
