@@ -27,9 +27,9 @@ func TestFaultBehindProxies(t *testing.T) {
 		n2Failing, n3Down bool
 		// n1BeaconFailing: a vantage (n3) sees n1's beacon Down too.
 		n1BeaconFailing bool
-		wantIngress       []string
-		wantHeld          bool
-		wantEndpoint      string
+		wantIngress     []string
+		wantHeld        bool
+		wantEndpoint    string
 	}{
 		{name: "only n1 fails: its own fault, it fails over", wantIngress: []string{"10.0.0.2"}},
 		{name: "n2 fails too: behind the proxies", n2Failing: true, wantIngress: []string{"10.0.0.1", "10.0.0.2"}, wantHeld: true},
