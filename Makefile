@@ -14,13 +14,27 @@ FUZZ_SERVER   ?= 40000x
 FUZZ_CONFIG   ?= 25000x
 FUZZ_SERIAL   ?= 30000x
 DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy nginx bind9 dnsperf nsd curl util-linux chromium runc containernetworking-plugins conntrack
+# The release: qemu runs its arm64 and armv7 binaries in release-check; its images take iptables of these
+# Debian architectures (apt-get download, nothing installed).
+DEBIAN_DEPS   += qemu-user-static
+RELEASE_DEBIAN_ARCHS := arm64 armhf
 
+.PHONY: release release-check release-reproducible release-prepare
 .PHONY: all build generate manifests verify-manifests image-binary test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers bench-scale clean
 
 all: build
 
+## VERSION and COMMIT stamp every binary (`pulselb version`): release.Describe decides them, the release
+## tag at HEAD without its "v" (v0.2.0 -> 0.2.0), else "dev". The Dockerfile passes them as build arguments.
+RELEASE   = $(GO) run ./release/cmd/pulselb-release
+DESCRIBE  = $(shell $(RELEASE) describe 2>/dev/null)
+VERSION  ?= $(or $(word 1,$(DESCRIBE)),dev)
+COMMIT   ?= $(or $(word 2,$(DESCRIBE)),unknown)
+# Keep in step with release.LDFlags, which `make release` uses.
+VERSION_LDFLAGS = -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
 build:
-	$(GO) build -o bin/pulselb ./cmd/pulselb
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o bin/pulselb ./cmd/pulselb
 
 ## generate: deepcopy code and the CRD from api/ (pinned controller-gen).
 generate:
@@ -38,11 +52,42 @@ verify-manifests:
 ## image-binary: the static binary the container image ships; the Dockerfile runs this target,
 ## and test/deploy runs it and checks the result is static.
 IMAGE_BINARY ?= bin/pulselb-static
+## GOOS, GOARCH and GOARM (or Docker's TARGETVARIANT, v7) from the environment choose the platform: the
+## Dockerfile cross-compiles.
 image-binary:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(IMAGE_BINARY) ./cmd/pulselb
+	CGO_ENABLED=0 $(if $(TARGETVARIANT),GOARM=$(patsubst v%,%,$(TARGETVARIANT))) $(GO) build -trimpath -buildvcs=false -ldflags "-s -w $(VERSION_LDFLAGS)" -o $(IMAGE_BINARY) ./cmd/pulselb
+
+## release: static binaries for linux/amd64, linux/arm64 and linux/arm/v7, each with its .sha256, and
+## pulselb-image.tar, an OCI image layout holding one image index with an image per platform (each with
+## Debian 12's iptables of its platform), into DIST; built from the commit RELEASE_REV's tree, never the
+## working tree, without a container daemon. Root on Debian 12 (make deps adds the foreign architectures).
+## Push the index with `skopeo copy --all oci-archive:dist/pulselb-image.tar docker://REGISTRY/pulselb:TAG`.
+DIST        ?= dist
+RELEASE_REV ?= HEAD
+release: deps
+	$(RELEASE) build -out $(DIST) -rev $(RELEASE_REV)
+
+## release-check: the release, then its arm64 and armv7 (and amd64) binaries under qemu user-mode emulation
+## and its image index checked platform by platform (release/release_test.go); part of `make test`.
+release-check: release
+	PULSELB_RELEASE_DIR=$(abspath $(DIST)) $(GO) test -count=1 -v -run '^(TestBinariesUnderQEMU|TestImageIndex)$$' ./release/
+
+## release-reproducible: the release of RELEASE_REV built twice, the second time from another directory with
+## an empty Go build cache; fails unless every file is the same byte for byte.
+release-reproducible: deps
+	rm -rf $(DIST)-1 $(DIST)-2
+	$(RELEASE) build -out $(DIST)-1 -rev $(RELEASE_REV)
+	cache=$$(mktemp -d) && GOCACHE=$$cache $(RELEASE) build -out $(DIST)-2 -rev $(RELEASE_REV); rc=$$?; rm -rf $$cache; exit $$rc
+	cmp $(DIST)-1/SHA256SUMS $(DIST)-2/SHA256SUMS && cat $(DIST)-1/SHA256SUMS
+
+## release-prepare VERSION=0.2.0: the chart's version and appVersion (and so deploy/base's image tags) set to
+## VERSION, CHANGELOG.md's Unreleased section dated as VERSION; then commit and tag v0.2.0.
+release-prepare:
+	$(RELEASE) prepare -version $(VERSION)
+	$(MAKE) manifests
 
 ## test: the whole suite — unit and real-server tests with the race detector, then bounded fuzzing.
-test: deps unit fuzz e2e
+test: deps unit release-check fuzz e2e
 
 unit:
 	$(GO) vet ./...
@@ -70,6 +115,9 @@ lint:
 
 ## deps: Debian packages the tests and benchmarks need (installed when run as root, only if missing).
 deps:
+	@if [ "$$(id -u)" = 0 ]; then added=""; for a in $(RELEASE_DEBIAN_ARCHS); do \
+		dpkg --print-foreign-architectures | grep -qx $$a || { dpkg --add-architecture $$a; added=1; }; done; \
+		if [ -n "$$added" ]; then apt-get update -qq; fi; fi
 	@if [ "$$(id -u)" != 0 ]; then echo "deps: not root, not installing $(DEBIAN_DEPS); tests that need them skip"; exit 0; fi; \
 	missing=""; for p in $(DEBIAN_DEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -89,7 +137,7 @@ bench-proxy: deps
 	cd test && $(GO) run ./bench/proxy
 
 clean:
-	rm -rf bin test/.bin
+	rm -rf bin test/.bin $(DIST)
 
 ## bench-dns: dnsperf against pulselb, CoreDNS, BIND 9 and NSD serving the same zone.
 bench-dns: deps
