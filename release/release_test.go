@@ -67,7 +67,7 @@ func TestBinariesUnderQEMU(t *testing.T) {
 			checkELF(t, bin, p, "")
 			out, err := run(t, p, bin, time.Minute, "version")
 			want := []string{"pulselb " + labels["org.opencontainers.image.version"] + "\n",
-				"commit:   " + labels["org.opencontainers.image.revision"] + "\n", "platform: " + p.Platform.String() + "\n"}
+				"commit:   " + labels["org.opencontainers.image.revision"] + "\n", "platform: " + p.String() + "\n"}
 			for _, w := range want {
 				if err != nil || !strings.Contains(out, w) {
 					t.Errorf("version: %v, printed %q; want %q", err, out, w)
