@@ -243,7 +243,6 @@ type trialResult struct {
 	beaconVerdict  time.Duration
 	healed, cutFor time.Duration
 	timedOut       bool
-	servicesOfNode int
 }
 
 func (t trialResult) first() time.Duration { return slices.Min(t.perService) }
