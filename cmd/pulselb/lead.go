@@ -51,9 +51,8 @@ type leaderState struct {
 	holder string
 	// renewed is when this replica last wrote the Lease as its holder.
 	renewed time.Time
-	// leading is set while the controller runs as leader; lost once a
-	// read shows another holder after that.
-	leading, lost bool
+	// leading is set while the controller runs as leader.
+	leading bool
 }
 
 // observe records a read (wrote false) or a successful write of the Lease
@@ -62,11 +61,8 @@ func (s *leaderState) observe(holder string, wrote bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.holder = holder
-	switch {
-	case holder == s.identity && wrote:
+	if holder == s.identity && wrote {
 		s.renewed = s.now()
-	case holder != s.identity && s.leading:
-		s.lost = true
 	}
 }
 
@@ -85,12 +81,14 @@ func (s *leaderState) currentHolder() (holder string, leading bool) {
 }
 
 // mayWrite reports whether this replica may write to the API server now:
-// it leads, has not seen another holder, and renewed the Lease within the
-// window.
+// it leads, the Lease last read or written names it, and it renewed the
+// Lease within the window. A leader that lost the Lease cannot renew it
+// again; one whose Lease was only released (cleared by a leader that came
+// back) writes again once it has renewed.
 func (s *leaderState) mayWrite() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.leading && !s.lost && s.now().Sub(s.renewed) < s.window
+	return s.leading && s.holder == s.identity && s.now().Sub(s.renewed) < s.window
 }
 
 // fenceWindow is how long after its last renewal a leader still writes:

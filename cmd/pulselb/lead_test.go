@@ -161,9 +161,13 @@ func TestFence(t *testing.T) {
 	if s.mayWrite() {
 		t.Fatal("a leader that saw another holder may write")
 	}
-	s.observe("me_1", true)
+	s.observe("", false) // released by a leader that came back
 	if s.mayWrite() {
-		t.Fatal("a leader that lost the Lease may write again (it must restart)")
+		t.Fatal("a leader whose Lease shows no holder may write")
+	}
+	s.observe("me_1", true)
+	if !s.mayWrite() {
+		t.Fatal("a leader that holds the Lease again, renewed, may not write")
 	}
 
 	var fenced int
@@ -195,4 +199,52 @@ func TestIdentityPod(t *testing.T) {
 	if got := identityPod("laptop"); got != "laptop" {
 		t.Errorf("identityPod(laptop) = %q", got)
 	}
+}
+
+// A standby that takes the Lease leads at once and may write for as long as
+// it renews: the fence stays open past several lease durations.
+func TestTakeoverLeadsAndStaysUnfenced(t *testing.T) {
+	const holder = "pulselb-controller-a_x7k2m9pq"
+	client := fake.NewClientset(leaderLease(holder))
+	cfg := electionConfig{enabled: true, namespace: "pulselb-system", lease: "pulselb-controller",
+		duration: 2 * time.Second, renewDeadline: 1500 * time.Millisecond, retryPeriod: 300 * time.Millisecond}
+	e := newElection(cfg, client, "pulselb-controller-b")
+	role := fakeRole{pods: map[string]string{"pulselb-controller-a": "node-1"}, down: map[string]bool{"node-1": true}}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	led := make(chan struct{})
+	done := make(chan int, 1)
+	go func() {
+		done <- e.lead(ctx, cancel, role, record.NewFakeRecorder(100), func(ctx context.Context) {
+			close(led)
+			<-ctx.Done()
+		})
+	}()
+	// Verdict rounds, as the controller's health loop makes them.
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				e.poke()
+			}
+		}
+	}()
+	select {
+	case <-led:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the standby did not lead after taking the Lease")
+	}
+	deadline := time.Now().Add(3 * cfg.duration)
+	for time.Now().Before(deadline) {
+		if !e.mayWrite() {
+			t.Fatalf("the new leader is fenced %s after it started leading", time.Until(deadline))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	<-done
 }
