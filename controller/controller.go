@@ -654,15 +654,47 @@ func (c *Controller) nodeChanged(oldObj, newObj any) {
 	if oldNode != nil && newNode != nil && !nodeRelevantChange(oldNode, newNode) {
 		return
 	}
+	// The controller's own label on a failed node follows a beacon
+	// verdict that has already queued the Services served there: the
+	// others only see an eligible node fewer or more, which is not urgent,
+	// and 2,000 of them queued at once would delay the next failover's
+	// syncs by seconds.
+	delay := time.Duration(0)
+	if oldNode != nil && newNode != nil && onlyOwnLabelsChanged(oldNode, newNode) {
+		delay = ownLabelResync
+	}
 	services, err := c.services.List(everything)
 	if err != nil {
 		return
 	}
 	for _, svc := range services {
 		if c.wants(svc) || c.holdsFinalizer(svc) {
-			c.queue.Add(cache.MetaObjectToName(svc))
+			if delay > 0 {
+				c.queue.AddAfter(cache.MetaObjectToName(svc), delay)
+			} else {
+				c.queue.Add(cache.MetaObjectToName(svc))
+			}
 		}
 	}
+}
+
+// ownLabelResync is how long after the controller changes its own labels on
+// a node (pulselb.io/unhealthy, pulselb.io/external-ip) the Services not
+// served there are synced for it.
+const ownLabelResync = 5 * time.Second
+
+// onlyOwnLabelsChanged reports whether a and b differ only in the labels
+// the controller itself writes on nodes.
+func onlyOwnLabelsChanged(a, b *corev1.Node) bool {
+	strip := func(l map[string]string) map[string]string {
+		l = maps.Clone(l)
+		delete(l, contract.LabelUnhealthy)
+		delete(l, contract.LabelExternalIP)
+		return l
+	}
+	x, y := a.DeepCopy(), b.DeepCopy()
+	x.Labels, y.Labels = strip(x.Labels), strip(y.Labels)
+	return !nodeRelevantChange(x, y)
 }
 
 // nodeRelevantChange reports a change that can alter eligibility or the

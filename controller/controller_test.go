@@ -509,3 +509,30 @@ func TestSyncNodeLabel(t *testing.T) {
 		})
 	}
 }
+
+// The controller's own label on a failed node queues no Service at once (the
+// beacon verdict queued those served there); any other label change does.
+func TestOwnNodeLabelQueuesLater(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := newService("web")
+	old := newNode("n1", "10.0.0.1")
+	f := newFixture(t, svc, old)
+	c := f.controller(ctx)
+	for c.queue.Len() > 0 {
+		k, _ := c.queue.Get()
+		c.queue.Done(k)
+		c.queue.Forget(k)
+	}
+	labelled := old.DeepCopy()
+	labelled.Labels[contract.LabelUnhealthy] = "true"
+	c.nodeChanged(old, labelled)
+	if n := c.queue.Len(); n != 0 {
+		t.Errorf("%d Services queued at once for the controller's own label, want 0 (later)", n)
+	}
+	zoned := old.DeepCopy()
+	zoned.Labels["topology.kubernetes.io/zone"] = "b"
+	c.nodeChanged(old, zoned)
+	if n := c.queue.Len(); n != 1 {
+		t.Errorf("%d Services queued for a zone label, want 1", n)
+	}
+}
