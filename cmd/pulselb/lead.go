@@ -317,6 +317,8 @@ func (e *election) watchLeader(ctx context.Context, role leaderRole, recorder re
 			logger.Error(err, "Taking the leader Lease from a leader whose node failed", "holder", holder, "node", node)
 			continue
 		}
+		// Until the next elector reads it: no second takeover.
+		e.state.observe(e.state.identity, false)
 		logger.Info("Took the leader Lease from a leader whose node failed", "holder", holder, "node", node, "identity", e.state.identity)
 		if e.tookOver != nil {
 			e.tookOver()
