@@ -162,30 +162,45 @@ func (c *Controller) behindProxies(svc *corev1.Service, own []*corev1.Pod) (*sta
 	if len(up) == 0 {
 		return nil, nil, nil
 	}
+	name := cache.MetaObjectToName(svc).String()
+	now := c.now()
+	type count struct{ down, failing int }
+	counts := map[contract.PortKey]count{}
+	for _, sp := range contract.ServedPorts(svc) {
+		pk := contract.PortKeyOf(sp)
+		var n count
+		for _, node := range up {
+			tk := pk.TargetKey(name, node)
+			isDown := c.verdicts.Verdict(tk).Verdict == status.VerdictDown
+			if isDown {
+				n.down++
+			}
+			if isDown || c.failedRecently(tk, now) {
+				n.failing++
+			}
+		}
+		if n.down > 0 || n.failing > 0 {
+			counts[pk] = n
+		}
+	}
+	if len(counts) == 0 {
+		// The common case, and cheap: the endpoints are read only for
+		// a port that fails somewhere.
+		return nil, nil, nil
+	}
 	unreachable, reachable, err := c.endpointsOnFailedNodes(svc)
 	if err != nil {
 		return nil, nil, err
 	}
-	name := cache.MetaObjectToName(svc).String()
-	now := c.now()
 	held := map[contract.PortKey]bool{}
 	var ports []string
 	for _, sp := range contract.ServedPorts(svc) {
 		pk := contract.PortKeyOf(sp)
-		down, failing := 0, 0
-		for _, n := range up {
-			tk := pk.TargetKey(name, n)
-			isDown := c.verdicts.Verdict(tk).Verdict == status.VerdictDown
-			if isDown {
-				down++
-			}
-			if isDown || c.failedRecently(tk, now) {
-				failing++
-			}
-		}
-		if down == 0 && failing == 0 {
+		n, ok := counts[pk]
+		if !ok {
 			continue
 		}
+		down, failing := n.down, n.failing
 		c.logger.V(2).Info("Port failing through the proxies", "service", name, "port", pk, "proxyNodesUp", up,
 			"down", down, "failing", failing, "endpointsOnFailedNodes", unreachable, "endpointsElsewhere", reachable)
 		switch {
