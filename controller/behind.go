@@ -205,9 +205,6 @@ func (c *Controller) behindProxies(svc *corev1.Service, own []*corev1.Pod) (*sta
 			"down", down, "failing", failing, "endpointsOnFailedNodes", unreachable, "endpointsElsewhere", reachable)
 		switch {
 		case len(unreachable) > 0 && reachable && failing > 0:
-		case failing >= 2 && down < len(up) && (reachable || len(unreachable) > 0):
-			// Without any endpoint there is nothing behind the proxies
-			// to fail: the all-down policy decides.
 		default:
 			continue
 		}
