@@ -92,10 +92,12 @@ func (s *leaderState) mayWrite() bool {
 }
 
 // fenceWindow is how long after its last renewal a leader still writes:
-// two renewals' time, so one slow renewal does not stop it, but a leader
-// cut off for longer writes nothing it computed from what it saw before.
+// the renew deadline, after which client-go gives the lead up anyway. A
+// shorter window fenced a healthy leader whose renewals were slow on a
+// loaded API server (its readiness gates and status writes refused); a
+// leader that is replaced is fenced as soon as it reads the Lease.
 func fenceWindow(e electionConfig) time.Duration {
-	return min(2*e.retryPeriod, e.renewDeadline)
+	return e.renewDeadline
 }
 
 // watchedLock is the elector's lock, telling state what each read and
