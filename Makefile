@@ -14,12 +14,15 @@ FUZZ_SERVER   ?= 40000x
 FUZZ_CONFIG   ?= 25000x
 FUZZ_SERIAL   ?= 30000x
 DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy nginx bind9 dnsperf nsd curl util-linux chromium runc containernetworking-plugins conntrack
+# The conformance run's agnhost image takes its nc from this machine's package.
+DEBIAN_DEPS   += netcat-openbsd
 # The release: qemu runs its arm64 and armv7 binaries in release-check; its images take iptables of these
 # Debian architectures (apt-get download, nothing installed).
 DEBIAN_DEPS   += qemu-user-static
 RELEASE_DEBIAN_ARCHS := arm64 armhf
 
 .PHONY: release release-check release-reproducible release-prepare
+.PHONY: conformance
 .PHONY: all build generate manifests verify-manifests image-binary test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers bench-scale clean
 
 all: build
@@ -112,6 +115,17 @@ e2e: deps
 
 lint:
 	$(GO) run $(GOLANGCI_LINT) run ./...
+
+## conformance: Kubernetes' own [Feature:LoadBalancer] e2e specs (the upstream e2e.test of the harness'
+## version, unmodified, provider skeleton) against pulselb from deploy/base on three real kubelet nodes,
+## one spec at a time; docs/conformance.md. CONFORMANCE_FLAGS="-focus RE" runs some of them.
+CONFORMANCE_FLAGS ?=
+conformance: deps
+	test -x $(COREDNS_BIN)/coredns || GOBIN=$(COREDNS_BIN) $(GO) install github.com/coredns/coredns@v1.15.0
+	$(MAKE) -C test bin conformance-bin
+	cd test && PULSELB_TEST_BIN=$(CURDIR)/test/.bin $(GO) run ./cmd/pulselb-conformance \
+		-e2e .bin/conformance/e2e.test -kubectl .bin/conformance/kubectl -agnhost .bin/conformance/agnhost \
+		-coredns $(COREDNS_BIN)/coredns $(CONFORMANCE_FLAGS)
 
 ## deps: Debian packages the tests and benchmarks need (installed when run as root, only if missing).
 deps:

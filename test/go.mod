@@ -24,6 +24,19 @@ require (
 )
 
 require (
+	github.com/fatih/camelcase v1.0.0 // indirect
+	github.com/go-task/slim-sprig/v3 v3.0.0 // indirect
+	github.com/google/pprof v0.0.0-20260402051712-545e8a4df936 // indirect
+	github.com/ishidawataru/sctp v0.0.0-20250521072954-ae8eb7fa7995 // indirect
+	github.com/onsi/ginkgo/v2 v2.32.0 // indirect
+	github.com/onsi/gomega v1.40.0 // indirect
+	golang.org/x/mod v0.41.0 // indirect
+	k8s.io/sample-apiserver v0.0.0 // indirect
+	sigs.k8s.io/kustomize/kustomize/v5 v5.8.1 // indirect
+	tags.cncf.io/container-device-interface/specs-go v1.1.0 // indirect
+)
+
+require (
 	cel.dev/expr v0.25.1 // indirect
 	cyphar.com/go-pathrs v0.2.5 // indirect
 	dario.cat/mergo v1.0.1 // indirect
@@ -278,4 +291,8 @@ replace (
 	k8s.io/streaming => k8s.io/streaming v0.37.2
 )
 
-tool github.com/pulselb/pulselb/cmd/pulselb
+tool (
+	github.com/pulselb/pulselb/cmd/pulselb
+	k8s.io/kubernetes/cmd/kubectl
+	k8s.io/kubernetes/test/images/agnhost
+)

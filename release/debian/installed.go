@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -41,7 +42,13 @@ func Installed(pkgs ...string) ([]oci.File, error) {
 		}
 		status, deps, _ := strings.Cut(string(out), "\t")
 		if !strings.Contains(status, "installed") || strings.Contains(status, "not-installed") {
-			return nil, fmt.Errorf("debian package %s is not installed (status %q)", p, status)
+			// A virtual package (awk) is had through one that provides it (mawk).
+			real, err := installedProvider(p)
+			if err != nil {
+				return nil, fmt.Errorf("debian package %s is not installed (status %q): %w", p, status, err)
+			}
+			todo = append(todo, real)
+			continue
 		}
 		closure[p] = true
 		todo = append(todo, parseDepends(deps)...)
@@ -175,6 +182,25 @@ func Installed(pkgs ...string) ([]oci.File, error) {
 
 // parseDepends returns the package names of a Depends field: the first of
 // each set of alternatives, without versions or architecture qualifiers.
+// installedProvider returns the installed package that provides the
+// virtual package name.
+func installedProvider(name string) (string, error) {
+	out, err := exec.Command("dpkg-query", "-W", "-f", "${db:Status-Abbrev}\t${Package}\t${Provides}\n").Output()
+	if err != nil {
+		return "", fmt.Errorf("listing installed packages: %w", err)
+	}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Split(strings.TrimRight(line, "\n"), "\t")
+		if len(f) != 3 || !strings.HasPrefix(f[0], "ii") {
+			continue
+		}
+		if slices.Contains(parseDepends(f[2]), name) {
+			return f[1], nil
+		}
+	}
+	return "", fmt.Errorf("no installed package provides %s", name)
+}
+
 func parseDepends(field string) []string {
 	var out []string
 	for _, dep := range strings.Split(field, ",") {

@@ -28,6 +28,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/test/image"
 )
 
 // Options configure a test cluster. The zero value is a control plane with
@@ -71,6 +73,14 @@ type Options struct {
 	ControlPlaneQPS float32
 	// NoKubeProxy skips running kube-proxy in node namespaces.
 	NoKubeProxy bool
+	// KubeletImages are images imported into every kubelet node besides
+	// the harness' own (images.go), such as the images an upstream e2e
+	// spec names, under the exact names it uses.
+	KubeletImages []image.Image
+	// ClusterDNS, when set, is the nameserver address kubelet nodes give
+	// pods with the ClusterFirst DNS policy (KubeletConfiguration
+	// clusterDNS); whoever sets it runs the server there.
+	ClusterDNS string
 	// WithoutControllers are kube-controller-manager controllers the
 	// harness leaves out, such as "deployment-controller" for a benchmark
 	// that makes the proxy pods itself.
@@ -260,7 +270,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	if opts.KubeletNodes > 0 {
-		images, err := writeImages(dir, bin)
+		images, err := writeImages(dir, bin, opts.KubeletImages...)
 		if err != nil {
 			return c, err
 		}

@@ -17,8 +17,10 @@ const debianPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin
 //     --no-install-recommends) made from this machine's Debian packages,
 //     the static pulselb binary at /pulselb, user 65532;
 //   - KubeletEchoImage: the static pulselb-echo, user 65532;
-//   - PauseImage: the static pulselb-pause, user 65535 as upstream's.
-func writeImages(dir, bin string) ([]string, error) {
+//   - PauseImage: the static pulselb-pause, user 65535 as upstream's;
+//
+// and extra, each in an archive of its own.
+func writeImages(dir, bin string, extra ...image.Image) ([]string, error) {
 	static := filepath.Join(bin, "static")
 	pulselb, err := image.StaticBinary(filepath.Join(static, "pulselb"), "/pulselb")
 	if err != nil {
@@ -44,13 +46,14 @@ func writeImages(dir, bin string) ([]string, error) {
 			Files: append([]image.File{echo}, base...)},
 		{Name: PauseImage, Entrypoint: []string{"/pause"}, User: "65535:65535", Files: []image.File{pause}},
 	}
+	images = append(images, extra...)
 	out := filepath.Join(dir, "images")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, fmt.Errorf("creating image dir: %w", err)
 	}
 	var paths []string
-	for _, im := range images {
-		p := filepath.Join(out, filepath.Base(im.Name[:len(im.Name)-len(":dev")])+".tar")
+	for i, im := range images {
+		p := filepath.Join(out, fmt.Sprintf("%02d.tar", i))
 		if err := im.WriteFile(p); err != nil {
 			return nil, err
 		}

@@ -20,7 +20,7 @@ import (
 const (
 	bridgeName   = "plt-br0"
 	bridgeCIDR   = "198.18.0.1/22" // bridge, node InternalIPs (.1.x), ExternalIPs (.2.x), clients (.3.x)
-	bridgeIP     = "198.18.0.1"
+	bridgeIP     = HostIP
 	bridgePrefix = 22
 	clientNS     = "plt-client"
 	clientIP     = "198.18.3.1"
@@ -310,3 +310,8 @@ func FreePort(host string) (string, error) {
 	}
 	return "", fmt.Errorf("no port free for both UDP and TCP on %s", host)
 }
+
+// HostIP is the machine's own address on the cluster's bridge: pods and
+// nodes reach a server the harness runs in the root namespace there (a
+// cluster DNS, for one).
+const HostIP = "198.18.0.1"

@@ -350,6 +350,10 @@ func kubeletConfig(c *Cluster, n *simNode, rn *realNode) string {
 	// The node lifecycle controller's grace period is short (8 s by
 	// default): the Lease is renewed every quarter of its duration.
 	lease := max(int(c.opts.NodeGracePeriod.Seconds()), 4)
+	dns := ""
+	if c.opts.ClusterDNS != "" {
+		dns = fmt.Sprintf("clusterDNS: [%q]\n", c.opts.ClusterDNS)
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %[1]s
@@ -386,7 +390,7 @@ evictionHard:
   nodefs.inodesFree: 1%%
 evictionPressureTransitionPeriod: 5s
 shutdownGracePeriod: 0s
-`, n.internalIP, c.cp.pki.path("ca.crt"), rn.socket, rn.cgroupRoot, filepath.Join(rn.dir, "pod-logs"), lease)
+%[7]s`, n.internalIP, c.cp.pki.path("ca.crt"), rn.socket, rn.cgroupRoot, filepath.Join(rn.dir, "pod-logs"), lease, dns)
 }
 
 func (k *kubelet) startRealKubelet(ctx context.Context, n *simNode, rn *realNode) error {

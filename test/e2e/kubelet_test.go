@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -30,70 +29,13 @@ import (
 // maximum on a quiet machine; this leaves room for a shared CI machine.
 const kubeletFailoverTarget = 10 * time.Second
 
-// baseImage is the image deploy/base ships.
-const baseImage = "ghcr.io/pulselb/pulselb"
-
-// overlayBase builds deploy/base as a user overriding only the image would:
-// a kustomization with deploy/base as its resource, an `images:` entry for
-// the controller and prober, and a patch of the controller's --proxy-image
-// argument (deploy/base/kustomization.yaml says to patch it).
+// overlayBase builds deploy/base with only the image overridden
+// (deploy.Overlay).
 func overlayBase(t *testing.T, image string) []*unstructured.Unstructured {
 	t.Helper()
-	base, err := filepath.Abs(filepath.Join("..", "..", "deploy", "base"))
+	objs, err := deploy.Overlay(filepath.Join("..", "..", "deploy", "base"), image, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
-	}
-	objs, err := deploy.Build(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	arg := -1
-	for _, o := range objs {
-		if o.GetKind() != "Deployment" || o.GetName() != "pulselb-controller" {
-			continue
-		}
-		ctrs := unstructuredSlice(o.Object, "spec", "template", "spec", "containers")
-		if len(ctrs) == 0 {
-			t.Fatal("pulselb-controller has no containers")
-		}
-		args, _ := ctrs[0]["args"].([]any)
-		for i, a := range args {
-			if s, _ := a.(string); strings.HasPrefix(s, "--proxy-image=") {
-				arg = i
-			}
-		}
-	}
-	if arg < 0 {
-		t.Fatal("deploy/base's controller has no --proxy-image argument")
-	}
-	name, tag, _ := strings.Cut(image, ":")
-	dir := t.TempDir()
-	// kustomize takes only relative paths to other kustomizations.
-	rel, err := filepath.Rel(dir, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - %s
-images:
-  - name: %s
-    newName: %s
-    newTag: %s
-patches:
-  - target: {kind: Deployment, name: pulselb-controller}
-    patch: |-
-      - op: replace
-        path: /spec/template/spec/containers/0/args/%d
-        value: --proxy-image=%s
-`, rel, baseImage, name, tag, arg, image)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs, err = deploy.Build(dir)
-	if err != nil {
-		t.Fatalf("building the overlay of deploy/base: %v", err)
 	}
 	return objs
 }

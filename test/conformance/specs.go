@@ -1,0 +1,78 @@
+// Package conformance runs Kubernetes' own LoadBalancer e2e specs (the
+// upstream e2e.test binary of the harness' Kubernetes version, unmodified,
+// with the provider "skeleton") against pulselb installed from deploy/base
+// on real kubelet nodes, one spec at a time, and reports each spec's
+// outcome. See docs/conformance.md.
+package conformance
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Spec is one upstream spec: its container and its own text, as
+// `e2e.test --ginkgo.dry-run` lists them.
+type Spec struct {
+	// Container is the text of the Describe blocks, e.g. "[sig-network]
+	// LoadBalancers [Feature:LoadBalancer]".
+	Container string
+	// Text is the spec's own text without its labels.
+	Text string
+	// Quick marks the specs that finish in a few minutes on this harness;
+	// `make test` runs those, `make conformance` every spec.
+	Quick bool
+}
+
+// Name is the spec's full name.
+func (s Spec) Name() string { return s.Container + " " + s.Text }
+
+// Focus is the --ginkgo.focus regular expression that selects s alone.
+func (s Spec) Focus() string {
+	return regexp.QuoteMeta(s.Container) + ".*" + regexp.QuoteMeta(s.Text) + `( \[|$)`
+}
+
+const (
+	lb   = "[sig-network] LoadBalancers [Feature:LoadBalancer]"
+	esip = "[sig-network] LoadBalancers ExternalTrafficPolicy: Local [Feature:LoadBalancer]"
+)
+
+// Specs are the 17 [Feature:LoadBalancer] specs of Kubernetes v1.37, in the
+// order of test/e2e/network/loadbalancer.go.
+var Specs = []Spec{
+	{Container: lb, Text: "should be able to change the type and ports of a TCP service"},
+	{Container: lb, Text: "should be able to change the type and ports of a UDP service"},
+	{Container: lb, Text: "should only allow access from service loadbalancer source ranges"},
+	{Container: lb, Text: "should have session affinity work for LoadBalancer service with Local traffic policy"},
+	{Container: lb, Text: "should be able to switch session affinity for LoadBalancer service with Local traffic policy"},
+	{Container: lb, Text: "should have session affinity work for LoadBalancer service with Cluster traffic policy"},
+	{Container: lb, Text: "should be able to switch session affinity for LoadBalancer service with Cluster traffic policy"},
+	{Container: lb, Text: "should handle load balancer cleanup finalizer for service"},
+	{Container: lb, Text: "should be able to create LoadBalancer Service without NodePort and change it"},
+	{Container: lb, Text: "should be able to preserve UDP traffic when server pod cycles for a LoadBalancer service on different nodes"},
+	{Container: lb, Text: "should be able to preserve UDP traffic when server pod cycles for a LoadBalancer service on the same nodes"},
+	{Container: lb, Text: "should not have connectivity disruption during rolling update with externalTrafficPolicy=Cluster"},
+	{Container: lb, Text: "should not have connectivity disruption during rolling update with externalTrafficPolicy=Local"},
+	{Container: esip, Text: "should work for type=LoadBalancer"},
+	{Container: esip, Text: "should only target nodes with endpoints"},
+	{Container: esip, Text: "should target all nodes with endpoints"},
+	{Container: esip, Text: "should work from pods"},
+}
+
+// Select returns the specs whose name matches re (every spec when re is
+// empty), and only the quick ones when quick is set.
+func Select(re string, quick bool) ([]Spec, error) {
+	r, err := regexp.Compile(re)
+	if err != nil {
+		return nil, err
+	}
+	var out []Spec
+	for _, s := range Specs {
+		if (re == "" || r.MatchString(s.Name())) && (!quick || s.Quick) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// shortName is the spec's text without the "should " every one starts with.
+func (s Spec) shortName() string { return strings.TrimPrefix(s.Text, "should ") }
