@@ -69,7 +69,8 @@ func proxyImageArg(objs []*unstructured.Unstructured) (int, error) {
 		if o.GetKind() != "Deployment" || o.GetName() != "pulselb-controller" {
 			continue
 		}
-		ctrs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		v, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "template", "spec", "containers")
+		ctrs, _ := v.([]any)
 		if len(ctrs) == 0 {
 			return 0, errors.New("pulselb-controller has no containers")
 		}
