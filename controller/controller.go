@@ -561,7 +561,9 @@ func (c *Controller) enqueueService(obj any) {
 	}
 }
 
-// enqueueOwner enqueues the Service a proxy pod or workload belongs to.
+// enqueueOwner enqueues the Service a proxy pod, workload or
+// PodDisruptionBudget belongs to, so that one changed or deleted by hand is
+// put back.
 func (c *Controller) enqueueOwner(obj any) {
 	var l map[string]string
 	switch o := unwrap(obj).(type) {
@@ -570,6 +572,8 @@ func (c *Controller) enqueueOwner(obj any) {
 	case *appsv1.Deployment:
 		l = o.Labels
 	case *appsv1.DaemonSet:
+		l = o.Labels
+	case *policyv1.PodDisruptionBudget:
 		l = o.Labels
 	default:
 		return

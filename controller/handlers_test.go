@@ -107,3 +107,44 @@ func TestWorkloadsOf(t *testing.T) {
 		t.Errorf("workloadsOf(shop/web) = %q, want %q", names, want)
 	}
 }
+
+// TestEnqueueOwner: an event on any of a Service's proxy objects (pod,
+// Deployment, DaemonSet, PodDisruptionBudget), a deletion seen late
+// included, requeues that Service, so that one deleted by hand is put back.
+func TestEnqueueOwner(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	cfg := placement.Config{Namespace: systemNS, Image: "x"}
+	nodes := []*corev1.Node{newNode("n1", "10.0.0.1")}
+	web, _ := placement.Desired(newService("web"), nodes, cfg)
+	daemon, _ := placement.Desired(newService("web", func(s *corev1.Service) {
+		s.Annotations = map[string]string{contract.AnnotationProxyMode: "daemonset"}
+	}), nodes, cfg)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: "p", Labels: web.Deployment.Spec.Template.Labels}}
+	want := cache.NewObjectName("shop", "web")
+	for _, tt := range []struct {
+		name string
+		obj  any
+	}{
+		{"pod", pod},
+		{"Deployment", web.Deployment},
+		{"DaemonSet", daemon.DaemonSet},
+		{"PodDisruptionBudget", web.Budget},
+		{"PodDisruptionBudget deleted, seen late", cache.DeletedFinalStateUnknown{Key: systemNS + "/" + web.Name, Obj: web.Budget}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newFixture(t).controller(ctx)
+			c.enqueueOwner(tt.obj)
+			if n := c.queue.Len(); n != 1 {
+				t.Fatalf("queue holds %d keys, want 1 (%v)", n, want)
+			}
+			if got, _ := c.queue.Get(); got != want {
+				t.Errorf("enqueued %v, want %v", got, want)
+			}
+		})
+	}
+	c := newFixture(t).controller(ctx)
+	c.enqueueOwner(&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: "not-ours"}})
+	if n := c.queue.Len(); n != 0 {
+		t.Errorf("a budget without a Service's labels enqueued %d keys", n)
+	}
+}
