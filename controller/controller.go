@@ -41,7 +41,6 @@ import (
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
-	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -124,7 +123,7 @@ type Controller struct {
 	// judged by evaluate and read by the sync workers; guarded by mu.
 	external map[cache.ObjectName]status.External
 	// vantages remembers the vantage assignment of the targets judged.
-	vantages prober.VantageMemo
+	vantages contract.VantageMemo
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool
@@ -269,7 +268,7 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 	}
 	if cfg.Health.Reports != nil {
 		if c.cfg.Health.Vantages <= 0 {
-			c.cfg.Health.Vantages = prober.DefaultVantages
+			c.cfg.Health.Vantages = contract.DefaultVantages
 		}
 		if c.cfg.Health.Resync <= 0 {
 			c.cfg.Health.Resync = time.Second

@@ -27,7 +27,6 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/placement"
-	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -673,7 +672,7 @@ func TestVantagesFollowProbers(t *testing.T) {
 	svc := published(newService("web"), "n1,n2")
 	f := newFixture(t, cluster(svc)...)
 	c := f.healthController(ctx)
-	check := func(step string, cands []prober.Vantage) {
+	check := func(step string, cands []contract.Vantage) {
 		t.Helper()
 		targets, err := c.healthTargets()
 		if err != nil {
@@ -683,12 +682,12 @@ func TestVantagesFollowProbers(t *testing.T) {
 			t.Fatalf("%s: %d targets, want %d: a beacon per prober and the Service's port on 2 nodes", step, len(targets), want)
 		}
 		for _, tg := range targets {
-			if want := prober.Vantages(tg.Key, tg.Node, "", cands, prober.DefaultVantages); !slices.Equal(tg.Vantages, want) {
+			if want := contract.Vantages(tg.Key, tg.Node, "", cands, contract.DefaultVantages); !slices.Equal(tg.Vantages, want) {
 				t.Errorf("%s: %s judged by %v, want %v", step, tg.Key, tg.Vantages, want)
 			}
 		}
 	}
-	all := []prober.Vantage{{Node: "n1"}, {Node: "n2"}, {Node: "n3"}, {Node: "n4"}}
+	all := []contract.Vantage{{Node: "n1"}, {Node: "n2"}, {Node: "n3"}, {Node: "n4"}}
 	check("four probers", all)
 	check("again", all)
 	gone := proberPod("n3")
@@ -696,7 +695,7 @@ func TestVantagesFollowProbers(t *testing.T) {
 	if err := f.system.Core().V1().Pods().Informer().GetIndexer().Update(gone); err != nil {
 		t.Fatal(err)
 	}
-	check("n3's prober not ready", []prober.Vantage{{Node: "n1"}, {Node: "n2"}, {Node: "n4"}})
+	check("n3's prober not ready", []contract.Vantage{{Node: "n1"}, {Node: "n2"}, {Node: "n4"}})
 }
 
 // TestRefusedProbeIsNotADownVote: a prober that a Service's allow-list

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 var testNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -153,7 +153,7 @@ func TestPageStates(t *testing.T) {
 // TestShowsSecretNameOnly: a probe spec names a Secret; the page and the
 // JSON show that name and nothing that looks like its value.
 func TestShowsSecretNameOnly(t *testing.T) {
-	spec, err := prober.Parse("mysql user=monitor secret=db-cred database=shop")
+	spec, err := probespec.Parse("mysql user=monitor secret=db-cred database=shop")
 	if err != nil {
 		t.Fatal(err)
 	}

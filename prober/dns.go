@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // dnsUDPSize is the EDNS0 buffer size advertised, the value the DNS flag
@@ -26,7 +28,7 @@ type dnsProber struct {
 }
 
 // newDNS builds a dns prober, filling in the question the spec leaves out.
-func newDNS(spec Spec, opts Options) (Prober, error) {
+func newDNS(spec probespec.Spec, opts Options) (Prober, error) {
 	p := &dnsProber{name: spec.Name, qtype: spec.Type, rcode: spec.Rcode, answer: spec.Answer, opts: opts}
 	if p.name == "" {
 		// Every authoritative or recursive server can say something about

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // dnsTestQuery is what the test server saw of one query.
@@ -147,7 +149,7 @@ func dnsTestServer(t *testing.T, host string, h dns.Handler) netip.AddrPort {
 func TestDNS(t *testing.T) {
 	tests := []struct {
 		name   string
-		spec   Spec
+		spec   probespec.Spec
 		want   Outcome
 		detail string
 		errHas string
@@ -155,74 +157,74 @@ func TestDNS(t *testing.T) {
 	}{
 		{
 			name:   "A answer",
-			spec:   Spec{Name: "a.example", Type: dns.TypeA},
+			spec:   probespec.Spec{Name: "a.example", Type: dns.TypeA},
 			want:   L7OK,
 			detail: "NOERROR, 2 answers",
 			asked:  []string{"udp"},
 		},
 		{
 			name:   "A answer required and present",
-			spec:   Spec{Name: "a.example.", Type: dns.TypeA, Answer: true},
+			spec:   probespec.Spec{Name: "a.example.", Type: dns.TypeA, Answer: true},
 			want:   L7OK,
 			detail: "NOERROR, 2 answers",
 		},
 		{
 			name:   "type defaults to A",
-			spec:   Spec{Name: "a.example", Answer: true},
+			spec:   probespec.Spec{Name: "a.example", Answer: true},
 			want:   L7OK,
 			detail: "NOERROR, 2 answers",
 		},
 		{
 			name:   "empty name asks the root for NS",
-			spec:   Spec{},
+			spec:   probespec.Spec{},
 			want:   L7OK,
 			detail: "NOERROR, 1 answer",
 		},
 		{
 			name:   "NXDOMAIN when NOERROR wanted",
-			spec:   Spec{Name: "missing.example", Type: dns.TypeA},
+			spec:   probespec.Spec{Name: "missing.example", Type: dns.TypeA},
 			want:   L7STS,
 			errHas: "rcode NXDOMAIN, want NOERROR",
 		},
 		{
 			name:   "NXDOMAIN wanted and got",
-			spec:   Spec{Name: "missing.example", Type: dns.TypeA, Rcode: dns.RcodeNameError},
+			spec:   probespec.Spec{Name: "missing.example", Type: dns.TypeA, Rcode: dns.RcodeNameError},
 			want:   L7OK,
 			detail: "NXDOMAIN, 0 answers",
 		},
 		{
 			name:   "SERVFAIL",
-			spec:   Spec{Name: "fail.example", Type: dns.TypeA},
+			spec:   probespec.Spec{Name: "fail.example", Type: dns.TypeA},
 			want:   L7STS,
 			errHas: "rcode SERVFAIL, want NOERROR",
 		},
 		{
 			name:   "NODATA is fine without answer=true",
-			spec:   Spec{Name: "a.example", Type: dns.TypeTXT},
+			spec:   probespec.Spec{Name: "a.example", Type: dns.TypeTXT},
 			want:   L7OK,
 			detail: "NOERROR, 0 answers",
 		},
 		{
 			name:   "NODATA with answer=true",
-			spec:   Spec{Name: "a.example", Type: dns.TypeTXT, Answer: true},
+			spec:   probespec.Spec{Name: "a.example", Type: dns.TypeTXT, Answer: true},
 			want:   L7RSP,
 			errHas: "no TXT record",
 		},
 		{
 			name:   "CNAME does not count as an A answer",
-			spec:   Spec{Name: "cname.example", Type: dns.TypeA, Answer: true},
+			spec:   probespec.Spec{Name: "cname.example", Type: dns.TypeA, Answer: true},
 			want:   L7RSP,
 			errHas: "no A record",
 		},
 		{
 			name:   "CNAME counts when CNAME is asked",
-			spec:   Spec{Name: "cname.example", Type: dns.TypeCNAME, Answer: true},
+			spec:   probespec.Spec{Name: "cname.example", Type: dns.TypeCNAME, Answer: true},
 			want:   L7OK,
 			detail: "NOERROR, 1 answer",
 		},
 		{
 			name:   "truncated over UDP, complete over TCP",
-			spec:   Spec{Name: "big.example", Type: dns.TypeA, Answer: true},
+			spec:   probespec.Spec{Name: "big.example", Type: dns.TypeA, Answer: true},
 			want:   L7OK,
 			detail: "NOERROR, 200 answers over tcp",
 			asked:  []string{"udp", "tcp"},
@@ -235,7 +237,7 @@ func TestDNS(t *testing.T) {
 				zone := &dnsTestZone{}
 				target := dnsTestServer(t, host, zone)
 				spec := tt.spec
-				spec.Protocol = DNS
+				spec.Protocol = probespec.DNS
 				res := probeOnce(t, spec, Options{}, target)
 				checkResult(t, res, tt.want, tt.errHas)
 				if tt.detail != "" && res.Detail != tt.detail {
@@ -356,7 +358,7 @@ func TestDNSBrokenServers(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				spec := Spec{Protocol: DNS, Name: "a.example", Type: dns.TypeA}
+				spec := probespec.Spec{Protocol: probespec.DNS, Name: "a.example", Type: dns.TypeA}
 				res := probeOnce(t, spec, Options{}, tt.target(t, host))
 				checkResult(t, res, tt.want, tt.errHas)
 				if tt.want == L4CON && tt.errHas == "" && !errors.Is(res.Err, syscall.ECONNREFUSED) {
@@ -368,7 +370,7 @@ func TestDNSBrokenServers(t *testing.T) {
 }
 
 func TestDNSInvalidName(t *testing.T) {
-	if _, err := New(Spec{Protocol: DNS, Name: "a..b"}, Options{}); err == nil {
+	if _, err := New(probespec.Spec{Protocol: probespec.DNS, Name: "a..b"}, Options{}); err == nil {
 		t.Error("New accepted the DNS name a..b")
 	}
 }
@@ -482,7 +484,7 @@ func TestDNSMatchesAnswerToQuery(t *testing.T) {
 					}
 					return out
 				})
-				spec := Spec{Protocol: DNS, Name: "a.example", Type: dns.TypeA, Rcode: tt.rcode}
+				spec := probespec.Spec{Protocol: probespec.DNS, Name: "a.example", Type: dns.TypeA, Rcode: tt.rcode}
 				res := probeOnce(t, spec, Options{}, target)
 				checkResult(t, res, tt.want, tt.errHas)
 			})
@@ -503,7 +505,7 @@ func TestDNSOverTCPAnswerToAnotherQuestion(t *testing.T) {
 			}
 			_ = w.WriteMsg(m)
 		}))
-		res := probeOnce(t, Spec{Protocol: DNS, Name: "a.example", Type: dns.TypeA}, Options{}, target)
+		res := probeOnce(t, probespec.Spec{Protocol: probespec.DNS, Name: "a.example", Type: dns.TypeA}, Options{}, target)
 		checkResult(t, res, L7RSP, "answer over tcp is to question b.example. A")
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // The loopback servers and the probe-and-check step that every protocol's
@@ -134,7 +136,7 @@ func serveTCP(t *testing.T, host string, handle func(net.Conn)) netip.AddrPort {
 // probeOnce builds the prober for spec, probes target once with a deadline
 // of spec.Timeout, else probeTimeout, and checks the invariants every Result
 // keeps.
-func probeOnce(t *testing.T, spec Spec, opts Options, target netip.AddrPort) Result {
+func probeOnce(t *testing.T, spec probespec.Spec, opts Options, target netip.AddrPort) Result {
 	t.Helper()
 	p, err := New(spec, opts)
 	if err != nil {

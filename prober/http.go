@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // httpBodyLimit is how much of a response body is read and matched.
@@ -38,7 +40,7 @@ var errTooManyRedirects = fmt.Errorf("stopped after %d redirects", httpMaxRedire
 var errHeadersTooLarge = fmt.Errorf("response headers exceed %d bytes", httpHeaderLimit)
 
 // defaultStatus is the accepted status set when a spec gives none.
-var defaultStatus = StatusSet{{200, 399}}
+var defaultStatus = probespec.StatusSet{{Min: 200, Max: 399}}
 
 // httpUserAgent is sent with every request, redirects included.
 var httpUserAgent = []string{"pulselb-probe"}
@@ -57,14 +59,14 @@ type httpProber struct {
 	// never changed; when the spec sets no Host header each probe writes a
 	// copy naming its target.
 	req    *http.Request
-	status StatusSet
-	spec   Spec
+	status probespec.StatusSet
+	spec   probespec.Spec
 	// bodyInsts is the program size of spec.Body.
 	bodyInsts int
 }
 
 // newHTTP builds the http and https prober.
-func newHTTP(spec Spec, opts Options) (Prober, error) {
+func newHTTP(spec probespec.Spec, opts Options) (Prober, error) {
 	path := spec.Path
 	if path == "" {
 		path = "/"
@@ -98,14 +100,14 @@ func newHTTP(spec Spec, opts Options) (Prober, error) {
 	}
 	p := &httpProber{
 		opts:   opts,
-		tls:    spec.Protocol == HTTPS,
+		tls:    spec.Protocol == probespec.HTTPS,
 		verify: spec.Verify,
 		req:    req,
 		status: status,
 		spec:   spec,
 	}
 	if spec.Body != nil {
-		p.bodyInsts = regexpInsts(spec.Body)
+		p.bodyInsts = probespec.RegexpInsts(spec.Body)
 	}
 	if p.tls {
 		// With neither sni= nor host= the server name is the target IP:
@@ -593,7 +595,7 @@ const matchCheckEvery = 64
 // first. Go's regexp runs in time linear in the input, but the factor is
 // the program size, and a match cannot be interrupted: an expensive one is
 // fed through a reader that ends the input when ctx ends.
-// insts is re's program size (regexpInsts).
+// insts is re's program size (probespec.RegexpInsts).
 func matchBy(ctx context.Context, re *regexp.Regexp, insts int, b []byte) (bool, error) {
 	if lit, whole := re.LiteralPrefix(); whole {
 		// The most common expectation, such as "ok": a plain search.
@@ -648,7 +650,7 @@ func (r *deadlineRuneReader) ReadRune() (rune, int, error) {
 // checkHeader requires a header named hm.Name with a value matching
 // hm.Value. The values are left out of the error: headers such as
 // Set-Cookie may carry secrets.
-func checkHeader(h http.Header, hm HeaderMatch) error {
+func checkHeader(h http.Header, hm probespec.HeaderMatch) error {
 	values := h.Values(hm.Name)
 	if len(values) == 0 {
 		return fmt.Errorf("header %s missing", http.CanonicalHeaderKey(hm.Name))

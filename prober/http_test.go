@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // httpSeen is what the test server saw of one request.
@@ -154,16 +156,16 @@ func (s *httpTestServer) lastSeen(t *testing.T) httpSeen {
 
 func TestHTTPProbe(t *testing.T) {
 	srv := startHTTPTestServer(t, "127.0.0.1", nil)
-	only := func(codes ...int) StatusSet {
-		var s StatusSet
+	only := func(codes ...int) probespec.StatusSet {
+		var s probespec.StatusSet
 		for _, c := range codes {
-			s = append(s, StatusRange{c, c})
+			s = append(s, probespec.StatusRange{Min: c, Max: c})
 		}
 		return s
 	}
 	tests := []struct {
 		name    string
-		spec    Spec
+		spec    probespec.Spec
 		want    Outcome
 		errPart string
 		detail  string
@@ -171,43 +173,43 @@ func TestHTTPProbe(t *testing.T) {
 	}{
 		{
 			name:   "defaults",
-			spec:   Spec{Protocol: HTTP},
+			spec:   probespec.Spec{Protocol: probespec.HTTP},
 			want:   L7OK,
 			detail: "HTTP 200",
 			seen:   &httpSeen{method: "GET", host: srv.addr.String(), path: "/"},
 		},
 		{
 			name:    "failing status",
-			spec:    Spec{Protocol: HTTP, Path: "/fail"},
+			spec:    probespec.Spec{Protocol: probespec.HTTP, Path: "/fail"},
 			want:    L7STS,
 			errPart: "HTTP 503, want 200-399",
 		},
 		{
 			name:   "status list accepts 404",
-			spec:   Spec{Protocol: HTTP, Path: "/missing", Status: only(200, 404)},
+			spec:   probespec.Spec{Protocol: probespec.HTTP, Path: "/missing", Status: only(200, 404)},
 			want:   L7OK,
 			detail: "HTTP 404",
 		},
 		{
 			name:    "status list rejects 503",
-			spec:    Spec{Protocol: HTTP, Path: "/fail", Status: only(200, 404)},
+			spec:    probespec.Spec{Protocol: probespec.HTTP, Path: "/fail", Status: only(200, 404)},
 			want:    L7STS,
 			errPart: "HTTP 503, want 200,404",
 		},
 		{
 			name: "body matches",
-			spec: Spec{Protocol: HTTP, Body: regexp.MustCompile(`from pulse`)},
+			spec: probespec.Spec{Protocol: probespec.HTTP, Body: regexp.MustCompile(`from pulse`)},
 			want: L7OK,
 		},
 		{
 			name:    "body does not match",
-			spec:    Spec{Protocol: HTTP, Body: regexp.MustCompile(`^ready$`)},
+			spec:    probespec.Spec{Protocol: probespec.HTTP, Body: regexp.MustCompile(`^ready$`)},
 			want:    L7RSP,
 			errPart: `body does not match "^ready$"`,
 		},
 		{
 			name: "header matches",
-			spec: Spec{Protocol: HTTP, Headers: []HeaderMatch{
+			spec: probespec.Spec{Protocol: probespec.HTTP, Headers: []probespec.HeaderMatch{
 				{Name: "content-type", Value: regexp.MustCompile(`^text/plain`)},
 				{Name: "X-App", Value: regexp.MustCompile(`^pulselb-1\.`)},
 			}},
@@ -215,58 +217,58 @@ func TestHTTPProbe(t *testing.T) {
 		},
 		{
 			name:    "header does not match",
-			spec:    Spec{Protocol: HTTP, Headers: []HeaderMatch{{Name: "x-app", Value: regexp.MustCompile(`^other`)}}},
+			spec:    probespec.Spec{Protocol: probespec.HTTP, Headers: []probespec.HeaderMatch{{Name: "x-app", Value: regexp.MustCompile(`^other`)}}},
 			want:    L7RSP,
 			errPart: `header X-App does not match "^other"`,
 		},
 		{
 			name:    "header absent",
-			spec:    Spec{Protocol: HTTP, Headers: []HeaderMatch{{Name: "X-Ready", Value: regexp.MustCompile(`.`)}}},
+			spec:    probespec.Spec{Protocol: probespec.HTTP, Headers: []probespec.HeaderMatch{{Name: "X-Ready", Value: regexp.MustCompile(`.`)}}},
 			want:    L7RSP,
 			errPart: "header X-Ready missing",
 		},
 		{
 			name: "host header",
-			spec: Spec{Protocol: HTTP, Host: "app.example", Path: "/final?x=1"},
+			spec: probespec.Spec{Protocol: probespec.HTTP, Host: "app.example", Path: "/final?x=1"},
 			want: L7OK,
 			seen: &httpSeen{method: "GET", host: "app.example", path: "/final"},
 		},
 		{
 			name:   "head",
-			spec:   Spec{Protocol: HTTP, Method: "HEAD"},
+			spec:   probespec.Spec{Protocol: probespec.HTTP, Method: "HEAD"},
 			want:   L7OK,
 			detail: "HTTP 200",
 			seen:   &httpSeen{method: "HEAD", host: srv.addr.String(), path: "/"},
 		},
 		{
 			name:   "redirect not followed is in 200-399",
-			spec:   Spec{Protocol: HTTP, Path: "/redirect"},
+			spec:   probespec.Spec{Protocol: probespec.HTTP, Path: "/redirect"},
 			want:   L7OK,
 			detail: "HTTP 302",
 			seen:   &httpSeen{method: "GET", host: srv.addr.String(), path: "/redirect"},
 		},
 		{
 			name:    "redirect not followed fails status 200",
-			spec:    Spec{Protocol: HTTP, Path: "/redirect", Status: only(200)},
+			spec:    probespec.Spec{Protocol: probespec.HTTP, Path: "/redirect", Status: only(200)},
 			want:    L7STS,
 			errPart: "HTTP 302, want 200",
 		},
 		{
 			name:   "redirect followed keeps host",
-			spec:   Spec{Protocol: HTTP, Path: "/redirect", Host: "app.example", Follow: true, Status: only(200), Body: regexp.MustCompile("^final page$")},
+			spec:   probespec.Spec{Protocol: probespec.HTTP, Path: "/redirect", Host: "app.example", Follow: true, Status: only(200), Body: regexp.MustCompile("^final page$")},
 			want:   L7OK,
 			detail: "HTTP 200",
 			seen:   &httpSeen{method: "GET", host: "app.example", path: "/final"},
 		},
 		{
 			name:    "redirect loop",
-			spec:    Spec{Protocol: HTTP, Path: "/loop", Follow: true},
+			spec:    probespec.Spec{Protocol: probespec.HTTP, Path: "/loop", Follow: true},
 			want:    L7RSP,
 			errPart: "stopped after 10 redirects",
 		},
 		{
 			name:    "closed without answer",
-			spec:    Spec{Protocol: HTTP, Path: "/close"},
+			spec:    probespec.Spec{Protocol: probespec.HTTP, Path: "/close"},
 			want:    L7RSP,
 			errPart: "reading response",
 		},
@@ -312,7 +314,7 @@ func TestHTTPProbeTimeouts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := probeOnce(t, Spec{Protocol: HTTP, Path: tc.path}, Options{}, tc.target)
+			res := probeOnce(t, probespec.Spec{Protocol: probespec.HTTP, Path: tc.path}, Options{}, tc.target)
 			t.Logf("%v: %s", res.Outcome, res.Message())
 			checkResult(t, res, tc.want, tc.errPart)
 		})
@@ -322,14 +324,14 @@ func TestHTTPProbeTimeouts(t *testing.T) {
 func TestHTTPProbeNewConnectionEachProbe(t *testing.T) {
 	ca := newTestCA(t)
 	cert := ca.Leaf(t, certOpts{DNSNames: []string{"app.example"}})
-	for _, proto := range []Protocol{HTTP, HTTPS} {
+	for _, proto := range []probespec.Protocol{probespec.HTTP, probespec.HTTPS} {
 		t.Run(string(proto), func(t *testing.T) {
 			var c *tls.Certificate
-			if proto == HTTPS {
+			if proto == probespec.HTTPS {
 				c = &cert
 			}
 			srv := startHTTPTestServer(t, "127.0.0.1", c)
-			p, err := New(Spec{Protocol: proto}, Options{})
+			p, err := New(probespec.Spec{Protocol: proto}, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -362,66 +364,66 @@ func TestHTTPSProbe(t *testing.T) {
 	tests := []struct {
 		name    string
 		cert    tls.Certificate
-		spec    Spec
+		spec    probespec.Spec
 		want    Outcome
 		errPart string
 	}{
 		{
 			name: "not verified",
 			cert: untrusted,
-			spec: Spec{Protocol: HTTPS},
+			spec: probespec.Spec{Protocol: probespec.HTTPS},
 			want: L7OK,
 		},
 		{
 			name:    "untrusted",
 			cert:    untrusted,
-			spec:    Spec{Protocol: HTTPS, Verify: true, Host: "app.example"},
+			spec:    probespec.Spec{Protocol: probespec.HTTPS, Verify: true, Host: "app.example"},
 			want:    L6ERR,
 			errPart: "unknown authority",
 		},
 		{
 			name: "verified against host",
 			cert: good,
-			spec: Spec{Protocol: HTTPS, Verify: true, Host: "app.example"},
+			spec: probespec.Spec{Protocol: probespec.HTTPS, Verify: true, Host: "app.example"},
 			want: L7OK,
 		},
 		{
 			name: "sni overrides host",
 			cert: good,
-			spec: Spec{Protocol: HTTPS, Verify: true, Host: "app.example", SNI: "sni.example"},
+			spec: probespec.Spec{Protocol: probespec.HTTPS, Verify: true, Host: "app.example", SNI: "sni.example"},
 			want: L7OK,
 		},
 		{
 			name:    "name mismatch",
 			cert:    good,
-			spec:    Spec{Protocol: HTTPS, Verify: true, Host: "other.example"},
+			spec:    probespec.Spec{Protocol: probespec.HTTPS, Verify: true, Host: "other.example"},
 			want:    L6ERR,
 			errPart: "not other.example",
 		},
 		{
 			name: "verified chain without a name",
 			cert: good,
-			spec: Spec{Protocol: HTTPS, Verify: true},
+			spec: probespec.Spec{Protocol: probespec.HTTPS, Verify: true},
 			want: L7OK,
 		},
 		{
 			name:    "expired",
 			cert:    expired,
-			spec:    Spec{Protocol: HTTPS, Verify: true, Host: "app.example"},
+			spec:    probespec.Spec{Protocol: probespec.HTTPS, Verify: true, Host: "app.example"},
 			want:    L6ERR,
 			errPart: "expired",
 		},
 		{
 			name:    "expires sooner than min-valid",
 			cert:    soon,
-			spec:    Spec{Protocol: HTTPS, Verify: true, Host: "app.example", MinValid: 7 * day},
+			spec:    probespec.Spec{Protocol: probespec.HTTPS, Verify: true, Host: "app.example", MinValid: 7 * day},
 			want:    L6ERR,
 			errPart: "certificate expires in 3d, want at least 7d",
 		},
 		{
 			name: "expires later than min-valid",
 			cert: soon,
-			spec: Spec{Protocol: HTTPS, Verify: true, Host: "app.example", MinValid: 2 * day},
+			spec: probespec.Spec{Protocol: probespec.HTTPS, Verify: true, Host: "app.example", MinValid: 2 * day},
 			want: L7OK,
 		},
 	}
@@ -473,7 +475,7 @@ func TestHTTPSProbeBrokenServers(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := probeOnce(t, Spec{Protocol: HTTPS}, Options{}, tc.target)
+			res := probeOnce(t, probespec.Spec{Protocol: probespec.HTTPS}, Options{}, tc.target)
 			t.Logf("%v: %s", res.Outcome, res.Message())
 			checkResult(t, res, tc.want, tc.errPart)
 		})
@@ -482,19 +484,19 @@ func TestHTTPSProbeBrokenServers(t *testing.T) {
 
 // overHTTPAndHTTPS runs f as a subtest over http, and over https with a
 // certificate for name from a CA the probes trust.
-func overHTTPAndHTTPS(t *testing.T, name string, f func(t *testing.T, proto Protocol, cert *tls.Certificate)) {
+func overHTTPAndHTTPS(t *testing.T, name string, f func(t *testing.T, proto probespec.Protocol, cert *tls.Certificate)) {
 	t.Helper()
 	ca := newTestCA(t)
 	useRoots(t, ca.Pool())
 	cert := ca.Leaf(t, certOpts{DNSNames: []string{name}})
-	t.Run(string(HTTP), func(t *testing.T) { f(t, HTTP, nil) })
-	t.Run(string(HTTPS), func(t *testing.T) { f(t, HTTPS, &cert) })
+	t.Run(string(probespec.HTTP), func(t *testing.T) { f(t, probespec.HTTP, nil) })
+	t.Run(string(probespec.HTTPS), func(t *testing.T) { f(t, probespec.HTTPS, &cert) })
 }
 
 func TestHTTPProbeIPv6(t *testing.T) {
-	overHTTPAndHTTPS(t, "app.example", func(t *testing.T, proto Protocol, cert *tls.Certificate) {
+	overHTTPAndHTTPS(t, "app.example", func(t *testing.T, proto probespec.Protocol, cert *tls.Certificate) {
 		srv := startHTTPTestServer(t, "::1", cert)
-		spec := Spec{Protocol: proto, Verify: true, Host: "app.example", Body: regexp.MustCompile("pulselb")}
+		spec := probespec.Spec{Protocol: proto, Verify: true, Host: "app.example", Body: regexp.MustCompile("pulselb")}
 		res := probeOnce(t, spec, Options{}, srv.addr)
 		checkResult(t, res, L7OK, "")
 		if got := srv.lastSeen(t).host; got != "app.example" {
@@ -510,7 +512,7 @@ func TestHTTPProbeLocalAddr(t *testing.T) {
 	// All of 127.0.0.0/8 is loopback on Linux, so a probe bound to
 	// 127.0.0.2 reaches a server on 127.0.0.1 from that address.
 	srv := startHTTPTestServer(t, "127.0.0.1", nil)
-	p, err := New(Spec{Protocol: HTTP}, Options{LocalAddr: netip.MustParseAddr("127.0.0.2")})
+	p, err := New(probespec.Spec{Protocol: probespec.HTTP}, Options{LocalAddr: netip.MustParseAddr("127.0.0.2")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +555,7 @@ func TestHTTPProbeWireFormats(t *testing.T) {
 	tests := []struct {
 		name     string
 		response string
-		spec     Spec
+		spec     probespec.Spec
 		want     Outcome
 		errPart  string
 		detail   string
@@ -561,76 +563,76 @@ func TestHTTPProbeWireFormats(t *testing.T) {
 		{
 			name:     "chunked body",
 			response: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
-			spec:     Spec{Protocol: HTTP, Body: regexp.MustCompile(`^hello world$`)},
+			spec:     probespec.Spec{Protocol: probespec.HTTP, Body: regexp.MustCompile(`^hello world$`)},
 			want:     L7OK,
 			detail:   "HTTP 200",
 		},
 		{
 			name:     "100 continue before the answer",
 			response: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-			spec:     Spec{Protocol: HTTP, Body: regexp.MustCompile(`^ok$`)},
+			spec:     probespec.Spec{Protocol: probespec.HTTP, Body: regexp.MustCompile(`^ok$`)},
 			want:     L7OK,
 			detail:   "HTTP 200",
 		},
 		{
 			name:     "103 early hints before a failing answer",
 			response: "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
-			spec:     Spec{Protocol: HTTP},
+			spec:     probespec.Spec{Protocol: probespec.HTTP},
 			want:     L7STS,
 			errPart:  "HTTP 503, want 200-399",
 		},
 		{
 			name:     "only informational responses",
 			response: strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", 8),
-			spec:     Spec{Protocol: HTTP},
+			spec:     probespec.Spec{Protocol: probespec.HTTP},
 			want:     L7RSP,
 			errPart:  "unexpected EOF",
 		},
 		{
 			name:     "body without length read to close",
 			response: "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nno length given",
-			spec:     Spec{Protocol: HTTP, Body: regexp.MustCompile(`^no length given$`)},
+			spec:     probespec.Spec{Protocol: probespec.HTTP, Body: regexp.MustCompile(`^no length given$`)},
 			want:     L7OK,
 		},
 		{
 			name:     "HTTP/1.0 server",
 			response: "HTTP/1.0 200 OK\r\n\r\nold server",
-			spec:     Spec{Protocol: HTTP, Body: regexp.MustCompile(`^old server$`)},
+			spec:     probespec.Spec{Protocol: probespec.HTTP, Body: regexp.MustCompile(`^old server$`)},
 			want:     L7OK,
 			detail:   "HTTP 200",
 		},
 		{
 			name:     "only the first 64 KiB of the body is read",
 			response: "HTTP/1.1 200 OK\r\nContent-Length: 102400\r\n\r\n" + big,
-			spec:     Spec{Protocol: HTTP, Body: regexp.MustCompile(`y`)},
+			spec:     probespec.Spec{Protocol: probespec.HTTP, Body: regexp.MustCompile(`y`)},
 			want:     L7RSP,
 			errPart:  "(65536 bytes read)",
 		},
 		{
 			name:     "chunked body cut short",
 			response: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
-			spec:     Spec{Protocol: HTTP},
+			spec:     probespec.Spec{Protocol: probespec.HTTP},
 			want:     L7RSP,
 			errPart:  "reading body",
 		},
 		{
 			name:     "status line cut short",
 			response: "HTTP/1.1 200",
-			spec:     Spec{Protocol: HTTP},
+			spec:     probespec.Spec{Protocol: probespec.HTTP},
 			want:     L7RSP,
 			errPart:  "reading response",
 		},
 		{
 			name:     "not HTTP",
 			response: "SSH-2.0-OpenSSH_9.6\r\n\r\n",
-			spec:     Spec{Protocol: HTTP},
+			spec:     probespec.Spec{Protocol: probespec.HTTP},
 			want:     L7RSP,
 			errPart:  "malformed HTTP",
 		},
 		{
 			name:     "closed without answer",
 			response: "",
-			spec:     Spec{Protocol: HTTP},
+			spec:     probespec.Spec{Protocol: probespec.HTTP},
 			want:     L7RSP,
 			errPart:  "server closed the connection",
 		},
@@ -654,7 +656,7 @@ func TestHTTPProbeWireFormats(t *testing.T) {
 func TestHTTPProbeRequest(t *testing.T) {
 	requests := make(chan string, 1)
 	addr := httpRawServer(t, "HTTP/1.1 204 No Content\r\n\r\n", requests)
-	res := probeOnce(t, Spec{Protocol: HTTP, Method: "POST", Path: "/health?full=1", Host: "app.example:8080"}, Options{}, addr)
+	res := probeOnce(t, probespec.Spec{Protocol: probespec.HTTP, Method: "POST", Path: "/health?full=1", Host: "app.example:8080"}, Options{}, addr)
 	checkResult(t, res, L7OK, "")
 	req := recv(t, requests, "request")
 	for _, line := range []string{
@@ -690,15 +692,15 @@ func httpRedirectServer(t *testing.T, location string, cert *tls.Certificate) ne
 }
 
 func TestHTTPProbeRedirectToOtherHost(t *testing.T) {
-	overHTTPAndHTTPS(t, "sni.example", func(t *testing.T, proto Protocol, cert *tls.Certificate) {
+	overHTTPAndHTTPS(t, "sni.example", func(t *testing.T, proto probespec.Protocol, cert *tls.Certificate) {
 		final := startHTTPTestServer(t, "127.0.0.1", cert)
 		// localhost is a name, so the probe resolves it; it may name
 		// ::1 first, where nothing listens, before 127.0.0.1.
 		finalHost := fmt.Sprintf("localhost:%d", final.addr.Port())
 		start := httpRedirectServer(t, fmt.Sprintf("%s://%s/final", proto, finalHost), cert)
-		spec := Spec{Protocol: proto, Host: "app.example", Follow: true, Status: StatusSet{{200, 200}},
+		spec := probespec.Spec{Protocol: proto, Host: "app.example", Follow: true, Status: probespec.StatusSet{{Min: 200, Max: 200}},
 			Body: regexp.MustCompile("^final page$")}
-		if proto == HTTPS {
+		if proto == probespec.HTTPS {
 			spec.Verify, spec.SNI = true, "sni.example"
 		}
 		res := probeOnce(t, spec, Options{}, start)
@@ -707,7 +709,7 @@ func TestHTTPProbeRedirectToOtherHost(t *testing.T) {
 		if got := final.lastSeen(t); got.host != finalHost || got.path != "/final" {
 			t.Errorf("final server saw %+v, want Host %s and /final", got, finalHost)
 		}
-		if proto == HTTPS {
+		if proto == probespec.HTTPS {
 			if got := recv(t, final.sni, "ClientHello"); got != "sni.example" {
 				t.Errorf("final server saw SNI %q, want the configured sni.example", got)
 			}
@@ -721,13 +723,13 @@ func TestHTTPProbeRedirectToOtherHost(t *testing.T) {
 func TestHTTPProbeRedirectToClosedHost(t *testing.T) {
 	closed := closedTCPPort(t, "127.0.0.1")
 	start := httpRedirectServer(t, fmt.Sprintf("http://%s/", closed), nil)
-	res := probeOnce(t, Spec{Protocol: HTTP, Follow: true}, Options{}, start)
+	res := probeOnce(t, probespec.Spec{Protocol: probespec.HTTP, Follow: true}, Options{}, start)
 	checkResult(t, res, L4CON, "connecting")
 }
 
 func TestHTTPProbeCancel(t *testing.T) {
 	srv := startHTTPTestServer(t, "127.0.0.1", nil)
-	p, err := New(Spec{Protocol: HTTP, Path: "/hang"}, Options{})
+	p, err := New(probespec.Spec{Protocol: probespec.HTTP, Path: "/hang"}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -779,7 +781,7 @@ func TestHTTPProbeDeadlineBoundsAnswer(t *testing.T) {
 	// costly is within Parse's size limit (253 instructions), and still
 	// takes far longer than costlyTimeout over 64 KiB of "a": about 0.2 s
 	// without the race detector, several seconds with it.
-	costly := MustParse(`http body="[a-z]{250}b"`).Body
+	costly := probespec.MustParse(`http body="[a-z]{250}b"`).Body
 	tests := []struct {
 		name    string
 		target  netip.AddrPort
@@ -797,7 +799,7 @@ func TestHTTPProbeDeadlineBoundsAnswer(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			spec := Spec{Protocol: HTTP, Body: tc.body}
+			spec := probespec.Spec{Protocol: probespec.HTTP, Body: tc.body}
 			if tc.body != nil {
 				spec.Timeout = costlyTimeout
 			}
@@ -812,12 +814,12 @@ func TestHTTPProbeDeadlineBoundsAnswer(t *testing.T) {
 // prober reads stops at the deadline with the context's error, whatever the
 // machine's load (no I/O in the way), and a cheap one matches in full.
 func TestMatchByDeadline(t *testing.T) {
-	costly := MustParse(`http body="[a-z]{250}b"`).Body
+	costly := probespec.MustParse(`http body="[a-z]{250}b"`).Body
 	body := bytes.Repeat([]byte("a"), httpBodyLimit)
 	ctx, cancel := context.WithTimeout(t.Context(), costlyTimeout)
 	defer cancel()
 	start := time.Now()
-	matched, err := matchBy(ctx, costly, regexpInsts(costly), body)
+	matched, err := matchBy(ctx, costly, probespec.RegexpInsts(costly), body)
 	took := time.Since(start)
 	if matched || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("matchBy = %v, %v after %v; want the deadline's error", matched, err, took)
@@ -828,8 +830,8 @@ func TestMatchByDeadline(t *testing.T) {
 	if took > costlyTimeout+time.Second {
 		t.Errorf("matchBy stopped %v after the start, want about %v", took, costlyTimeout)
 	}
-	cheap := MustParse(`http body="a+"`).Body
-	if matched, err := matchBy(t.Context(), cheap, regexpInsts(cheap), body[:1024]); !matched || err != nil {
+	cheap := probespec.MustParse(`http body="a+"`).Body
+	if matched, err := matchBy(t.Context(), cheap, probespec.RegexpInsts(cheap), body[:1024]); !matched || err != nil {
 		t.Errorf("cheap match = %v, %v; want true, nil", matched, err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // Metrics are the prober's Prometheus metrics. Every label value comes from a
@@ -94,7 +96,7 @@ func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 }
 
 // observeProbe records one finished probe.
-func (m *Metrics) observeProbe(p Protocol, r Result, seconds float64) {
+func (m *Metrics) observeProbe(p probespec.Protocol, r Result, seconds float64) {
 	if m == nil {
 		return
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 func TestMetricsRegister(t *testing.T) {
@@ -46,9 +48,9 @@ func TestMetricsScheduler(t *testing.T) {
 	up.Timings.Total = 3 * time.Millisecond
 	down := Result{Outcome: L7STS, Err: errors.New("HTTP 503"), Timings: Timings{Total: 300 * time.Millisecond}}
 	s.Set([]Target{
-		{Key: "a", Protocol: TCP, Prober: scripted(up), Timeout: time.Minute},
-		{Key: "b", Protocol: HTTP, Prober: scripted(down), Timeout: time.Minute},
-		{Key: "c", Protocol: HTTP, Prober: scripted(down), Timeout: time.Minute},
+		{Key: "a", Protocol: probespec.TCP, Prober: scripted(up), Timeout: time.Minute},
+		{Key: "b", Protocol: probespec.HTTP, Prober: scripted(down), Timeout: time.Minute},
+		{Key: "c", Protocol: probespec.HTTP, Prober: scripted(down), Timeout: time.Minute},
 	})
 	wantTargets := func(unknown, upN, downN float64) {
 		t.Helper()
@@ -119,7 +121,7 @@ pulselb_prober_state_changes_total{to="Up"} 1
 	wantTargets(0, 1, 2)
 
 	// Removed targets leave the gauge, whatever their state.
-	s.Set([]Target{{Key: "a", Protocol: TCP, Prober: scripted(up)}})
+	s.Set([]Target{{Key: "a", Protocol: probespec.TCP, Prober: scripted(up)}})
 	wantTargets(0, 1, 0)
 	s.Set(nil)
 	wantTargets(0, 0, 0)

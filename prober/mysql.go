@@ -34,6 +34,8 @@ import (
 	"unicode"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // probeNoUser is the user a credential-less probe logs in as. The name is
@@ -88,7 +90,7 @@ func (e *mysqlServerError) Error() string {
 }
 
 type mysqlProber struct {
-	spec Spec
+	spec probespec.Spec
 	opts Options
 }
 
@@ -114,7 +116,7 @@ type mysqlProber struct {
 // so a credential-less probe sees 1040 only once the extra slot reserved for
 // administrators is taken as well; a probe user sees it as soon as ordinary
 // users do.
-func newMySQL(spec Spec, opts Options) (Prober, error) {
+func newMySQL(spec probespec.Spec, opts Options) (Prober, error) {
 	if spec.User == "" && spec.Secret != "" {
 		return nil, errors.New("secret= needs user=")
 	}

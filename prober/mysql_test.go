@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // testSecrets resolves secret names from a map.
@@ -177,14 +179,14 @@ func TestMySQLProduct(t *testing.T) {
 func TestMySQLNew(t *testing.T) {
 	tests := []struct {
 		name    string
-		spec    Spec
+		spec    probespec.Spec
 		wantErr bool
 	}{
-		{"no credentials", Spec{Protocol: MySQL}, false},
-		{"user only", Spec{Protocol: MySQL, User: "u"}, false},
-		{"user, secret and database", Spec{Protocol: MySQL, User: "u", Secret: "s", Database: "d"}, false},
-		{"secret without user", Spec{Protocol: MySQL, Secret: "s"}, true},
-		{"database without user", Spec{Protocol: MySQL, Database: "d"}, true},
+		{"no credentials", probespec.Spec{Protocol: probespec.MySQL}, false},
+		{"user only", probespec.Spec{Protocol: probespec.MySQL, User: "u"}, false},
+		{"user, secret and database", probespec.Spec{Protocol: probespec.MySQL, User: "u", Secret: "s", Database: "d"}, false},
+		{"secret without user", probespec.Spec{Protocol: probespec.MySQL, Secret: "s"}, true},
+		{"database without user", probespec.Spec{Protocol: probespec.MySQL, Database: "d"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,12 +240,12 @@ func TestMySQLFakeServer(t *testing.T) {
 	blocked := append([]byte{0xff, 0x69, 0x04}, "Host '127.0.0.1' is blocked because of many connection errors"...)
 	tooMany := append([]byte{0xff, 0x10, 0x04}, "Too many connections"...)
 	const password = "s3cret-pw"
-	anon := Spec{Protocol: MySQL}
-	creds := Spec{Protocol: MySQL, User: "probe", Secret: "db"}
+	anon := probespec.Spec{Protocol: probespec.MySQL}
+	creds := probespec.Spec{Protocol: probespec.MySQL, User: "probe", Secret: "db"}
 
 	tests := []struct {
 		name       string
-		spec       Spec
+		spec       probespec.Spec
 		handle     func(net.Conn)
 		want       Outcome
 		wantDetail string
@@ -316,7 +318,7 @@ func TestMySQLFakeServerHandshake(t *testing.T) {
 			}
 		}
 	})
-	p, err := New(Spec{Protocol: MySQL}, Options{})
+	p, err := New(probespec.Spec{Protocol: probespec.MySQL}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +357,7 @@ func TestMySQLRefused(t *testing.T) {
 	}
 	target := netip.MustParseAddrPort(ln.Addr().String())
 	ln.Close()
-	for _, spec := range []Spec{{Protocol: MySQL}, {Protocol: MySQL, User: "u"}} {
+	for _, spec := range []probespec.Spec{{Protocol: probespec.MySQL}, {Protocol: probespec.MySQL, User: "u"}} {
 		p, err := New(spec, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -392,9 +394,9 @@ func checkMySQLResult(t *testing.T, r Result, want Outcome, wantErr, password st
 }
 
 // probeMySQL runs one probe of m with spec.
-func probeMySQL(t *testing.T, m *mariaDB, spec Spec, opts Options) Result {
+func probeMySQL(t *testing.T, m *mariaDB, spec probespec.Spec, opts Options) Result {
 	t.Helper()
-	spec.Protocol = MySQL
+	spec.Protocol = probespec.MySQL
 	p, err := New(spec, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -451,27 +453,27 @@ func TestMySQLMariaDB(t *testing.T) {
 	)
 	wrong := "wrong-" + randomHex(t, 8)
 	secrets := Options{Secrets: testSecrets{"probe": m.ProbePassword, "wrong": wrong}}
-	good := Spec{User: m.ProbeUser, Secret: "probe"}
+	good := probespec.Spec{User: m.ProbeUser, Secret: "probe"}
 
 	t.Run("cases", func(t *testing.T) {
 		tests := []struct {
 			name       string
-			spec       Spec
+			spec       probespec.Spec
 			opts       Options
 			want       Outcome
 			wantDetail string
 			wantErr    string
 			wantIs     error
 		}{
-			{name: "alive without credentials", spec: Spec{}, opts: secrets, want: L7OK, wantDetail: "(access denied as expected)"},
+			{name: "alive without credentials", spec: probespec.Spec{}, opts: secrets, want: L7OK, wantDetail: "(access denied as expected)"},
 			{name: "right password", spec: good, opts: secrets, want: L7OK, wantDetail: " authenticated"},
-			{name: "right password and database", spec: Spec{User: m.ProbeUser, Secret: "probe", Database: "app"}, opts: secrets, want: L7OK, wantDetail: " authenticated"},
-			{name: "wrong password", spec: Spec{User: m.ProbeUser, Secret: "wrong"}, opts: secrets, want: L7STS, wantErr: "mysql error 1045: Access denied"},
-			{name: "unknown user", spec: Spec{User: "nobody", Secret: "probe"}, opts: secrets, want: L7STS, wantErr: "mysql error 1045"},
-			{name: "unknown database", spec: Spec{User: m.ProbeUser, Secret: "probe", Database: "missing"}, opts: secrets, want: L7STS, wantErr: "mysql error 1049"},
-			{name: "database without grant", spec: Spec{User: m.ProbeUser, Secret: "probe", Database: "mysql"}, opts: secrets, want: L7STS, wantErr: "mysql error 1044"},
+			{name: "right password and database", spec: probespec.Spec{User: m.ProbeUser, Secret: "probe", Database: "app"}, opts: secrets, want: L7OK, wantDetail: " authenticated"},
+			{name: "wrong password", spec: probespec.Spec{User: m.ProbeUser, Secret: "wrong"}, opts: secrets, want: L7STS, wantErr: "mysql error 1045: Access denied"},
+			{name: "unknown user", spec: probespec.Spec{User: "nobody", Secret: "probe"}, opts: secrets, want: L7STS, wantErr: "mysql error 1045"},
+			{name: "unknown database", spec: probespec.Spec{User: m.ProbeUser, Secret: "probe", Database: "missing"}, opts: secrets, want: L7STS, wantErr: "mysql error 1049"},
+			{name: "database without grant", spec: probespec.Spec{User: m.ProbeUser, Secret: "probe", Database: "mysql"}, opts: secrets, want: L7STS, wantErr: "mysql error 1044"},
 			{name: "no secret source", spec: good, opts: Options{}, want: L7STS, wantIs: ErrNoSecrets},
-			{name: "unknown secret", spec: Spec{User: m.ProbeUser, Secret: "nope"}, opts: secrets, want: L7STS, wantErr: `secret "nope" not found`},
+			{name: "unknown secret", spec: probespec.Spec{User: m.ProbeUser, Secret: "nope"}, opts: secrets, want: L7STS, wantErr: `secret "nope" not found`},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -517,7 +519,7 @@ func TestMySQLMariaDB(t *testing.T) {
 		// each probe is one "Access denied" warning.
 		off = m.logSize(t)
 		for range 5 {
-			if r := probeMySQL(t, m, Spec{}, Options{}); r.Outcome != L7OK {
+			if r := probeMySQL(t, m, probespec.Spec{}, Options{}); r.Outcome != L7OK {
 				t.Fatalf("Outcome = %v (%v)", r.Outcome, r.Err)
 			}
 		}
@@ -537,7 +539,7 @@ func TestMySQLMariaDB(t *testing.T) {
 		const probes, workers = 1000, 4
 		deniedBefore := m.status(t, "Access_denied_errors")
 		start := time.Now()
-		p, err := New(Spec{Protocol: MySQL}, Options{})
+		p, err := New(probespec.Spec{Protocol: probespec.MySQL}, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -584,7 +586,7 @@ func TestMySQLMariaDB(t *testing.T) {
 		if h.SumConnectErrors != 0 || h.HandshakeErrors != 0 || h.HostBlockedErrors != 0 {
 			t.Errorf("host_cache %+v: want no connect, handshake or blocked errors", h)
 		}
-		if r := probeMySQL(t, m, Spec{}, Options{}); r.Outcome != L7OK {
+		if r := probeMySQL(t, m, probespec.Spec{}, Options{}); r.Outcome != L7OK {
 			t.Errorf("final probe: %v (%v), want L7OK", r.Outcome, r.Err)
 		}
 	})
@@ -606,7 +608,7 @@ func TestMySQLMariaDB(t *testing.T) {
 			t.Fatal("20 greeting-only connections did not get the host blocked")
 		}
 		t.Logf("host blocked after %d greeting-only connections", blockedAfter)
-		for _, spec := range []Spec{{}, good} {
+		for _, spec := range []probespec.Spec{{}, good} {
 			r := probeMySQL(t, m, spec, secrets)
 			checkMySQLResult(t, r, L7STS, "mysql error 1129: Host '"+m.Client.String()+"' is blocked", m.ProbePassword)
 			if r.ServerVersion != "" {
@@ -614,14 +616,14 @@ func TestMySQLMariaDB(t *testing.T) {
 			}
 		}
 		m.exec(t, "FLUSH HOSTS")
-		if r := probeMySQL(t, m, Spec{}, Options{}); r.Outcome != L7OK {
+		if r := probeMySQL(t, m, probespec.Spec{}, Options{}); r.Outcome != L7OK {
 			t.Errorf("after FLUSH HOSTS: %v (%v), want L7OK", r.Outcome, r.Err)
 		}
 	})
 
 	t.Run("server stopped", func(t *testing.T) {
 		m.stop(t)
-		for _, spec := range []Spec{{}, good} {
+		for _, spec := range []probespec.Spec{{}, good} {
 			r := probeMySQL(t, m, spec, secrets)
 			checkMySQLResult(t, r, L4CON, "connecting", m.ProbePassword)
 		}
@@ -633,7 +635,7 @@ func TestMySQLMariaDBTooManyConnections(t *testing.T) {
 	const maxConns = 10 // MariaDB's minimum
 	m := startMariaDB(t, mariaDBOptions{MaxConnections: maxConns})
 	secrets := Options{Secrets: testSecrets{"probe": m.ProbePassword}}
-	good := Spec{User: m.ProbeUser, Secret: "probe"}
+	good := probespec.Spec{User: m.ProbeUser, Secret: "probe"}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -665,7 +667,7 @@ func TestMySQLMariaDBTooManyConnections(t *testing.T) {
 	r := probeMySQL(t, m, good, secrets)
 	checkMySQLResult(t, r, L7STS, "mysql error 1040: Too many connections", m.ProbePassword)
 	m.waitThreads(t, maxConns)
-	if r := probeMySQL(t, m, Spec{}, Options{}); r.Outcome != L7OK {
+	if r := probeMySQL(t, m, probespec.Spec{}, Options{}); r.Outcome != L7OK {
 		t.Errorf("credential-less probe with the ordinary slots full: %v (%v), want L7OK", r.Outcome, r.Err)
 	}
 
@@ -678,7 +680,7 @@ func TestMySQLMariaDBTooManyConnections(t *testing.T) {
 	}
 	defer adminDB.Close()
 	defer admin.Close()
-	for _, spec := range []Spec{{}, good} {
+	for _, spec := range []probespec.Spec{{}, good} {
 		r := probeMySQL(t, m, spec, secrets)
 		checkMySQLResult(t, r, L7STS, "mysql error 1040: Too many connections", m.ProbePassword)
 		if r.ServerVersion != "" {

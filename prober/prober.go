@@ -11,17 +11,12 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // DefaultTimeout bounds a probe whose context carries no deadline.
 const DefaultTimeout = 2 * time.Second
-
-// MinTimeout and MaxTimeout bound a probe's timeout= and every other
-// timeout a user gives a single probe (pulselb check --timeout).
-const (
-	MinTimeout = 10 * time.Millisecond
-	MaxTimeout = time.Minute
-)
 
 // Prober checks one target. Probe returns a Result whose Outcome is never
 // zero, and returns by ctx's deadline.
@@ -62,23 +57,23 @@ type Options struct {
 }
 
 // constructors is the protocol table: adding a protocol adds one line here.
-var constructors = map[Protocol]func(Spec, Options) (Prober, error){
-	TCP:   newTCP,
-	UDP:   newUDP,
-	HTTP:  newHTTP,
-	HTTPS: newHTTP,
-	TLS:   newTLS,
-	MySQL: newMySQL,
-	DNS:   newDNS,
+var constructors = map[probespec.Protocol]func(probespec.Spec, Options) (Prober, error){
+	probespec.TCP:   newTCP,
+	probespec.UDP:   newUDP,
+	probespec.HTTP:  newHTTP,
+	probespec.HTTPS: newHTTP,
+	probespec.TLS:   newTLS,
+	probespec.MySQL: newMySQL,
+	probespec.DNS:   newDNS,
 }
 
 // New returns the Prober for spec.
-func New(spec Spec, opts Options) (Prober, error) {
+func New(spec probespec.Spec, opts Options) (Prober, error) {
 	mk, ok := constructors[spec.Protocol]
 	if !ok {
 		return nil, fmt.Errorf("unknown protocol %q", spec.Protocol)
 	}
-	opts.proxyHeader = spec.ProxyProtocol.healthHeader()
+	opts.proxyHeader = healthHeader(spec.ProxyProtocol)
 	p, err := mk(spec, opts)
 	if err != nil {
 		return nil, fmt.Errorf("building %s prober: %w", spec.Protocol, err)

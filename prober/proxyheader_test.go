@@ -2,15 +2,15 @@ package prober
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	proxyproto "github.com/pires/go-proxyproto"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // The health-check headers, written out from the specification
@@ -45,7 +45,7 @@ func TestProbeSendsProxyHeader(t *testing.T) {
 				n, _ := io.ReadFull(c, b)
 				got <- b[:n]
 			})
-			spec := MustParse(tt.spec)
+			spec := probespec.MustParse(tt.spec)
 			spec.Timeout = 300 * time.Millisecond
 			probeOnce(t, spec, Options{}, target)
 			select {
@@ -84,46 +84,11 @@ func TestProbeOfServerRequiringProxyHeader(t *testing.T) {
 		{"http", L7RSP},
 	} {
 		t.Run(tt.spec, func(t *testing.T) {
-			spec := MustParse(tt.spec)
+			spec := probespec.MustParse(tt.spec)
 			spec.Timeout = time.Second
 			res := probeOnce(t, spec, Options{}, target)
 			if res.Outcome != tt.want {
 				t.Errorf("outcome %s (%v), want %s", res.Outcome, res.Err, tt.want)
-			}
-		})
-	}
-}
-
-func TestParseProxyProtocolOption(t *testing.T) {
-	for _, tt := range []struct {
-		spec    string
-		want    ProxyProtocol
-		errHas  string
-		canonic string
-	}{
-		{spec: "tcp proxy-protocol=v1", want: ProxyV1, canonic: "tcp proxy-protocol=v1"},
-		{spec: "https path=/x proxy-protocol=v2", want: ProxyV2, canonic: "https path=/x proxy-protocol=v2"},
-		{spec: "mysql proxy-protocol=v2 user=probe", want: ProxyV2, canonic: "mysql user=probe proxy-protocol=v2"},
-		{spec: "tcp proxy-protocol=v3", errHas: `option proxy-protocol="v3": want v1 or v2`},
-		{spec: "tcp proxy-protocol=V2", errHas: "want v1 or v2"},
-		{spec: "tcp proxy-protocol=", errHas: "want v1 or v2"},
-		{spec: "udp proxy-protocol=v2", errHas: `option "proxy-protocol" does not apply to udp`},
-		{spec: "dns proxy-protocol=v2", errHas: `option "proxy-protocol" does not apply to dns`},
-		{spec: "tcp proxy-protocol=v1 proxy-protocol=v2", errHas: "given twice"},
-	} {
-		t.Run(tt.spec, func(t *testing.T) {
-			s, err := Parse(tt.spec)
-			if tt.errHas != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.errHas) || !errors.Is(err, ErrSpec) {
-					t.Fatalf("error %v, want one containing %q", err, tt.errHas)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.ProxyProtocol != tt.want || s.String() != tt.canonic {
-				t.Errorf("ProxyProtocol %s, String %q; want %s, %q", s.ProxyProtocol, s.String(), tt.want, tt.canonic)
 			}
 		})
 	}

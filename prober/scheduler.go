@@ -16,6 +16,8 @@ import (
 	"golang.org/x/sync/semaphore"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // State is what the scheduler concluded about a target after hysteresis.
@@ -56,10 +58,7 @@ func (s *State) UnmarshalText(b []byte) error {
 
 // Scheduler defaults, applied to zero Config fields.
 const (
-	DefaultInterval     = time.Second
 	DefaultFastInterval = 200 * time.Millisecond
-	DefaultRise         = 2
-	DefaultFall         = 2
 	DefaultJitter       = 0.1
 	DefaultConcurrency  = 256
 	DefaultCoalesce     = 10 * time.Millisecond
@@ -80,7 +79,7 @@ type Target struct {
 	Key  string
 	Addr netip.AddrPort
 	// Protocol labels the target's metrics.
-	Protocol Protocol
+	Protocol probespec.Protocol
 	Prober   Prober
 	// Interval is the time between probe starts; 0 means Config.Interval.
 	Interval time.Duration
@@ -254,7 +253,7 @@ type job struct {
 	key       string
 	prober    Prober
 	addr      netip.AddrPort
-	protocol  Protocol
+	protocol  probespec.Protocol
 	timeout   time.Duration
 	start     time.Time
 }
@@ -262,16 +261,16 @@ type job struct {
 // NewScheduler returns a Scheduler with no targets; call Set and Run.
 func NewScheduler(cfg Config) *Scheduler {
 	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
+		cfg.Interval = probespec.DefaultInterval
 	}
 	if cfg.FastInterval <= 0 {
 		cfg.FastInterval = DefaultFastInterval
 	}
 	if cfg.Rise <= 0 {
-		cfg.Rise = DefaultRise
+		cfg.Rise = probespec.DefaultRise
 	}
 	if cfg.Fall <= 0 {
-		cfg.Fall = DefaultFall
+		cfg.Fall = probespec.DefaultFall
 	}
 	if cfg.Jitter == 0 {
 		cfg.Jitter = DefaultJitter

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // waitLimit bounds every wait in these tests; reaching it is a failure.
@@ -123,7 +125,7 @@ func (h *harness) target(key string, port uint16) Target {
 	return Target{
 		Key:      key,
 		Addr:     netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port),
-		Protocol: TCP,
+		Protocol: probespec.TCP,
 		Prober:   h.prober(),
 		Timeout:  time.Minute,
 	}
@@ -823,7 +825,7 @@ func TestSchedulerTCP(t *testing.T) {
 		{"ipv6", "[::1]:0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(Spec{Protocol: TCP}, Options{})
+			p, err := New(probespec.Spec{Protocol: probespec.TCP}, Options{})
 			if err != nil {
 				t.Skipf("tcp prober unavailable: %v", err)
 			}
@@ -849,7 +851,7 @@ func TestSchedulerTCP(t *testing.T) {
 				OnChange:     func(tr Transition) { changes <- tr },
 			})
 			addr := netip.MustParseAddrPort(ln.Addr().String())
-			s.Set([]Target{{Key: "svc", Addr: addr, Protocol: TCP, Prober: p}})
+			s.Set([]Target{{Key: "svc", Addr: addr, Protocol: probespec.TCP, Prober: p}})
 			runScheduler(t, s)
 
 			if tr := recv(t, changes, "Up"); tr.To != StateUp {
@@ -892,7 +894,7 @@ func BenchmarkScheduler(b *testing.B) {
 		targets[i] = Target{
 			Key:      fmt.Sprintf("ns/svc-%d:80@node", i),
 			Addr:     netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 80),
-			Protocol: TCP,
+			Protocol: probespec.TCP,
 			Prober:   up,
 		}
 	}
@@ -1062,7 +1064,7 @@ func TestSchedulerStatusInOnChange(t *testing.T) {
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	defer srv.Close()
 	notAfter := srv.Certificate().NotAfter
-	spec, err := Parse("tls verify=false")
+	spec, err := probespec.Parse("tls verify=false")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1085,7 +1087,7 @@ func TestSchedulerStatusInOnChange(t *testing.T) {
 			changes <- seen{tr, st}
 		},
 	})
-	s.Set([]Target{{Key: "svc", Addr: netip.MustParseAddrPort(srv.Listener.Addr().String()), Protocol: TLS, Prober: p}})
+	s.Set([]Target{{Key: "svc", Addr: netip.MustParseAddrPort(srv.Listener.Addr().String()), Protocol: probespec.TLS, Prober: p}})
 	runScheduler(t, s)
 
 	up := recv(t, changes, "Up")

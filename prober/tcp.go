@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"syscall"
 	"time"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // tcpReadLimit caps how much of a tcp answer is read while looking for a
@@ -23,18 +25,18 @@ const quoteLimit = 64
 // both are set both must match.
 type expectation struct {
 	re *regexp.Regexp
-	// insts is re's program size (regexpInsts), the cost of matching a
+	// insts is re's program size (probespec.RegexpInsts), the cost of matching a
 	// byte.
 	insts int
-	hex   *HexPattern
+	hex   *probespec.HexPattern
 }
 
 // newExpectation returns the expectation of a spec's expect= and
 // expect-hex=.
-func newExpectation(re *regexp.Regexp, hex *HexPattern) expectation {
+func newExpectation(re *regexp.Regexp, hex *probespec.HexPattern) expectation {
 	e := expectation{re: re, hex: hex}
 	if re != nil {
-		e.insts = regexpInsts(re)
+		e.insts = probespec.RegexpInsts(re)
 	}
 	return e
 }
@@ -95,7 +97,7 @@ type tcpProber struct {
 }
 
 // newTCP builds a tcp prober; every field of the spec is optional.
-func newTCP(spec Spec, opts Options) (Prober, error) {
+func newTCP(spec probespec.Spec, opts Options) (Prober, error) {
 	return &tcpProber{
 		send:   spec.Send,
 		expect: newExpectation(spec.Expect, spec.ExpectHex),

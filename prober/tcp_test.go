@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // tcpDrain reads until the prober closes; the handlers below end the same way.
@@ -40,15 +42,15 @@ func tcpEcho(n int) func(net.Conn) {
 	}
 }
 
-func tcpHex(value, mask string) *HexPattern {
-	return &HexPattern{Value: []byte(value), Mask: []byte(mask)}
+func tcpHex(value, mask string) *probespec.HexPattern {
+	return &probespec.HexPattern{Value: []byte(value), Mask: []byte(mask)}
 }
 
 func TestTCP(t *testing.T) {
 	tests := []struct {
 		name    string
 		handle  func(net.Conn)
-		spec    Spec
+		spec    probespec.Spec
 		want    Outcome
 		detail  string // Detail, when up
 		errHas  string // a substring of Err, when down
@@ -64,7 +66,7 @@ func TestTCP(t *testing.T) {
 		{
 			name:    "send without expectation",
 			handle:  tcpDrain,
-			spec:    Spec{Send: []byte("PING\r\n")},
+			spec:    probespec.Spec{Send: []byte("PING\r\n")},
 			want:    L4OK,
 			detail:  "connected, 6 bytes sent",
 			quickly: true,
@@ -72,7 +74,7 @@ func TestTCP(t *testing.T) {
 		{
 			name:    "banner matches",
 			handle:  tcpBanner("220 ready\r\n", true),
-			spec:    Spec{Expect: regexp.MustCompile(`^220 `)},
+			spec:    probespec.Spec{Expect: regexp.MustCompile(`^220 `)},
 			want:    L7OK,
 			detail:  "11 bytes matched",
 			quickly: true,
@@ -85,14 +87,14 @@ func TestTCP(t *testing.T) {
 				}
 				tcpBanner("ready\r\n", true)(c)
 			},
-			spec:    Spec{Expect: regexp.MustCompile(`^220 ready\r\n`)},
+			spec:    probespec.Spec{Expect: regexp.MustCompile(`^220 ready\r\n`)},
 			want:    L7OK,
 			quickly: true,
 		},
 		{
 			name:    "banner mismatch then close",
 			handle:  tcpBanner("220 ready\r\n", false),
-			spec:    Spec{Expect: regexp.MustCompile(`^500`)},
+			spec:    probespec.Spec{Expect: regexp.MustCompile(`^500`)},
 			want:    L7RSP,
 			errHas:  `"220 ready\r\n"`,
 			quickly: true,
@@ -100,21 +102,21 @@ func TestTCP(t *testing.T) {
 		{
 			name:   "banner mismatch and connection held",
 			handle: tcpBanner("220 ready\r\n", true),
-			spec:   Spec{Expect: regexp.MustCompile(`^500`)},
+			spec:   probespec.Spec{Expect: regexp.MustCompile(`^500`)},
 			want:   L7TOUT,
 			errHas: `"220 ready\r\n"`,
 		},
 		{
 			name:   "server never answers",
 			handle: tcpDrain,
-			spec:   Spec{Expect: regexp.MustCompile(`^220`)},
+			spec:   probespec.Spec{Expect: regexp.MustCompile(`^220`)},
 			want:   L7TOUT,
 			errHas: "no answer",
 		},
 		{
 			name:    "server closes at once",
 			handle:  func(net.Conn) {},
-			spec:    Spec{Expect: regexp.MustCompile(`.`)},
+			spec:    probespec.Spec{Expect: regexp.MustCompile(`.`)},
 			want:    L7RSP,
 			errHas:  "closed",
 			quickly: true,
@@ -124,14 +126,14 @@ func TestTCP(t *testing.T) {
 			handle: func(c net.Conn) {
 				_ = c.(*net.TCPConn).SetLinger(0)
 			},
-			spec:    Spec{Expect: regexp.MustCompile(`.`)},
+			spec:    probespec.Spec{Expect: regexp.MustCompile(`.`)},
 			want:    L4CON,
 			quickly: true,
 		},
 		{
 			name:    "binary echo with wildcard nibbles",
 			handle:  tcpEcho(3),
-			spec:    Spec{Send: []byte("\x00\x01\xff"), ExpectHex: tcpHex("\x00\x01\xf0", "\xff\xff\xf0")},
+			spec:    probespec.Spec{Send: []byte("\x00\x01\xff"), ExpectHex: tcpHex("\x00\x01\xf0", "\xff\xff\xf0")},
 			want:    L7OK,
 			detail:  "3 bytes matched",
 			quickly: true,
@@ -139,7 +141,7 @@ func TestTCP(t *testing.T) {
 		{
 			name:    "binary echo mismatch decided without waiting",
 			handle:  tcpEcho(3),
-			spec:    Spec{Send: []byte("\x00\x01\xff"), ExpectHex: tcpHex("\x00\x02", "\xff\xff")},
+			spec:    probespec.Spec{Send: []byte("\x00\x01\xff"), ExpectHex: tcpHex("\x00\x02", "\xff\xff")},
 			want:    L7RSP,
 			errHas:  `"\x00\x01\xff"`,
 			quickly: true,
@@ -147,7 +149,7 @@ func TestTCP(t *testing.T) {
 		{
 			name:    "hex and regexp must both match",
 			handle:  tcpBanner("220 ready\r\n", true),
-			spec:    Spec{ExpectHex: tcpHex("2", "\xff"), Expect: regexp.MustCompile(`ready`)},
+			spec:    probespec.Spec{ExpectHex: tcpHex("2", "\xff"), Expect: regexp.MustCompile(`ready`)},
 			want:    L7OK,
 			quickly: true,
 		},
@@ -161,7 +163,7 @@ func TestTCP(t *testing.T) {
 					}
 				}
 			},
-			spec:    Spec{Expect: regexp.MustCompile(`b`)},
+			spec:    probespec.Spec{Expect: regexp.MustCompile(`b`)},
 			want:    L7RSP,
 			errHas:  "first 65536 bytes",
 			quickly: true,
@@ -173,7 +175,7 @@ func TestTCP(t *testing.T) {
 				t.Parallel()
 				target := serveTCP(t, host, tt.handle)
 				spec := tt.spec
-				spec.Protocol = TCP
+				spec.Protocol = probespec.TCP
 				res := probeOnce(t, spec, Options{}, target)
 				checkResult(t, res, tt.want, tt.errHas)
 				if tt.detail != "" && res.Detail != tt.detail {
@@ -201,7 +203,7 @@ func TestTCP(t *testing.T) {
 
 func TestTCPClosedPort(t *testing.T) {
 	onLoopbacks(t, "tcp", func(t *testing.T, host string) {
-		res := probeOnce(t, Spec{Protocol: TCP}, Options{}, closedTCPPort(t, host))
+		res := probeOnce(t, probespec.Spec{Protocol: probespec.TCP}, Options{}, closedTCPPort(t, host))
 		checkResult(t, res, L4CON, "")
 		if !errors.Is(res.Err, syscall.ECONNREFUSED) {
 			t.Errorf("Err = %v, want it to wrap ECONNREFUSED", res.Err)
@@ -217,7 +219,7 @@ func TestTCPSendIsExact(t *testing.T) {
 			got <- b
 		})
 		send := []byte("\x00bin\xff\r\x00")
-		res := probeOnce(t, Spec{Protocol: TCP, Send: send}, Options{}, target)
+		res := probeOnce(t, probespec.Spec{Protocol: probespec.TCP, Send: send}, Options{}, target)
 		checkResult(t, res, L4OK, "")
 		select {
 		case b := <-got:
@@ -244,7 +246,7 @@ func TestTCPLocalAddr(t *testing.T) {
 		from <- c.RemoteAddr()
 		tcpDrain(c)
 	})
-	res := probeOnce(t, Spec{Protocol: TCP}, Options{LocalAddr: local}, target)
+	res := probeOnce(t, probespec.Spec{Protocol: probespec.TCP}, Options{LocalAddr: local}, target)
 	checkResult(t, res, L4OK, "")
 	select {
 	case a := <-from:
@@ -289,7 +291,7 @@ func TestTCPConnectTimeout(t *testing.T) {
 	if !full {
 		t.Skip("the listen backlog never filled, so a connect timeout cannot be made on loopback")
 	}
-	res := probeOnce(t, Spec{Protocol: TCP}, Options{}, target)
+	res := probeOnce(t, probespec.Spec{Protocol: probespec.TCP}, Options{}, target)
 	checkResult(t, res, L4TOUT, "")
 }
 
@@ -299,7 +301,7 @@ func TestTCPCancel(t *testing.T) {
 		close(accepted)
 		tcpDrain(c)
 	})
-	p, err := New(Spec{Protocol: TCP, Expect: regexp.MustCompile(`never`)}, Options{})
+	p, err := New(probespec.Spec{Protocol: probespec.TCP, Expect: regexp.MustCompile(`never`)}, Options{})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -330,7 +332,7 @@ func TestTCPExpectBoundedByDeadline(t *testing.T) {
 		_, _ = c.Write(bytes.Repeat([]byte("a"), 64<<10))
 		_, _ = c.Read(make([]byte, 1))
 	})
-	spec := MustParse(`tcp expect="[a-z]{250}b"`)
+	spec := probespec.MustParse(`tcp expect="[a-z]{250}b"`)
 	spec.Timeout = costlyTimeout
 	res := probeOnce(t, spec, Options{}, target)
 	t.Logf("%v after %v: %s", res.Outcome, res.Timings.Total, res.Message())

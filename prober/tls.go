@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // systemRoots is the pool tls and https probes verify certificates against;
@@ -144,7 +146,7 @@ type tlsProber struct {
 }
 
 // newTLS builds the tls prober.
-func newTLS(spec Spec, opts Options) (Prober, error) {
+func newTLS(spec probespec.Spec, opts Options) (Prober, error) {
 	return &tlsProber{
 		cfg:      clientTLSConfig(spec.SNI, spec.Verify, spec.ALPN, opts.RootCAs),
 		verify:   spec.Verify,

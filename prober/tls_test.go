@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // tlsTestServer is a TLS server on loopback that completes handshakes and
@@ -55,7 +57,7 @@ func TestTLSProbe(t *testing.T) {
 		name       string
 		cert       tls.Certificate
 		serverALPN []string
-		spec       Spec
+		spec       probespec.Spec
 		want       Outcome
 		errPart    string
 		check      func(t *testing.T, res Result, srv *tlsTestServer)
@@ -63,7 +65,7 @@ func TestTLSProbe(t *testing.T) {
 		{
 			name: "verify with sni",
 			cert: good,
-			spec: Spec{Protocol: TLS, Verify: true, SNI: "server.test"},
+			spec: probespec.Spec{Protocol: probespec.TLS, Verify: true, SNI: "server.test"},
 			want: L6OK,
 			check: func(t *testing.T, res Result, srv *tlsTestServer) {
 				if got := recv(t, srv.sni, "server name"); got != "server.test" {
@@ -90,7 +92,7 @@ func TestTLSProbe(t *testing.T) {
 		{
 			name: "verify chain without sni",
 			cert: good,
-			spec: Spec{Protocol: TLS, Verify: true},
+			spec: probespec.Spec{Protocol: probespec.TLS, Verify: true},
 			want: L6OK,
 			check: func(t *testing.T, res Result, srv *tlsTestServer) {
 				if got := recv(t, srv.sni, "server name"); got != "" {
@@ -101,28 +103,28 @@ func TestTLSProbe(t *testing.T) {
 		{
 			name:    "name mismatch",
 			cert:    good,
-			spec:    Spec{Protocol: TLS, Verify: true, SNI: "other.test"},
+			spec:    probespec.Spec{Protocol: probespec.TLS, Verify: true, SNI: "other.test"},
 			want:    L6ERR,
 			errPart: "not other.test",
 		},
 		{
 			name:    "untrusted with sni",
 			cert:    untrusted,
-			spec:    Spec{Protocol: TLS, Verify: true, SNI: "server.test"},
+			spec:    probespec.Spec{Protocol: probespec.TLS, Verify: true, SNI: "server.test"},
 			want:    L6ERR,
 			errPart: "unknown authority",
 		},
 		{
 			name:    "untrusted without sni",
 			cert:    untrusted,
-			spec:    Spec{Protocol: TLS, Verify: true},
+			spec:    probespec.Spec{Protocol: probespec.TLS, Verify: true},
 			want:    L6ERR,
 			errPart: "unknown authority",
 		},
 		{
 			name: "untrusted not verified",
 			cert: untrusted,
-			spec: Spec{Protocol: TLS},
+			spec: probespec.Spec{Protocol: probespec.TLS},
 			want: L6OK,
 			check: func(t *testing.T, res Result, _ *tlsTestServer) {
 				if res.TLS.Verified {
@@ -133,14 +135,14 @@ func TestTLSProbe(t *testing.T) {
 		{
 			name:    "expired verified",
 			cert:    expired,
-			spec:    Spec{Protocol: TLS, Verify: true, SNI: "server.test"},
+			spec:    probespec.Spec{Protocol: probespec.TLS, Verify: true, SNI: "server.test"},
 			want:    L6ERR,
 			errPart: "expired",
 		},
 		{
 			name: "expired not verified",
 			cert: expired,
-			spec: Spec{Protocol: TLS, SNI: "server.test"},
+			spec: probespec.Spec{Protocol: probespec.TLS, SNI: "server.test"},
 			want: L6OK,
 			check: func(t *testing.T, res Result, _ *tlsTestServer) {
 				if !res.TLS.NotAfter.Before(time.Now()) {
@@ -154,14 +156,14 @@ func TestTLSProbe(t *testing.T) {
 		{
 			name:    "expired not verified with min-valid",
 			cert:    expired,
-			spec:    Spec{Protocol: TLS, MinValid: 7 * day},
+			spec:    probespec.Spec{Protocol: probespec.TLS, MinValid: 7 * day},
 			want:    L6ERR,
 			errPart: "certificate expired 3d ago",
 		},
 		{
 			name:    "expires sooner than min-valid",
 			cert:    soon,
-			spec:    Spec{Protocol: TLS, Verify: true, SNI: "server.test", MinValid: 7 * day},
+			spec:    probespec.Spec{Protocol: probespec.TLS, Verify: true, SNI: "server.test", MinValid: 7 * day},
 			want:    L6ERR,
 			errPart: "certificate expires in 2d, want at least 7d",
 			check: func(t *testing.T, res Result, _ *tlsTestServer) {
@@ -173,13 +175,13 @@ func TestTLSProbe(t *testing.T) {
 		{
 			name: "expires later than min-valid",
 			cert: soon,
-			spec: Spec{Protocol: TLS, Verify: true, SNI: "server.test", MinValid: day},
+			spec: probespec.Spec{Protocol: probespec.TLS, Verify: true, SNI: "server.test", MinValid: day},
 			want: L6OK,
 		},
 		{
 			name: "intermediate expires first",
 			cert: chained,
-			spec: Spec{Protocol: TLS, Verify: true, SNI: "server.test"},
+			spec: probespec.Spec{Protocol: probespec.TLS, Verify: true, SNI: "server.test"},
 			want: L6OK,
 			check: func(t *testing.T, res Result, _ *tlsTestServer) {
 				if !res.TLS.ChainNotAfter.Equal(inter.Cert.NotAfter) {
@@ -194,7 +196,7 @@ func TestTLSProbe(t *testing.T) {
 			name:       "alpn negotiated",
 			cert:       good,
 			serverALPN: []string{"h2", "http/1.1"},
-			spec:       Spec{Protocol: TLS, Verify: true, ALPN: []string{"h2"}},
+			spec:       probespec.Spec{Protocol: probespec.TLS, Verify: true, ALPN: []string{"h2"}},
 			want:       L6OK,
 			check: func(t *testing.T, res Result, _ *tlsTestServer) {
 				if res.TLS.ALPN != "h2" || !strings.Contains(res.Detail, "h2") {
@@ -205,7 +207,7 @@ func TestTLSProbe(t *testing.T) {
 		{
 			name:    "alpn not negotiated",
 			cert:    good,
-			spec:    Spec{Protocol: TLS, Verify: true, ALPN: []string{"h2"}},
+			spec:    probespec.Spec{Protocol: probespec.TLS, Verify: true, ALPN: []string{"h2"}},
 			want:    L6ERR,
 			errPart: "server selected no ALPN protocol, offered h2",
 		},
@@ -252,7 +254,7 @@ func TestTLSProbeBrokenServers(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := probeOnce(t, Spec{Protocol: TLS}, Options{}, tc.server(t))
+			res := probeOnce(t, probespec.Spec{Protocol: probespec.TLS}, Options{}, tc.server(t))
 			checkResult(t, res, tc.want, tc.errPart)
 			if res.TLS != nil {
 				t.Errorf("TLS = %+v after a failed handshake", res.TLS)
@@ -267,7 +269,7 @@ func TestTLSProbeIPv6(t *testing.T) {
 	srv := startTLSTestServer(t, "::1", &tls.Config{
 		Certificates: []tls.Certificate{ca.Leaf(t, certOpts{DNSNames: []string{"server.test"}})},
 	})
-	res := probeOnce(t, Spec{Protocol: TLS, Verify: true, SNI: "server.test"}, Options{}, srv.addr)
+	res := probeOnce(t, probespec.Spec{Protocol: probespec.TLS, Verify: true, SNI: "server.test"}, Options{}, srv.addr)
 	checkResult(t, res, L6OK, "")
 	if got := recv(t, srv.sni, "server name"); got != "server.test" {
 		t.Errorf("server saw SNI %q, want server.test", got)
@@ -278,7 +280,7 @@ func TestTLSProbeCancel(t *testing.T) {
 	// The context has no deadline, so the probe gets DefaultTimeout; being
 	// cancelled must still end it at once.
 	addr := serveTCP(t, "127.0.0.1", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
-	p, err := New(Spec{Protocol: TLS}, Options{})
+	p, err := New(probespec.Spec{Protocol: probespec.TLS}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +329,7 @@ func TestTLSProbeLocalAddr(t *testing.T) {
 		tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}})
 		_, _ = io.Copy(io.Discard, tc)
 	})
-	p, err := New(Spec{Protocol: TLS}, Options{LocalAddr: netip.MustParseAddr("127.0.0.2")})
+	p, err := New(probespec.Spec{Protocol: probespec.TLS}, Options{LocalAddr: netip.MustParseAddr("127.0.0.2")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"syscall"
 	"time"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // udpProber sends one datagram on a connected socket and judges the first
@@ -14,24 +16,24 @@ import (
 type udpProber struct {
 	send    []byte
 	expect  expectation
-	silence Silence
+	silence probespec.Silence
 	opts    Options
 }
 
 // newUDP builds a udp prober and resolves the default silence.
-func newUDP(spec Spec, opts Options) (Prober, error) {
+func newUDP(spec probespec.Spec, opts Options) (Prober, error) {
 	p := &udpProber{
 		send:    spec.Send,
 		expect:  newExpectation(spec.Expect, spec.ExpectHex),
 		silence: spec.Silence,
 		opts:    opts,
 	}
-	if p.silence == SilenceDefault {
+	if p.silence == probespec.SilenceDefault {
 		// A service that was asked a question and stays silent has failed
 		// to answer; one that was only poked may simply never reply.
-		p.silence = SilenceUp
+		p.silence = probespec.SilenceUp
 		if p.expect.set() {
-			p.silence = SilenceDown
+			p.silence = probespec.SilenceDown
 		}
 	}
 	return p, nil
@@ -94,7 +96,7 @@ func (p *udpProber) probe(ctx context.Context, target netip.AddrPort, start time
 		res.Outcome = L7TOUT
 		res.Err = fmt.Errorf("probe cancelled while waiting for an answer: %w", ctx.Err())
 	case isTimeout(err):
-		if p.silence == SilenceUp {
+		if p.silence == probespec.SilenceUp {
 			res.Outcome = L4OK
 			res.Detail = "no answer (silence=up)"
 			return res

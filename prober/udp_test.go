@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // udpTestServer listens on host:0 and calls answer for every datagram; a
@@ -71,7 +73,7 @@ func TestUDP(t *testing.T) {
 	tests := []struct {
 		name   string
 		answer func([]byte, net.Addr) []byte
-		spec   Spec
+		spec   probespec.Spec
 		want   Outcome
 		detail string
 		errHas string
@@ -79,35 +81,35 @@ func TestUDP(t *testing.T) {
 		{
 			name:   "reply matches",
 			answer: udpReply("PONG\n"),
-			spec:   Spec{Send: []byte("PING"), Expect: expectPong},
+			spec:   probespec.Spec{Send: []byte("PING"), Expect: expectPong},
 			want:   L7OK,
 			detail: "5 bytes matched",
 		},
 		{
 			name:   "reply without expectation",
 			answer: udpReply("PONG"),
-			spec:   Spec{Send: []byte("PING")},
+			spec:   probespec.Spec{Send: []byte("PING")},
 			want:   L7OK,
 			detail: "4 bytes received",
 		},
 		{
 			name:   "reply does not match",
 			answer: udpReply("NOPE"),
-			spec:   Spec{Send: []byte("PING"), Expect: expectPong},
+			spec:   probespec.Spec{Send: []byte("PING"), Expect: expectPong},
 			want:   L7RSP,
 			errHas: `"NOPE"`,
 		},
 		{
 			name:   "binary echo with wildcard nibbles",
 			answer: udpEcho,
-			spec:   Spec{Send: []byte("\x00\x01\xff"), ExpectHex: tcpHex("\x00\x01\xf0", "\xff\xff\xf0")},
+			spec:   probespec.Spec{Send: []byte("\x00\x01\xff"), ExpectHex: tcpHex("\x00\x01\xf0", "\xff\xff\xf0")},
 			want:   L7OK,
 			detail: "3 bytes matched",
 		},
 		{
 			name:   "binary echo mismatch",
 			answer: udpEcho,
-			spec:   Spec{Send: []byte("\x00\x01\xff"), ExpectHex: tcpHex("\x00\x01\x0f", "\xff\xff\xff")},
+			spec:   probespec.Spec{Send: []byte("\x00\x01\xff"), ExpectHex: tcpHex("\x00\x01\x0f", "\xff\xff\xff")},
 			want:   L7RSP,
 			errHas: `"\x00\x01\xff"`,
 		},
@@ -116,36 +118,36 @@ func TestUDP(t *testing.T) {
 			answer: func(req []byte, _ net.Addr) []byte {
 				return fmt.Appendf(nil, "got %d bytes", len(req))
 			},
-			spec: Spec{Expect: regexp.MustCompile(`^got 0 bytes$`)},
+			spec: probespec.Spec{Expect: regexp.MustCompile(`^got 0 bytes$`)},
 			want: L7OK,
 		},
 		{
 			name:   "silence without expectation is up",
-			spec:   Spec{Send: []byte("PING")},
+			spec:   probespec.Spec{Send: []byte("PING")},
 			want:   L4OK,
 			detail: "no answer (silence=up)",
 		},
 		{
 			name:   "silence with expectation is down",
-			spec:   Spec{Send: []byte("PING"), Expect: expectPong},
+			spec:   probespec.Spec{Send: []byte("PING"), Expect: expectPong},
 			want:   L7TOUT,
 			errHas: "no answer",
 		},
 		{
 			name:   "silence with hex expectation is down",
-			spec:   Spec{Send: []byte("PING"), ExpectHex: tcpHex("P", "\xff")},
+			spec:   probespec.Spec{Send: []byte("PING"), ExpectHex: tcpHex("P", "\xff")},
 			want:   L7TOUT,
 			errHas: "no answer",
 		},
 		{
 			name:   "explicit silence=up with expectation",
-			spec:   Spec{Send: []byte("PING"), Expect: expectPong, Silence: SilenceUp},
+			spec:   probespec.Spec{Send: []byte("PING"), Expect: expectPong, Silence: probespec.SilenceUp},
 			want:   L4OK,
 			detail: "no answer (silence=up)",
 		},
 		{
 			name:   "explicit silence=down without expectation",
-			spec:   Spec{Send: []byte("PING"), Silence: SilenceDown},
+			spec:   probespec.Spec{Send: []byte("PING"), Silence: probespec.SilenceDown},
 			want:   L7TOUT,
 			errHas: "no answer",
 		},
@@ -156,7 +158,7 @@ func TestUDP(t *testing.T) {
 				t.Parallel()
 				target := udpTestServer(t, host, tt.answer)
 				spec := tt.spec
-				spec.Protocol = UDP
+				spec.Protocol = probespec.UDP
 				res := probeOnce(t, spec, Options{}, target)
 				checkResult(t, res, tt.want, tt.errHas)
 				if tt.detail != "" && res.Detail != tt.detail {
@@ -184,10 +186,10 @@ func TestUDP(t *testing.T) {
 func TestUDPClosedPort(t *testing.T) {
 	specs := []struct {
 		name string
-		spec Spec
+		spec probespec.Spec
 	}{
-		{"silence=up", Spec{Protocol: UDP, Silence: SilenceUp}},
-		{"with expectation", Spec{Protocol: UDP, Send: []byte("PING"), Expect: regexp.MustCompile(`^PONG`)}},
+		{"silence=up", probespec.Spec{Protocol: probespec.UDP, Silence: probespec.SilenceUp}},
+		{"with expectation", probespec.Spec{Protocol: probespec.UDP, Send: []byte("PING"), Expect: regexp.MustCompile(`^PONG`)}},
 	}
 	onLoopbacks(t, "udp", func(t *testing.T, host string) {
 		for _, s := range specs {
@@ -215,7 +217,7 @@ func TestUDPLocalAddr(t *testing.T) {
 	target := udpTestServer(t, "127.0.0.1", func(_ []byte, from net.Addr) []byte {
 		return []byte(from.String())
 	})
-	spec := Spec{Protocol: UDP, Expect: regexp.MustCompile(`^127\.0\.0\.2:`)}
+	spec := probespec.Spec{Protocol: probespec.UDP, Expect: regexp.MustCompile(`^127\.0\.0\.2:`)}
 	res := probeOnce(t, spec, Options{LocalAddr: local}, target)
 	if res.Outcome != L7OK {
 		t.Fatalf("outcome = %s (%v), want L7OK: the server must see source %v", res.Outcome, res.Err, local)

@@ -27,6 +27,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/dnsname"
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/files"
@@ -200,7 +202,7 @@ type Port struct {
 	Protocol string // TCP or UDP
 	// Probe is the probe spec in canonical form.
 	Probe string
-	Spec  prober.Spec
+	Spec  probespec.Spec
 }
 
 // Key returns the target key of port p of service svc on host, the key
@@ -289,7 +291,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	d := &decoder{file: file, dir: filepath.Dir(file)}
 	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL, RateLimit: dnsexport.DefaultRateLimit},
 		HTTP: HTTPConfig{Listen: DefaultHTTPListen, MaxConnections: httpserver.DefaultMaxConns,
-			DashboardRows: dashboard.DefaultMaxPageRows, DashboardRate: dashboard.DefaultResponsesPerSecond}, Timing: Timing{Interval: DefaultInterval, Rise: prober.DefaultRise, Fall: prober.DefaultFall},
+			DashboardRows: dashboard.DefaultMaxPageRows, DashboardRate: dashboard.DefaultResponsesPerSecond}, Timing: Timing{Interval: DefaultInterval, Rise: probespec.DefaultRise, Fall: probespec.DefaultFall},
 		PublishWhen: contract.PublishAllPorts, AllDown: contract.AllDownPublishAll}
 	if len(doc.Content) == 0 {
 		d.errorf(&doc, "", "the file is empty")
@@ -357,7 +359,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, known ...string) (map[strin
 		k, v := n.Content[i], n.Content[i+1]
 		kp := join(path, k.Value)
 		if !slices.Contains(known, k.Value) {
-			d.errorf(k, kp, "unknown key%s", prober.Suggest(k.Value, known))
+			d.errorf(k, kp, "unknown key%s", probespec.Suggest(k.Value, known))
 			continue
 		}
 		if _, dup := vals[k.Value]; dup {
@@ -462,7 +464,7 @@ func (d *decoder) oneOf(n *yaml.Node, path string, choices ...string) (string, b
 		return "", false
 	}
 	if !slices.Contains(choices, s) {
-		d.errorf(n, path, "%q is not one of %s%s", s, strings.Join(choices, ", "), prober.Suggest(s, choices))
+		d.errorf(n, path, "%q is not one of %s%s", s, strings.Join(choices, ", "), probespec.Suggest(s, choices))
 		return "", false
 	}
 	return s, true
@@ -1142,7 +1144,7 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config, svc *Service) {
 				text = s
 			}
 		}
-		spec, err := prober.Parse(text)
+		spec, err := probespec.Parse(text)
 		if err != nil {
 			node := e
 			if m["probe"] != nil {
@@ -1173,15 +1175,5 @@ func (d *decoder) ports(n *yaml.Node, path string, cfg *Config, svc *Service) {
 }
 
 // isLabel reports whether s is a DNS label of lower-case letters, digits
-// and '-', which every name in the file must be.
-func isLabel(s string) bool {
-	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for _, c := range s {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
-}
+// and '-' (dnsname.Label), which every name in the file must be.
+func isLabel(s string) bool { return dnsname.Label(s) == nil }

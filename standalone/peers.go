@@ -14,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/report"
@@ -133,7 +134,7 @@ func fetchReport(ctx context.Context, client *http.Client, p Peer, token string,
 const (
 	// maxPeerLatency is the longest latency a report may carry: a probe
 	// never takes longer than the longest timeout.
-	maxPeerLatency = prober.MaxTimeout
+	maxPeerLatency = probespec.MaxTimeout
 	// maxClockAhead is how far in the future a peer's times may be: the
 	// instances' clocks need not agree, but by more than a day is a
 	// broken clock or a forged report, and would show as negative ages

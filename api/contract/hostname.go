@@ -5,18 +5,14 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-)
 
-// Limits of a DNS name (RFC 1035 2.3.4), without the final dot.
-const (
-	maxHostnameLen = 253
-	maxLabelLen    = 63
+	"github.com/pulselb/pulselb/api/dnsname"
 )
 
 // Hostname returns h as pulselb publishes it, lower case without the final
 // dot, or why it is not a hostname. A hostname is one or more labels of
 // letters, digits and hyphens (RFC 1123), none starting or ending with a
-// hyphen; "*." may lead, for the wildcard records external-dns publishes.
+// hyphen (dnsname.Label); "*." may lead, for the wildcard records external-dns publishes.
 // This is the one rule: the annotation parser, the DNS zone and standalone
 // mode's configuration all apply it, so a name reported as unused is never
 // served.
@@ -26,22 +22,15 @@ func Hostname(h string) (string, error) {
 	switch {
 	case labels == "":
 		return "", errors.New("empty name")
-	case len(name) > maxHostnameLen:
-		return "", fmt.Errorf("longer than %d characters", maxHostnameLen)
+	case len(name) > dnsname.MaxName:
+		return "", fmt.Errorf("longer than %d characters", dnsname.MaxName)
 	}
 	for _, l := range strings.Split(labels, ".") {
-		switch {
-		case l == "":
+		if l == "" {
 			return "", errors.New("has an empty label")
-		case len(l) > maxLabelLen:
-			return "", fmt.Errorf("label %q is longer than %d characters", l, maxLabelLen)
-		case l[0] == '-' || l[len(l)-1] == '-':
-			return "", fmt.Errorf("label %q starts or ends with a hyphen", l)
 		}
-		for _, c := range l {
-			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-				return "", fmt.Errorf("label %q has %q: a hostname has letters, digits and hyphens only", l, c)
-			}
+		if err := dnsname.Label(l); err != nil {
+			return "", err
 		}
 	}
 	return name, nil

@@ -6,8 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/pulselb/pulselb/prober"
 )
 
 // Labels on every proxy workload and its pods. They point back to the
@@ -128,8 +126,8 @@ func PodReady(p *corev1.Pod) bool {
 // Candidates returns the vantages among pods (prober pods): those Running,
 // Ready and not terminating, on a node that ready reports Ready, with the
 // node's zone from zone. Each node counts once; the order is pods'.
-func Candidates(pods []*corev1.Pod, ready map[string]bool, zone map[string]string) []prober.Vantage {
-	var out []prober.Vantage
+func Candidates(pods []*corev1.Pod, ready map[string]bool, zone map[string]string) []Vantage {
+	var out []Vantage
 	seen := map[string]bool{}
 	for _, p := range pods {
 		n := p.Spec.NodeName
@@ -137,7 +135,7 @@ func Candidates(pods []*corev1.Pod, ready map[string]bool, zone map[string]strin
 			continue
 		}
 		seen[n] = true
-		out = append(out, prober.Vantage{Node: n, Zone: zone[n]})
+		out = append(out, Vantage{Node: n, Zone: zone[n]})
 	}
 	return out
 }

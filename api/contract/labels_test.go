@@ -7,8 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/pulselb/pulselb/prober"
 )
 
 func TestCandidates(t *testing.T) {
@@ -33,7 +31,7 @@ func TestCandidates(t *testing.T) {
 	ready := map[string]bool{"n1": true, "n2": true, "n3": true, "n4": true, "n6": true}
 	zone := map[string]string{"n1": "a", "n6": "b"}
 	got := Candidates(pods, ready, zone)
-	want := []prober.Vantage{{Node: "n1", Zone: "a"}, {Node: "n6", Zone: "b"}}
+	want := []Vantage{{Node: "n1", Zone: "a"}, {Node: "n6", Zone: "b"}}
 	if !slices.Equal(got, want) {
 		t.Errorf("Candidates = %v, want %v", got, want)
 	}

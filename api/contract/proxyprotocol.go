@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // AnnotationProxyProtocol makes the proxies send a PROXY protocol header
@@ -30,15 +30,15 @@ const udpProxyProtocolReason = "the PROXY protocol is for TCP ports only: its he
 
 // parseProxyProtocol reads proxy-protocol and proxy-protocol.<port>: the
 // header version of every served TCP port that sends one.
-func parseProxyProtocol(svc *corev1.Service, a map[string]string) (map[PortKey]prober.ProxyProtocol, []Problem) {
+func parseProxyProtocol(svc *corev1.Service, a map[string]string) (map[PortKey]probespec.ProxyProtocol, []Problem) {
 	var problems []Problem
 	bad := func(key, reason, def string) {
 		problems = append(problems, Problem{Key: key, Value: a[key], Reason: reason, Default: def})
 	}
 	served := ServedPorts(svc)
-	all := prober.ProxyNone
+	all := probespec.ProxyNone
 	if v, ok := a[AnnotationProxyProtocol]; ok {
-		pp, err := prober.ParseProxyProtocol(v)
+		pp, err := probespec.ParseProxyProtocol(v)
 		switch {
 		case err != nil:
 			bad(AnnotationProxyProtocol, err.Error(), "no header")
@@ -48,8 +48,8 @@ func parseProxyProtocol(svc *corev1.Service, a map[string]string) (map[PortKey]p
 			all = pp
 		}
 	}
-	out := map[PortKey]prober.ProxyProtocol{}
-	if all != prober.ProxyNone {
+	out := map[PortKey]probespec.ProxyProtocol{}
+	if all != probespec.ProxyNone {
 		for _, p := range served {
 			if k := PortKeyOf(p); k.Protocol == corev1.ProtocolTCP {
 				out[k] = all
@@ -91,7 +91,7 @@ func parseProxyProtocol(svc *corev1.Service, a map[string]string) (map[PortKey]p
 			delete(out, k)
 			continue
 		}
-		pp, err := prober.ParseProxyProtocol(v)
+		pp, err := probespec.ParseProxyProtocol(v)
 		if err != nil {
 			bad(key, "want v1, v2 or none", def)
 			continue
@@ -137,14 +137,14 @@ func hasTCP(ports []corev1.ServicePort) bool {
 // probe's own would reach the backend as a second one, read as the start of
 // the request. A spec that asks for it is a Problem and loses the option.
 func withoutOwnHeader(p Probe, key string) (Probe, *Problem) {
-	if p.Spec.ProxyProtocol == prober.ProxyNone {
+	if p.Spec.ProxyProtocol == probespec.ProxyNone {
 		return p, nil
 	}
 	problem := &Problem{Key: key, Value: p.Text,
 		Reason: "the proxies already send a PROXY protocol header on every connection to this port, the probes' included " +
 			"(proxy-protocol); the probe's own proxy-protocol= would reach the backend as a second header",
 		Default: "the probe without its own header"}
-	p.Spec.ProxyProtocol = prober.ProxyNone
+	p.Spec.ProxyProtocol = probespec.ProxyNone
 	p.Text = p.Spec.String()
 	return p, problem
 }

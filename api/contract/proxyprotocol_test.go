@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 func TestParseProxyProtocol(t *testing.T) {
@@ -20,26 +20,26 @@ func TestParseProxyProtocol(t *testing.T) {
 		name    string
 		ports   []corev1.ServicePort
 		kv      []string
-		want    map[PortKey]prober.ProxyProtocol
+		want    map[PortKey]probespec.ProxyProtocol
 		probes  map[int32]string // probe text by port
 		problem string           // key of the one expected problem
 		reason  string
 	}{
 		{"none", []corev1.ServicePort{http}, nil, nil, map[int32]string{80: "tcp"}, "", ""},
 		{"every TCP port, not the UDP one", []corev1.ServicePort{http, https, dns}, []string{AnnotationProxyProtocol, "v2"},
-			map[PortKey]prober.ProxyProtocol{tcp(80): prober.ProxyV2, tcp(443): prober.ProxyV2},
+			map[PortKey]probespec.ProxyProtocol{tcp(80): probespec.ProxyV2, tcp(443): probespec.ProxyV2},
 			map[int32]string{80: "tcp", 443: "tcp", 53: "udp"}, "", ""},
 		{"one port by name", []corev1.ServicePort{http, https}, []string{AnnotationProxyProtocolPrefix + "https", "v1"},
-			map[PortKey]prober.ProxyProtocol{tcp(443): prober.ProxyV1}, map[int32]string{80: "tcp", 443: "tcp"}, "", ""},
+			map[PortKey]probespec.ProxyProtocol{tcp(443): probespec.ProxyV1}, map[int32]string{80: "tcp", 443: "tcp"}, "", ""},
 		{"one port exempt by number", []corev1.ServicePort{http, https}, []string{AnnotationProxyProtocol, "v1", AnnotationProxyProtocolPrefix + "80", "none"},
-			map[PortKey]prober.ProxyProtocol{tcp(443): prober.ProxyV1}, map[int32]string{80: "tcp"}, "", ""},
+			map[PortKey]probespec.ProxyProtocol{tcp(443): probespec.ProxyV1}, map[int32]string{80: "tcp"}, "", ""},
 		{"per port wins", []corev1.ServicePort{http, https}, []string{AnnotationProxyProtocol, "v1", AnnotationProxyProtocolPrefix + "https", "v2"},
-			map[PortKey]prober.ProxyProtocol{tcp(80): prober.ProxyV1, tcp(443): prober.ProxyV2}, nil, "", ""},
+			map[PortKey]probespec.ProxyProtocol{tcp(80): probespec.ProxyV1, tcp(443): probespec.ProxyV2}, nil, "", ""},
 		// The probes pass through the proxies, which write the header.
 		{"the port's probe sends no header of its own", []corev1.ServicePort{https}, []string{AnnotationProxyProtocol, "v2", AnnotationProbe, "http path=/healthz"},
-			map[PortKey]prober.ProxyProtocol{tcp(443): prober.ProxyV2}, map[int32]string{443: "http path=/healthz"}, "", ""},
+			map[PortKey]probespec.ProxyProtocol{tcp(443): probespec.ProxyV2}, map[int32]string{443: "http path=/healthz"}, "", ""},
 		{"a probe's own header would be a second one", []corev1.ServicePort{http, https}, []string{AnnotationProxyProtocolPrefix + "https", "v2", AnnotationProbePrefix + "https", "tcp proxy-protocol=v1"},
-			map[PortKey]prober.ProxyProtocol{tcp(443): prober.ProxyV2}, map[int32]string{443: "tcp", 80: "tcp"},
+			map[PortKey]probespec.ProxyProtocol{tcp(443): probespec.ProxyV2}, map[int32]string{443: "tcp", 80: "tcp"},
 			AnnotationProbePrefix + "https", "the probe's own proxy-protocol= would reach the backend as a second header"},
 		{"a port without the header keeps a probe's own", []corev1.ServicePort{http}, []string{AnnotationProbe, "tcp proxy-protocol=v1"},
 			nil, map[int32]string{80: "tcp proxy-protocol=v1"}, "", ""},
@@ -57,7 +57,7 @@ func TestParseProxyProtocol(t *testing.T) {
 			AnnotationProxyProtocolPrefix + "sig", "neither forwarded nor probed"},
 		{"a dns probe of a header port", []corev1.ServicePort{{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP}},
 			[]string{AnnotationProxyProtocol, "v2", AnnotationProbe, "dns name=example.org"},
-			map[PortKey]prober.ProxyProtocol{tcp(53): prober.ProxyV2}, map[int32]string{53: "dns name=example.org"}, "", ""},
+			map[PortKey]probespec.ProxyProtocol{tcp(53): probespec.ProxyV2}, map[int32]string{53: "dns name=example.org"}, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 
-	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/api/probespec"
 )
 
 // Prefix starts every annotation and label pulselb reads or writes.
@@ -163,7 +163,7 @@ type Settings struct {
 	// port whose proxies send a header (proxy-protocol and
 	// proxy-protocol.<port>); nil when none does. Their probes send none
 	// of their own: they pass through the proxies, which add it.
-	ProxyProtocol map[PortKey]prober.ProxyProtocol
+	ProxyProtocol map[PortKey]probespec.ProxyProtocol
 }
 
 // DrainDelay is how long a proxy being removed keeps forwarding after its
@@ -185,7 +185,7 @@ type Probe struct {
 	// proxy-protocol a spec's own proxy-protocol= is dropped (the proxy
 	// writes the header), and Text is then the spec's canonical form.
 	Text string
-	Spec prober.Spec
+	Spec probespec.Spec
 	// Interval, Timeout, Rise and Fall are the spec's own, else the
 	// Service's (Timeout zero: adaptive).
 	Interval, Timeout time.Duration
@@ -410,7 +410,7 @@ func parseProbes(svc *corev1.Service, a map[string]string) (map[string]Probe, []
 				continue
 			}
 		}
-		spec, err := prober.Parse(v)
+		spec, err := probespec.Parse(v)
 		if err != nil {
 			problems = append(problems, Problem{Key: key, Value: v, Reason: err.Error(), Default: def})
 			continue
@@ -428,14 +428,14 @@ func parseProbes(svc *corev1.Service, a map[string]string) (map[string]Probe, []
 
 // probeMismatch says why a probe protocol cannot check a port of the given
 // protocol, or returns "".
-func probeMismatch(probe prober.Protocol, port corev1.Protocol) string {
+func probeMismatch(probe probespec.Protocol, port corev1.Protocol) string {
 	if port == "" {
 		port = corev1.ProtocolTCP
 	}
 	switch probe {
-	case prober.DNS:
+	case probespec.DNS:
 		return ""
-	case prober.UDP:
+	case probespec.UDP:
 		if port != corev1.ProtocolUDP {
 			return fmt.Sprintf("a udp probe cannot check a %s port", port)
 		}
@@ -522,12 +522,12 @@ func portProbe(port corev1.ServicePort, specs map[string]Probe) Probe {
 
 // The probes of ports without a probe annotation.
 var (
-	defaultTCP = mustProbe(string(prober.TCP))
-	defaultUDP = mustProbe(string(prober.UDP))
+	defaultTCP = mustProbe(string(probespec.TCP))
+	defaultUDP = mustProbe(string(probespec.UDP))
 )
 
 func mustProbe(text string) Probe {
-	spec, err := prober.Parse(text)
+	spec, err := probespec.Parse(text)
 	if err != nil {
 		panic(fmt.Sprintf("parsing the default probe %q: %v", text, err))
 	}

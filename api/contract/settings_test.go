@@ -1,11 +1,12 @@
 package contract
 
 import (
-	"github.com/pulselb/pulselb/prober"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulselb/pulselb/api/probespec"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -141,7 +142,7 @@ func TestProbes(t *testing.T) {
 			if !ok || p.Text != tt.want {
 				t.Fatalf("Probe = %q (%t), want %q", p.Text, ok, tt.want)
 			}
-			if want, _ := prober.Parse(tt.want); p.Spec.String() != want.String() {
+			if want, _ := probespec.Parse(tt.want); p.Spec.String() != want.String() {
 				t.Errorf("spec %q, want %q", p.Spec.String(), want.String())
 			}
 		})

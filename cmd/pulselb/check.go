@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/loopback"
 )
@@ -43,7 +44,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	count := fs.Int("count", 1, "number of probes")
 	interval := fs.Duration("interval", time.Second, "time between probes when --count > 1")
-	timeout := fs.Duration("timeout", 0, fmt.Sprintf("probe timeout, %v to %v (default: the spec's timeout=, else %v)", prober.MinTimeout, prober.MaxTimeout, prober.DefaultTimeout))
+	timeout := fs.Duration("timeout", 0, fmt.Sprintf("probe timeout, %v to %v (default: the spec's timeout=, else %v)", probespec.MinTimeout, probespec.MaxTimeout, prober.DefaultTimeout))
 	jsonOut := fs.Bool("json", false, "print one JSON object per probe")
 	secretsDir := fs.String("secrets-dir", "", "directory holding Secrets as DIR/NAME/password, for secret=")
 	source := fs.String("source", "", "source IP address of the probes")
@@ -75,15 +76,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if given["timeout"] && (*timeout < prober.MinTimeout || *timeout > prober.MaxTimeout) {
-		fmt.Fprintf(stderr, "pulselb check: --timeout=%v: want between %v and %v, as the spec's timeout=\n", *timeout, prober.MinTimeout, prober.MaxTimeout)
+	if given["timeout"] && (*timeout < probespec.MinTimeout || *timeout > probespec.MaxTimeout) {
+		fmt.Fprintf(stderr, "pulselb check: --timeout=%v: want between %v and %v, as the spec's timeout=\n", *timeout, probespec.MinTimeout, probespec.MaxTimeout)
 		return 2
 	}
 	if *interval < 0 {
 		fmt.Fprintf(stderr, "pulselb check: --interval=%v: want zero or a positive duration\n", *interval)
 		return 2
 	}
-	spec, err := prober.Parse(pos[0])
+	spec, err := probespec.Parse(pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "pulselb check: %v\n", err)
 		return 2
@@ -264,7 +265,7 @@ func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 2, 64) + "ms"
 }
 
-func writeText(w io.Writer, spec prober.Spec, target netip.AddrPort, r prober.Result) {
+func writeText(w io.Writer, spec probespec.Spec, target netip.AddrPort, r prober.Result) {
 	state := "UP"
 	if !r.Up() {
 		state = "DOWN"
@@ -331,7 +332,7 @@ type checkJSON struct {
 	ServerVersion string             `json:"serverVersion,omitempty"`
 }
 
-func writeJSON(w io.Writer, spec prober.Spec, target netip.AddrPort, r prober.Result) {
+func writeJSON(w io.Writer, spec probespec.Spec, target netip.AddrPort, r prober.Result) {
 	out := checkJSON{
 		Time:          time.Now().UTC(),
 		Spec:          spec.String(),

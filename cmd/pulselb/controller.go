@@ -27,7 +27,6 @@ import (
 	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/httpserver"
 	"github.com/pulselb/pulselb/placement"
-	"github.com/pulselb/pulselb/prober"
 )
 
 const controllerUsage = `Usage: pulselb controller --proxy-image=IMAGE [flags]
@@ -236,7 +235,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	fs.BoolVar(&f.classOnly, "class-only", false, "serve only Services with loadBalancerClass "+contract.Class+", not those without a class")
 	fs.IntVar(&f.workers, "workers", 16, "Services reconciled in parallel; most of a sync is waiting on the API server")
 	fs.BoolVar(&f.probeReports, "probe-reports", true, "judge health from the probers' ProbeReports (needs the ProbeReport CRD from deploy/crds/ and the prober DaemonSet); false: a node is down only while labelled pulselb.io/unhealthy")
-	fs.IntVar(&f.vantages, "vantages", prober.DefaultVantages, "probers per target; must equal the probers' --vantages")
+	fs.IntVar(&f.vantages, "vantages", contract.DefaultVantages, "probers per target; must equal the probers' --vantages")
 	fs.BoolVar(&f.election.enabled, "leader-elect", true, "reconcile only while holding the Lease")
 	fs.StringVar(&f.podName, "pod-name", "", "this replica's pod, named in the leader Lease so that a standby can tell the leader's node (and take over when it fails); default: the host name")
 	fs.StringVar(&f.election.lease, "leader-elect-lease-name", "pulselb-controller", "name of the leader Lease in --namespace")

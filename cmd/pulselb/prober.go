@@ -47,7 +47,7 @@ func runProber(args []string, _, stderr io.Writer) int {
 	nodeName := fs.String("node-name", "", "the node this prober runs on (downward API spec.nodeName); required without --external")
 	external := fs.Bool("external", false, "run as an external vantage, outside the cluster: probe the Services' published addresses (needs --vantage-name and --kubeconfig)")
 	vantageName := fs.String("vantage-name", "", "the external vantage's name (with --external): lower-case letters, digits and '-'; its report is external-NAME")
-	vantages := fs.Int("vantages", prober.DefaultVantages, "probers per target; must equal the controller's")
+	vantages := fs.Int("vantages", contract.DefaultVantages, "probers per target; must equal the controller's")
 	beaconPort := fs.Uint("beacon-port", agent.DefaultBeaconPort, "port of the node beacon (the prober pod's hostPort)")
 	beaconLinger := fs.Duration("beacon-linger", agent.DefaultBeaconLinger, "how long the beacon keeps answering after SIGTERM, so that a prober rollout fails no node")
 	heartbeat := fs.Duration("heartbeat", agent.DefaultHeartbeat, "how often the prober's Lease is renewed (it lasts 3 of them) and the report compared for changes no state transition announces")

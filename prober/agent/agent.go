@@ -35,6 +35,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/report"
@@ -76,7 +77,7 @@ type Config struct {
 	// target once instead of once per agent. The assignment is the same
 	// either way (prober.VantageMemo answers as prober.Vantages does); nil
 	// gives the agent a memo of its own.
-	VantageMemo *prober.VantageMemo
+	VantageMemo *contract.VantageMemo
 	// BeaconPort is the hostPort every prober pod's beacon listens on.
 	BeaconPort uint16
 	// Heartbeat is how often the Lease is renewed (it lasts
@@ -174,10 +175,10 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		return nil, errors.New("no node name")
 	}
 	if cfg.VantageMemo == nil {
-		cfg.VantageMemo = &prober.VantageMemo{}
+		cfg.VantageMemo = &contract.VantageMemo{}
 	}
 	if cfg.Vantages <= 0 {
-		cfg.Vantages = prober.DefaultVantages
+		cfg.Vantages = contract.DefaultVantages
 	}
 	if cfg.BeaconPort == 0 {
 		cfg.BeaconPort = DefaultBeaconPort
@@ -431,12 +432,12 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 		if v.Node == self || !addr[v.Node].IsValid() || !mine(key, v.Node) {
 			continue
 		}
-		p, err := a.prober(key, string(prober.TCP), "", addr[v.Node])
+		p, err := a.prober(key, string(probespec.TCP), "", addr[v.Node])
 		if err != nil {
 			return nil, nil, err
 		}
-		out = append(out, prober.Target{Key: key, Addr: netip.AddrPortFrom(addr[v.Node], a.cfg.BeaconPort), Protocol: prober.TCP, Prober: p})
-		meta[key] = report.Target{Beacon: true, Node: v.Node, Protocol: prober.TCP}
+		out = append(out, prober.Target{Key: key, Addr: netip.AddrPortFrom(addr[v.Node], a.cfg.BeaconPort), Protocol: probespec.TCP, Prober: p})
+		meta[key] = report.Target{Beacon: true, Node: v.Node, Protocol: probespec.TCP}
 	}
 
 	proxies, err := a.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
@@ -498,7 +499,7 @@ func (a *Agent) prober(key, text, namespace string, target netip.Addr) (prober.P
 	if b, ok := a.probers[key]; ok && b.spec == id {
 		return b.prober, nil
 	}
-	spec, err := prober.Parse(text)
+	spec, err := probespec.Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("parsing probe spec of %s: %w", key, err)
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/report"
@@ -152,12 +153,12 @@ func TestTargetsFollowVantageAssignment(t *testing.T) {
 	other := service("other", nil, corev1.ServicePort{Port: 81, Protocol: corev1.ProtocolTCP})
 	other.Spec.LoadBalancerClass = ptr.To("example.com/other")
 	objs := []runtime.Object{web, other}
-	var cands []prober.Vantage
+	var cands []contract.Vantage
 	for i := range 12 {
 		n := "n" + string(rune('a'+i))
 		zone := "z" + string(rune('0'+i%3))
 		objs = append(objs, node(n, fmt.Sprintf("10.0.0.%d", i+1), zone), proberPod(n), proxyPod(web, n), proxyPod(other, n))
-		cands = append(cands, prober.Vantage{Node: n, Zone: zone})
+		cands = append(cands, contract.Vantage{Node: n, Zone: zone})
 	}
 	for _, k := range []int{1, 3} {
 		t.Run("k="+string(rune('0'+k)), func(t *testing.T) {
@@ -173,7 +174,7 @@ func TestTargetsFollowVantageAssignment(t *testing.T) {
 			for _, v := range cands {
 				keys := []string{contract.BeaconKey(v.Node), contract.TargetKey("shop/web", "TCP", 80, v.Node), contract.TargetKey("shop/web", "UDP", 53, v.Node)}
 				for _, key := range keys {
-					want := v.Node != "nc" && slices.Contains(prober.Vantages(key, v.Node, v.Zone, cands, k), "nc")
+					want := v.Node != "nc" && slices.Contains(contract.Vantages(key, v.Node, v.Zone, cands, k), "nc")
 					if _, ok := got[key]; ok != want {
 						t.Errorf("%s probed = %v, want %v", key, ok, want)
 					}
@@ -185,11 +186,11 @@ func TestTargetsFollowVantageAssignment(t *testing.T) {
 			for key, tg := range got {
 				m := meta[key]
 				switch {
-				case m.Beacon && (tg.Protocol != prober.TCP || tg.Addr.Port() != DefaultBeaconPort):
+				case m.Beacon && (tg.Protocol != probespec.TCP || tg.Addr.Port() != DefaultBeaconPort):
 					t.Errorf("beacon %s: %s %s", key, tg.Protocol, tg.Addr)
-				case !m.Beacon && m.Port == 80 && tg.Protocol != prober.HTTP:
+				case !m.Beacon && m.Port == 80 && tg.Protocol != probespec.HTTP:
 					t.Errorf("%s: protocol %s, want http from the annotation", key, tg.Protocol)
-				case !m.Beacon && m.Port == 53 && tg.Protocol != prober.UDP:
+				case !m.Beacon && m.Port == 53 && tg.Protocol != probespec.UDP:
 					t.Errorf("%s: protocol %s, want udp: http cannot check a UDP port", key, tg.Protocol)
 				}
 			}
@@ -714,7 +715,7 @@ func TestTargetsLeaveOutSCTP(t *testing.T) {
 			if m.Beacon {
 				continue
 			}
-			if m.PortProtocol != string(corev1.ProtocolTCP) || m.Port != 80 || tg.Addr.Port() != 80 || tg.Protocol != prober.TCP {
+			if m.PortProtocol != string(corev1.ProtocolTCP) || m.Port != 80 || tg.Addr.Port() != 80 || tg.Protocol != probespec.TCP {
 				t.Errorf("target %s: %s/%d probed with %s at %s; want only TCP/80", tg.Key, m.PortProtocol, m.Port, tg.Protocol, tg.Addr)
 			}
 			probed[m.Node] = true

@@ -25,8 +25,8 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/httpserver"
-	"github.com/pulselb/pulselb/prober"
 )
 
 // Server is a running loopback server.
@@ -46,24 +46,24 @@ func (s *Server) Close() { s.close() }
 // tls echo what they receive; http and https answer 200 "ok" on every
 // path; dns answers A 127.0.0.1 and AAAA ::1 for every name. Other
 // protocols (mysql) have no built-in server and return an error.
-func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
+func Serve(ctx context.Context, spec probespec.Spec) (*Server, error) {
 	switch spec.Protocol {
-	case prober.TCP, prober.TLS:
-		ln, roots, err := listenTCP(spec.Protocol == prober.TLS, spec.ALPN)
+	case probespec.TCP, probespec.TLS:
+		ln, roots, err := listenTCP(spec.Protocol == probespec.TLS, spec.ALPN)
 		if err != nil {
 			return nil, err
 		}
 		go EchoTCP(ln)
 		return &Server{Addr: addrOf(ln.Addr()), Roots: roots, close: func() { ln.Close() }}, nil
-	case prober.UDP:
+	case probespec.UDP:
 		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}
 		go EchoUDP(pc)
 		return &Server{Addr: addrOf(pc.LocalAddr()), close: func() { pc.Close() }}, nil
-	case prober.HTTP, prober.HTTPS:
-		ln, roots, err := listenTCP(spec.Protocol == prober.HTTPS, nil)
+	case probespec.HTTP, probespec.HTTPS:
+		ln, roots, err := listenTCP(spec.Protocol == probespec.HTTPS, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -78,7 +78,7 @@ func Serve(ctx context.Context, spec prober.Spec) (*Server, error) {
 		})
 		go func() { _ = srv.Serve(ln) }()
 		return &Server{Addr: addrOf(ln.Addr()), Roots: roots, close: func() { srv.Close() }}, nil
-	case prober.DNS:
+	case probespec.DNS:
 		pc, ln, err := listenUDPAndTCP()
 		if err != nil {
 			return nil, err

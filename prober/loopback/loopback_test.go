@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/prober"
 )
 
@@ -22,7 +23,7 @@ func TestServe(t *testing.T) {
 	}
 	for _, text := range tests {
 		t.Run(text, func(t *testing.T) {
-			spec, err := prober.Parse(text)
+			spec, err := probespec.Parse(text)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -45,7 +46,7 @@ func TestServe(t *testing.T) {
 }
 
 func TestServeUnknownProtocol(t *testing.T) {
-	spec, err := prober.Parse("mysql")
+	spec, err := probespec.Parse("mysql")
 	if err != nil {
 		t.Fatal(err)
 	}

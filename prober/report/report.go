@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 )
@@ -34,7 +35,7 @@ type Target struct {
 	// PortProtocol is the port's protocol, such as TCP.
 	PortProtocol string
 	// Protocol is the probe's protocol, such as https.
-	Protocol prober.Protocol
+	Protocol probespec.Protocol
 	// Node is the node (standalone: the host) the target is on.
 	Node string
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 )
@@ -39,15 +40,15 @@ func TestStatus(t *testing.T) {
 	webB := contract.TargetKey("shop/web", "TCP", 443, "b")
 	dnsA := contract.TargetKey("shop/dns", "UDP", 53, "a")
 	web := func(node string) Target {
-		return Target{Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: prober.HTTPS, Node: node}
+		return Target{Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: probespec.HTTPS, Node: node}
 	}
 	targets := map[string]Target{
 		webA:                     web("a"),
 		webB:                     web("b"),
-		dnsA:                     {Service: "shop/dns", Port: 53, PortProtocol: "UDP", Protocol: prober.DNS, Node: "a"},
-		contract.BeaconKey("a"):  {Beacon: true, Node: "a", Protocol: prober.TCP},
-		contract.BeaconKey("b"):  {Beacon: true, Node: "b", Protocol: prober.TCP},
-		contract.BeaconKey("zz"): {Beacon: true, Node: "zz", Protocol: prober.TCP},
+		dnsA:                     {Service: "shop/dns", Port: 53, PortProtocol: "UDP", Protocol: probespec.DNS, Node: "a"},
+		contract.BeaconKey("a"):  {Beacon: true, Node: "a", Protocol: probespec.TCP},
+		contract.BeaconKey("b"):  {Beacon: true, Node: "b", Protocol: probespec.TCP},
+		contract.BeaconKey("zz"): {Beacon: true, Node: "zz", Protocol: probespec.TCP},
 	}
 	header := v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(now), HeartbeatSeconds: 10}
 	obs := func(node, addr string, state v1alpha1.State, last prober.Result) v1alpha1.Observation {
@@ -208,8 +209,8 @@ func TestHeartbeatSeconds(t *testing.T) {
 func TestChanged(t *testing.T) {
 	key := contract.TargetKey("shop/web", "TCP", 443, "a")
 	targets := map[string]Target{
-		key:                     {Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: prober.TCP, Node: "a"},
-		contract.BeaconKey("a"): {Beacon: true, Node: "a", Protocol: prober.TCP},
+		key:                     {Service: "shop/web", Port: 443, PortProtocol: "TCP", Protocol: probespec.TCP, Node: "a"},
+		contract.BeaconKey("a"): {Beacon: true, Node: "a", Protocol: probespec.TCP},
 	}
 	base := func() []prober.TargetStatus {
 		s := status(key, "10.0.0.1:443", prober.StateUp, resUp)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/dashboard"
 	"github.com/pulselb/pulselb/prober"
 )
@@ -233,7 +234,7 @@ func TestDashboardShowsFailover(t *testing.T) {
 	tlsSrv := httptest.NewTLSServer(health)
 	defer tlsSrv.Close()
 
-	httpSpec, tlsSpec := prober.MustParse("http path=/healthz"), prober.MustParse("https path=/healthz verify=false")
+	httpSpec, tlsSpec := probespec.MustParse("http path=/healthz"), probespec.MustParse("https path=/healthz verify=false")
 	httpProber, err := prober.New(httpSpec, prober.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/test/bench/cpuprofile"
 	"github.com/pulselb/pulselb/test/bench/procstat"
@@ -334,7 +335,7 @@ func runPulselb(proto string, s *servers, n int, interval, d time.Duration) (rat
 // runChild is the pulselb prober process: a scheduler over n targets that
 // prints "up down" probe counts every 500 ms.
 func runChild(specText string, addrs []string, n int, interval, runFor time.Duration) {
-	spec, err := prober.Parse(specText)
+	spec, err := probespec.Parse(specText)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -416,13 +416,13 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	// One vantage memo for all agents: each agent assigns the same targets
 	// from the same candidates, and computing that once per agent would
 	// cost this process agents × targets × candidates hashes per change.
-	memo := &prober.VantageMemo{}
+	memo := &contract.VantageMemo{}
 	var as []*agent.Agent
 	for i := range nodes {
 		// Each agent probes from its own node's address, as a prober pod
 		// does: from one address, 1,000 agents' probes would share one
 		// range of ephemeral ports and fill it with TIME-WAIT sockets.
-		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: prober.DefaultVantages, VantageMemo: memo, BeaconPort: beaconPort, Metrics: agentMetrics,
+		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: contract.DefaultVantages, VantageMemo: memo, BeaconPort: beaconPort, Metrics: agentMetrics,
 			Scheduler:   prober.Config{Interval: *beaconInterval, Metrics: probeMetrics},
 			SourceAddrs: []netip.Addr{netip.MustParseAddr(nodeIP(i))}}
 		if mode == "lease" {

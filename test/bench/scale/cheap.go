@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/agent"
@@ -77,7 +78,7 @@ func (c *cheapNodes) writeReports(ctx context.Context) error {
 					obs := up(t)
 					obs.Address = fmt.Sprintf("%s:%d", nodeIP(t), firstPort+s)
 					st.Results = append(st.Results, v1alpha1.ProbeResult{Service: benchNS + "/" + serviceName(s), Port: int32(firstPort + s),
-						PortProtocol: string(corev1.ProtocolTCP), Protocol: string(prober.TCP), Observation: obs})
+						PortProtocol: string(corev1.ProtocolTCP), Protocol: string(probespec.TCP), Observation: obs})
 					st.Targets++
 				}
 			}

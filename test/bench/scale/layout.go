@@ -16,7 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
-	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/agent"
 )
 
@@ -35,7 +34,7 @@ type layout struct {
 	proxies [][2]int
 	victims []int
 	// vantages gives each target key (beacons and Service ports) its K
-	// vantages, as prober.Vantages computes them for the probers and the
+	// vantages, as contract.Vantages computes them for the probers and the
 	// controller.
 	vantages func(key, node string) []string
 }
@@ -59,11 +58,11 @@ func newLayout(nodes, services, trials int) *layout {
 	for len(l.victims) < trials {
 		l.victims = append(l.victims, l.victims[len(l.victims)%nodes])
 	}
-	cands := make([]prober.Vantage, nodes)
+	cands := make([]contract.Vantage, nodes)
 	for i := range cands {
-		cands[i] = prober.Vantage{Node: nodeName(i)}
+		cands[i] = contract.Vantage{Node: nodeName(i)}
 	}
-	memo := (&prober.VantageMemo{}).For(cands, prober.DefaultVantages)
+	memo := (&contract.VantageMemo{}).For(cands, contract.DefaultVantages)
 	l.vantages = func(key, node string) []string { return memo(key, node, "") }
 	return l
 }

@@ -23,7 +23,7 @@
 //
 // Probers. The victims of the -trials trials are chosen first (spread over
 // the nodes); every node that is a vantage of a victim's beacon or of one
-// of its Service ports (the assignment is prober.Vantages, the code the
+// of its Service ports (the assignment is contract.Vantages, the code the
 // probers and the controller run) runs a real prober agent (prober/agent,
 // the code of `pulselb prober`) in this process, probing beacons and
 // targets every second, the defaults. Every other node is cheap: its

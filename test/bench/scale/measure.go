@@ -344,7 +344,7 @@ func trial(ctx context.Context, cs kubernetes.Interface, cl *layout, reports *v1
 func startAgents(ctx context.Context, wg *sync.WaitGroup, cs kubernetes.Interface, reports *v1alpha1.Client, cl *layout, real []int, reg *prometheus.Registry) error {
 	clusterInf := informers.NewSharedInformerFactory(cs, 0)
 	system := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(systemNS))
-	memo := &prober.VantageMemo{}
+	memo := &contract.VantageMemo{}
 	probeMetrics := prober.NewMetrics()
 	agentMetrics := agent.NewMetrics()
 	if err := agentMetrics.RegisterMetrics(reg); err != nil {
@@ -355,7 +355,7 @@ func startAgents(ctx context.Context, wg *sync.WaitGroup, cs kubernetes.Interfac
 	}
 	var as []*agent.Agent
 	for _, i := range real {
-		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: prober.DefaultVantages, VantageMemo: memo,
+		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: contract.DefaultVantages, VantageMemo: memo,
 			BeaconPort: beaconPort, Metrics: agentMetrics, Leases: cs.CoordinationV1().Leases(systemNS),
 			Scheduler:   prober.Config{Interval: time.Second, Metrics: probeMetrics},
 			SourceAddrs: []netip.Addr{netip.MustParseAddr(nodeIP(i))}}

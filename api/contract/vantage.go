@@ -1,4 +1,4 @@
-package prober
+package contract
 
 import (
 	"crypto/sha256"

@@ -1,12 +1,10 @@
-package prober
+package probespec
 
 import (
 	"regexp"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
-
-	"github.com/miekg/dns"
 )
 
 // Protocol is the first word of a probe spec.
@@ -140,133 +138,25 @@ type Spec struct {
 }
 
 // String returns the spec in canonical form: the protocol, then every option
-// that differs from its default in a fixed order, quoted where needed.
-// Parse(s.String()) returns a spec equal to s.
+// that differs from its default, in the order of the option table Parse
+// reads (the protocol's options, then the common ones), quoted where
+// needed. Parse(s.String()) returns a spec equal to s.
 func (s Spec) String() string {
 	var b strings.Builder
 	b.WriteString(string(s.Protocol))
-	add := func(key, value string) {
-		b.WriteByte(' ')
-		b.WriteString(key)
-		b.WriteByte('=')
-		if value == "" || strings.ContainsFunc(value, func(r rune) bool {
-			return r <= ' ' || r == '"' || r >= 0x7f
-		}) {
-			value = quote(value)
-		}
-		b.WriteString(value)
-	}
 	def := defaults(s.Protocol)
-	for _, key := range protocolOptions[s.Protocol] {
-		switch key {
-		case "send":
-			if s.Send != nil {
-				add(key, string(s.Send))
+	for _, key := range slices.Concat(protocolOptions[s.Protocol], commonOptions) {
+		for _, value := range options[key].format(&s, &def) {
+			b.WriteByte(' ')
+			b.WriteString(key)
+			b.WriteByte('=')
+			if value == "" || strings.ContainsFunc(value, func(r rune) bool {
+				return r <= ' ' || r == '"' || r >= 0x7f
+			}) {
+				value = quote(value)
 			}
-		case "expect":
-			if s.Expect != nil {
-				add(key, s.Expect.String())
-			}
-		case "expect-hex":
-			if s.ExpectHex != nil {
-				add(key, s.ExpectHex.String())
-			}
-		case "silence":
-			switch s.Silence {
-			case SilenceUp:
-				add(key, "up")
-			case SilenceDown:
-				add(key, "down")
-			}
-		case "method":
-			if s.Method != def.Method {
-				add(key, s.Method)
-			}
-		case "path":
-			if s.Path != def.Path {
-				add(key, s.Path)
-			}
-		case "host":
-			if s.Host != "" {
-				add(key, s.Host)
-			}
-		case "status":
-			if s.Status.String() != def.Status.String() {
-				add(key, s.Status.String())
-			}
-		case "body":
-			if s.Body != nil {
-				add(key, s.Body.String())
-			}
-		case "header":
-			for _, h := range s.Headers {
-				add(key, h.Name+":"+h.Value.String())
-			}
-		case "follow":
-			if s.Follow {
-				add(key, "true")
-			}
-		case "verify":
-			if s.Verify != def.Verify {
-				add(key, strconv.FormatBool(s.Verify))
-			}
-		case "sni":
-			if s.SNI != "" {
-				add(key, s.SNI)
-			}
-		case "alpn":
-			if len(s.ALPN) > 0 {
-				add(key, strings.Join(s.ALPN, ","))
-			}
-		case "min-valid":
-			if s.MinValid != 0 {
-				add(key, s.MinValid.String())
-			}
-		case "proxy-protocol":
-			if s.ProxyProtocol != ProxyNone {
-				add(key, s.ProxyProtocol.String())
-			}
-		case "user":
-			if s.User != "" {
-				add(key, s.User)
-			}
-		case "secret":
-			if s.Secret != "" {
-				add(key, s.Secret)
-			}
-		case "database":
-			if s.Database != "" {
-				add(key, s.Database)
-			}
-		case "name":
-			if s.Name != "" {
-				add(key, s.Name)
-			}
-		case "type":
-			if s.Type != def.Type {
-				add(key, dns.TypeToString[s.Type])
-			}
-		case "rcode":
-			if s.Rcode != def.Rcode {
-				add(key, dns.RcodeToString[s.Rcode])
-			}
-		case "answer":
-			if s.Answer {
-				add(key, "true")
-			}
+			b.WriteString(value)
 		}
-	}
-	if s.Interval != 0 {
-		add("interval", s.Interval.String())
-	}
-	if s.Timeout != 0 {
-		add("timeout", s.Timeout.String())
-	}
-	if s.Rise != 0 {
-		add("rise", strconv.Itoa(s.Rise))
-	}
-	if s.Fall != 0 {
-		add("fall", strconv.Itoa(s.Fall))
 	}
 	return b.String()
 }

@@ -1,7 +1,8 @@
-package prober
+package probespec
 
 import (
 	"errors"
+	"maps"
 	"reflect"
 	"regexp"
 	"strings"
@@ -207,4 +208,91 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("canonical form is not stable: %q → %q", canon, again.String())
 		}
 	})
+}
+
+// TestDNSTables: the record types and rcodes the grammar reads and prints
+// are those of the DNS library the probe runs on.
+func TestDNSTables(t *testing.T) {
+	if !maps.Equal(recordTypes, dns.StringToType) {
+		t.Error("recordTypes differ from dns.StringToType")
+	}
+	if !maps.Equal(recordTypeNames, dns.TypeToString) {
+		t.Error("recordTypeNames differ from dns.TypeToString")
+	}
+	if !maps.Equal(rcodes, dns.StringToRcode) {
+		t.Error("rcodes differ from dns.StringToRcode")
+	}
+	if !maps.Equal(rcodeNames, dns.RcodeToString) {
+		t.Error("rcodeNames differ from dns.RcodeToString")
+	}
+	if typeNone != dns.TypeNone || typeA != dns.TypeA || rcodeSuccess != dns.RcodeSuccess {
+		t.Error("typeNone, typeA or rcodeSuccess differ from the DNS library's")
+	}
+}
+
+// TestDomainName: name= accepts exactly the names the DNS library does, and
+// qualifies them as it does.
+func TestDomainName(t *testing.T) {
+	long := strings.Repeat("a", 63)
+	for _, v := range []string{
+		"", ".", "a", "a.", "example.test", "EXAMPLE.test.", "a..b", ".a", "a.b..", `a\.b`, `a\`, `a\\`, `a\\\`,
+		`a\065b`, `a\06`, `\`, `\\.`, long, long + "a", strings.Repeat(long+".", 4), strings.Repeat(long+".", 3) + strings.Repeat("a", 61),
+		strings.Repeat(long+".", 3) + strings.Repeat("a", 62), `a\.`, `a\\.`, "a b", "*.a", "_srv._tcp.a",
+	} {
+		checkDomainName(t, v)
+	}
+}
+
+// FuzzDomainName compares domainName with the DNS library's rules.
+func FuzzDomainName(f *testing.F) {
+	for _, s := range []string{"a.b", `a\065.b\.`, `\\\`, "..", strings.Repeat("ab.", 90)} {
+		f.Add(s)
+	}
+	f.Fuzz(checkDomainName)
+}
+
+func checkDomainName(t *testing.T, v string) {
+	got, err := domainName(v)
+	want := ""
+	if _, ok := dns.IsDomainName(v); ok && v != "" && dns.IsFqdn(dns.Fqdn(v)) {
+		want = dns.Fqdn(v)
+	}
+	if got != want || (err == nil) != (want != "") {
+		t.Errorf("domainName(%q) = %q, %v; the DNS library's rules give %q", v, got, err, want)
+	}
+}
+
+func TestParseProxyProtocolOption(t *testing.T) {
+	for _, tt := range []struct {
+		spec    string
+		want    ProxyProtocol
+		errHas  string
+		canonic string
+	}{
+		{spec: "tcp proxy-protocol=v1", want: ProxyV1, canonic: "tcp proxy-protocol=v1"},
+		{spec: "https path=/x proxy-protocol=v2", want: ProxyV2, canonic: "https path=/x proxy-protocol=v2"},
+		{spec: "mysql proxy-protocol=v2 user=probe", want: ProxyV2, canonic: "mysql user=probe proxy-protocol=v2"},
+		{spec: "tcp proxy-protocol=v3", errHas: `option proxy-protocol="v3": want v1 or v2`},
+		{spec: "tcp proxy-protocol=V2", errHas: "want v1 or v2"},
+		{spec: "tcp proxy-protocol=", errHas: "want v1 or v2"},
+		{spec: "udp proxy-protocol=v2", errHas: `option "proxy-protocol" does not apply to udp`},
+		{spec: "dns proxy-protocol=v2", errHas: `option "proxy-protocol" does not apply to dns`},
+		{spec: "tcp proxy-protocol=v1 proxy-protocol=v2", errHas: "given twice"},
+	} {
+		t.Run(tt.spec, func(t *testing.T) {
+			s, err := Parse(tt.spec)
+			if tt.errHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.errHas) || !errors.Is(err, ErrSpec) {
+					t.Fatalf("error %v, want one containing %q", err, tt.errHas)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.ProxyProtocol != tt.want || s.String() != tt.canonic {
+				t.Errorf("ProxyProtocol %s, String %q; want %s, %q", s.ProxyProtocol, s.String(), tt.want, tt.canonic)
+			}
+		})
+	}
 }

@@ -1,4 +1,9 @@
-package prober
+// Package probespec holds the probe-spec grammar: the typed Spec, its
+// parser (Parse) and its printer (Spec.String), both driven by one option
+// table, and the bounds and defaults of a probe's timing. The Service
+// contract and the probe engine both read it; it imports nothing of
+// pulselb's but the DNS label rule, and no protocol library.
+package probespec
 
 import (
 	"errors"
@@ -13,7 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/miekg/dns"
+	"github.com/pulselb/pulselb/api/dnsname"
 )
 
 // ErrSpec is wrapped by every error Parse returns.
@@ -29,12 +34,24 @@ func specErrorf(format string, args ...any) error {
 	return &specError{msg: fmt.Sprintf(format, args...)}
 }
 
-// option describes one key of the grammar.
+// option describes one key of the grammar: how Parse reads it and how
+// Spec.String prints it.
 type option struct {
-	name string
 	// repeatable options may appear more than once.
 	repeatable bool
 	set        func(s *Spec, v string) error
+	// format returns the values String prints for the option: none when s
+	// holds def's value (def is the spec of s's protocol with no options),
+	// one per occurrence otherwise.
+	format func(s, def *Spec) []string
+}
+
+// value returns v as the one value of an option, or none when unset.
+func value(set bool, v string) []string {
+	if !set {
+		return nil
+	}
+	return []string{v}
 }
 
 var commonOptions = []string{"interval", "timeout", "rise", "fall"}
@@ -55,44 +72,54 @@ var protocolOptions = map[Protocol][]string{
 var protocolNames = []Protocol{TCP, UDP, HTTP, HTTPS, TLS, MySQL, DNS}
 
 var options = map[string]option{
-	"interval": {name: "interval", set: func(s *Spec, v string) error {
-		d, err := parseDuration(v, 100*time.Millisecond, 24*time.Hour)
+	"interval": {set: func(s *Spec, v string) error {
+		d, err := parseDuration(v, MinInterval, MaxInterval)
 		s.Interval = d
 		return err
-	}},
-	"timeout": {name: "timeout", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.Interval != 0, s.Interval.String()) }},
+	"timeout": {set: func(s *Spec, v string) error {
 		d, err := parseDuration(v, MinTimeout, MaxTimeout)
 		s.Timeout = d
 		return err
-	}},
-	"rise": {name: "rise", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.Timeout != 0, s.Timeout.String()) }},
+	"rise": {set: func(s *Spec, v string) error {
 		n, err := parseCount(v)
 		s.Rise = n
 		return err
-	}},
-	"fall": {name: "fall", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.Rise != 0, strconv.Itoa(s.Rise)) }},
+	"fall": {set: func(s *Spec, v string) error {
 		n, err := parseCount(v)
 		s.Fall = n
 		return err
-	}},
-	"send": {name: "send", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.Fall != 0, strconv.Itoa(s.Fall)) }},
+	"send": {set: func(s *Spec, v string) error {
 		if len(v) > 64<<10 {
 			return errors.New("longer than 64 KiB")
 		}
 		s.Send = []byte(v)
 		return nil
-	}},
-	"expect": {name: "expect", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.Send != nil, string(s.Send)) }},
+	"expect": {set: func(s *Spec, v string) error {
 		re, err := compileRegexp(v)
 		s.Expect = re
 		return err
+	}, format: func(s, _ *Spec) []string {
+		if s.Expect == nil {
+			return nil
+		}
+		return []string{s.Expect.String()}
 	}},
-	"expect-hex": {name: "expect-hex", set: func(s *Spec, v string) error {
+	"expect-hex": {set: func(s *Spec, v string) error {
 		h, err := parseHexPattern(v)
 		s.ExpectHex = h
 		return err
+	}, format: func(s, _ *Spec) []string {
+		if s.ExpectHex == nil {
+			return nil
+		}
+		return []string{s.ExpectHex.String()}
 	}},
-	"silence": {name: "silence", set: func(s *Spec, v string) error {
+	"silence": {set: func(s *Spec, v string) error {
 		switch v {
 		case "up":
 			s.Silence = SilenceUp
@@ -102,15 +129,23 @@ var options = map[string]option{
 			return errors.New(`want "up" or "down"`)
 		}
 		return nil
+	}, format: func(s, _ *Spec) []string {
+		switch s.Silence {
+		case SilenceUp:
+			return []string{"up"}
+		case SilenceDown:
+			return []string{"down"}
+		}
+		return nil
 	}},
-	"method": {name: "method", set: func(s *Spec, v string) error {
+	"method": {set: func(s *Spec, v string) error {
 		if v == "" || !isToken(v) {
 			return errors.New("not an HTTP method")
 		}
 		s.Method = strings.ToUpper(v)
 		return nil
-	}},
-	"path": {name: "path", set: func(s *Spec, v string) error {
+	}, format: func(s, def *Spec) []string { return value(s.Method != def.Method, s.Method) }},
+	"path": {set: func(s *Spec, v string) error {
 		if !strings.HasPrefix(v, "/") {
 			return errors.New(`must start with "/"`)
 		}
@@ -132,8 +167,8 @@ var options = map[string]option{
 		}
 		s.Path = v
 		return nil
-	}},
-	"host": {name: "host", set: func(s *Spec, v string) error {
+	}, format: func(s, def *Spec) []string { return value(s.Path != def.Path, s.Path) }},
+	"host": {set: func(s *Spec, v string) error {
 		name := v
 		if h, p, err := net.SplitHostPort(v); err == nil {
 			if _, err := strconv.ParseUint(p, 10, 16); err != nil {
@@ -146,18 +181,23 @@ var options = map[string]option{
 		}
 		s.Host = v
 		return nil
-	}},
-	"status": {name: "status", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.Host != "", s.Host) }},
+	"status": {set: func(s *Spec, v string) error {
 		set, err := parseStatusSet(v)
 		s.Status = set
 		return err
-	}},
-	"body": {name: "body", set: func(s *Spec, v string) error {
+	}, format: func(s, def *Spec) []string { return value(s.Status.String() != def.Status.String(), s.Status.String()) }},
+	"body": {set: func(s *Spec, v string) error {
 		re, err := compileRegexp(v)
 		s.Body = re
 		return err
+	}, format: func(s, _ *Spec) []string {
+		if s.Body == nil {
+			return nil
+		}
+		return []string{s.Body.String()}
 	}},
-	"header": {name: "header", repeatable: true, set: func(s *Spec, v string) error {
+	"header": {repeatable: true, set: func(s *Spec, v string) error {
 		name, expr, ok := strings.Cut(v, ":")
 		if !ok {
 			return errors.New("want Name:regex")
@@ -171,25 +211,31 @@ var options = map[string]option{
 		}
 		s.Headers = append(s.Headers, HeaderMatch{Name: name, Value: re})
 		return nil
+	}, format: func(s, _ *Spec) []string {
+		var out []string
+		for _, h := range s.Headers {
+			out = append(out, h.Name+":"+h.Value.String())
+		}
+		return out
 	}},
-	"follow": {name: "follow", set: func(s *Spec, v string) error {
+	"follow": {set: func(s *Spec, v string) error {
 		b, err := parseBool(v)
 		s.Follow = b
 		return err
-	}},
-	"verify": {name: "verify", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.Follow, "true") }},
+	"verify": {set: func(s *Spec, v string) error {
 		b, err := parseBool(v)
 		s.Verify = b
 		return err
-	}},
-	"sni": {name: "sni", set: func(s *Spec, v string) error {
+	}, format: func(s, def *Spec) []string { return value(s.Verify != def.Verify, strconv.FormatBool(s.Verify)) }},
+	"sni": {set: func(s *Spec, v string) error {
 		if !isHostname(v) {
 			return errors.New("not a host name")
 		}
 		s.SNI = v
 		return nil
-	}},
-	"alpn": {name: "alpn", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.SNI != "", s.SNI) }},
+	"alpn": {set: func(s *Spec, v string) error {
 		s.ALPN = nil
 		for p := range strings.SplitSeq(v, ",") {
 			if p == "" || len(p) > 255 {
@@ -198,71 +244,64 @@ var options = map[string]option{
 			s.ALPN = append(s.ALPN, p)
 		}
 		return nil
-	}},
-	"min-valid": {name: "min-valid", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(len(s.ALPN) > 0, strings.Join(s.ALPN, ",")) }},
+	"min-valid": {set: func(s *Spec, v string) error {
 		d, err := parseDuration(v, time.Second, 100*365*24*time.Hour)
 		s.MinValid = d
 		return err
-	}},
-	"proxy-protocol": {name: "proxy-protocol", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.MinValid != 0, s.MinValid.String()) }},
+	"proxy-protocol": {set: func(s *Spec, v string) error {
 		pp, err := ParseProxyProtocol(v)
 		s.ProxyProtocol = pp
 		return err
-	}},
-	"user": {name: "user", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.ProxyProtocol != ProxyNone, s.ProxyProtocol.String()) }},
+	"user": {set: func(s *Spec, v string) error {
 		if v == "" || utf8.RuneCountInString(v) > 80 {
 			return errors.New("want 1 to 80 characters")
 		}
 		s.User = v
 		return nil
-	}},
-	"secret": {name: "secret", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.User != "", s.User) }},
+	"secret": {set: func(s *Spec, v string) error {
 		if !secretName.MatchString(v) || len(v) > 253 {
 			return errors.New("not a Secret name (lower-case letters, digits, '-' and '.')")
 		}
 		s.Secret = v
 		return nil
-	}},
-	"database": {name: "database", set: func(s *Spec, v string) error {
+	}, format: func(s, _ *Spec) []string { return value(s.Secret != "", s.Secret) }},
+	"database": {set: func(s *Spec, v string) error {
 		if v == "" || utf8.RuneCountInString(v) > 64 {
 			return errors.New("want 1 to 64 characters")
 		}
 		s.Database = v
 		return nil
-	}},
-	"name": {name: "name", set: func(s *Spec, v string) error {
-		if _, ok := dns.IsDomainName(v); !ok || v == "" {
-			return errors.New("not a domain name")
-		}
-		// A name ending in a lone backslash passes IsDomainName, but the
-		// dot Fqdn appends is then escaped: the result is no FQDN.
-		if fq := dns.Fqdn(v); dns.IsFqdn(fq) {
-			s.Name = fq
-			return nil
-		}
-		return errors.New("not a domain name: ends with a lone backslash")
-	}},
-	"type": {name: "type", set: func(s *Spec, v string) error {
-		t, ok := dns.StringToType[strings.ToUpper(v)]
-		if !ok || t == dns.TypeNone {
+	}, format: func(s, _ *Spec) []string { return value(s.Database != "", s.Database) }},
+	"name": {set: func(s *Spec, v string) error {
+		fq, err := domainName(v)
+		s.Name = fq
+		return err
+	}, format: func(s, _ *Spec) []string { return value(s.Name != "", s.Name) }},
+	"type": {set: func(s *Spec, v string) error {
+		t, ok := recordTypes[strings.ToUpper(v)]
+		if !ok || t == typeNone {
 			return errors.New("not a DNS record type")
 		}
 		s.Type = t
 		return nil
-	}},
-	"rcode": {name: "rcode", set: func(s *Spec, v string) error {
-		r, ok := dns.StringToRcode[strings.ToUpper(v)]
+	}, format: func(s, def *Spec) []string { return value(s.Type != def.Type, recordTypeNames[s.Type]) }},
+	"rcode": {set: func(s *Spec, v string) error {
+		r, ok := rcodes[strings.ToUpper(v)]
 		if !ok {
 			return errors.New("not a DNS rcode (NOERROR, NXDOMAIN, SERVFAIL, REFUSED, ...)")
 		}
 		s.Rcode = r
 		return nil
-	}},
-	"answer": {name: "answer", set: func(s *Spec, v string) error {
+	}, format: func(s, def *Spec) []string { return value(s.Rcode != def.Rcode, rcodeNames[s.Rcode]) }},
+	"answer": {set: func(s *Spec, v string) error {
 		b, err := parseBool(v)
 		s.Answer = b
 		return err
-	}},
+	}, format: func(s, _ *Spec) []string { return value(s.Answer, "true") }},
 }
 
 var secretName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
@@ -342,8 +381,8 @@ func defaults(proto Protocol) Spec {
 	case TLS:
 		s.Verify = true
 	case DNS:
-		s.Type = dns.TypeA
-		s.Rcode = dns.RcodeSuccess
+		s.Type = typeA
+		s.Rcode = rcodeSuccess
 	}
 	return s
 }
@@ -554,15 +593,15 @@ func compileRegexp(v string) (*regexp.Regexp, error) {
 		}
 		return nil, fmt.Errorf("bad regular expression: %w", err)
 	}
-	if n := regexpInsts(re); n > maxRegexpInsts {
+	if n := RegexpInsts(re); n > maxRegexpInsts {
 		return nil, fmt.Errorf("regular expression too large (%d instructions, at most %d; use smaller repetition counts)", n, maxRegexpInsts)
 	}
 	return re, nil
 }
 
-// regexpInsts returns the number of instructions re compiles to, which
+// RegexpInsts returns the number of instructions re compiles to, which
 // bounds the work of matching one byte.
-func regexpInsts(re *regexp.Regexp) int {
+func RegexpInsts(re *regexp.Regexp) int {
 	// re compiled, so its text parses and compiles again.
 	parsed, err := syntax.Parse(re.String(), syntax.Perl)
 	if err != nil {
@@ -683,24 +722,32 @@ func isToken(v string) bool {
 	return true
 }
 
-// isHostname reports whether v is a DNS host name (letters, digits, '-', '.').
+// isHostname reports whether v is a host name a probe may send as its
+// Host header or TLS server name: labels as in a hostname pulselb publishes
+// (dnsname.Label), except that upper-case letters and underscores, which
+// some backends' names carry, are accepted too.
 func isHostname(v string) bool {
-	if v == "" || len(v) > 253 {
+	if v == "" || len(v) > dnsname.MaxName {
 		return false
 	}
 	for label := range strings.SplitSeq(strings.TrimSuffix(v, "."), ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+		if dnsname.Label(strings.Map(hostnameRune, label)) != nil {
 			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-			if !alnum && c != '-' && c != '_' {
-				return false
-			}
 		}
 	}
 	return true
+}
+
+// hostnameRune maps the characters isHostname accepts beyond a hostname's
+// onto ones a hostname has.
+func hostnameRune(r rune) rune {
+	switch {
+	case r == '_':
+		return 'x'
+	case r >= 'A' && r <= 'Z':
+		return r + 'a' - 'A'
+	}
+	return r
 }
 
 // Suggest returns ` (did you mean "x"?)` for the candidate closest to word
