@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/pulselb/pulselb/api/contract"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,12 +36,12 @@ var ErrNotManaged = errors.New("dnsendpoint exists and is not managed by pulselb
 // like the Service, in its namespace, owned by it (so the garbage
 // collector removes it with the Service), with one endpoint per hostname
 // and address family whose targets are the healthy IPs and whose
-// recordTTL is pulselb.io/dns-ttl, or defaultTTL (0: DefaultTTL) when
+// recordTTL is pulselb.io/dns-ttl, or defaultTTL (0: contract.DefaultDNSTTL) when
 // unset. It returns nil when none should exist:
 // no hostnames, or no IPs. Invalid annotation values are not used.
 func DesiredEndpoint(svc *corev1.Service, defaultTTL uint32) *unstructured.Unstructured {
 	s := FromService(svc)
-	s.TTL = orDefault(s.TTL, orDefault(defaultTTL, DefaultTTL))
+	s.TTL = orDefault(s.TTL, orDefault(defaultTTL, contract.DefaultDNSTTL))
 	ips := normaliseIPs(s.IPs)
 	if len(s.Hostnames) == 0 || len(ips) == 0 {
 		return nil
@@ -147,7 +149,7 @@ type EndpointWriter struct {
 }
 
 // NewEndpointWriter returns a writer using client; defaultTTL (0:
-// DefaultTTL) is the recordTTL of Services without pulselb.io/dns-ttl.
+// contract.DefaultDNSTTL) is the recordTTL of Services without pulselb.io/dns-ttl.
 func NewEndpointWriter(client dynamic.Interface, defaultTTL uint32) *EndpointWriter {
 	return &EndpointWriter{client: client, defaultTTL: defaultTTL}
 }

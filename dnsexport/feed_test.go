@@ -244,7 +244,7 @@ func TestFeedIgnoresInvalidAnnotations(t *testing.T) {
 	bad := withIngress(lbService("bad", nil, map[string]string{contract.AnnotationDNSTTL: "forever"}), "192.0.2.1")
 	_, srv, rep := startFeed(t, FeedConfig{}, bad)
 	r := waitFor(t, srv, "bad.default."+testOrigin, dns.TypeA, "the IP despite the bad TTL", hasAnswers("192.0.2.1"))
-	if ttl := r.Answer[0].Header().Ttl; ttl != testZoneConfig.DefaultTTL && ttl != DefaultTTL {
+	if ttl := r.Answer[0].Header().Ttl; ttl != testZoneConfig.DefaultTTL && ttl != contract.DefaultDNSTTL {
 		t.Errorf("TTL %d, want the zone's default", ttl)
 	}
 	if got := rep.of("default/bad"); len(got) != 0 {

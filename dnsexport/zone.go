@@ -15,9 +15,6 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 )
 
-// DefaultTTL is the TTL, in seconds, of a Service's records when it sets none.
-const DefaultTTL uint32 = 5
-
 // Service is what the zone needs to know about one load-balanced Service;
 // FromService reads it from a Kubernetes Service, standalone mode from its
 // configuration file.
@@ -69,7 +66,7 @@ type ZoneConfig struct {
 	// ApexTTL is the TTL of the SOA and NS records; default 60.
 	ApexTTL uint32
 	// DefaultTTL is the TTL of a Service's records when it sets none
-	// (--dns-ttl); default DefaultTTL.
+	// (--dns-ttl); default contract.DefaultDNSTTL.
 	DefaultTTL uint32
 }
 
@@ -354,7 +351,7 @@ func Build(cfg ZoneConfig, services []Service) (*Zone, []error, error) {
 		if canon[i] == "" {
 			continue
 		}
-		for _, err := range b.addService(svc, canon[i], orDefault(cfg.DefaultTTL, DefaultTTL)) {
+		for _, err := range b.addService(svc, canon[i], orDefault(cfg.DefaultTTL, contract.DefaultDNSTTL)) {
 			problems = append(problems, &ServiceError{svc.Namespace, svc.Name, err})
 		}
 	}

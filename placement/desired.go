@@ -44,7 +44,7 @@ type Config struct {
 	HealthPort int32
 	// DNSTTL is the TTL, in seconds, of a Service's records when it sets
 	// none (the controller's --dns-ttl); the default drain delay follows
-	// it (default 5).
+	// it (default contract.DefaultDNSTTL).
 	DNSTTL uint32
 	// DrainTimeout is how long a proxy lets open connections finish once
 	// its drain delay is over (default DefaultDrainTimeout).
@@ -70,7 +70,6 @@ const (
 	DefaultProxyServiceAccount = "pulselb-proxy"
 	DefaultHealthPort          = 9470
 	DefaultProxyMode           = "auto"
-	DefaultDNSTTL              = 5
 	DefaultDrainTimeout        = 10 * time.Second
 	// terminationMargin is added to a proxy's drain delay and timeout for
 	// its pod's terminationGracePeriodSeconds: the proxy's own shutdown
@@ -343,7 +342,7 @@ func withDefaults(cfg Config) Config {
 		cfg.ImagePullPolicy = corev1.PullIfNotPresent
 	}
 	if cfg.DNSTTL == 0 {
-		cfg.DNSTTL = DefaultDNSTTL
+		cfg.DNSTTL = contract.DefaultDNSTTL
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout

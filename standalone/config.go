@@ -40,10 +40,11 @@ import (
 const (
 	DefaultDNSListen  = ":53"
 	DefaultHTTPListen = "127.0.0.1:9471" // loopback: the dashboard, state API and metrics have no authentication
-	DefaultInterval   = time.Second
-	// MinInterval bounds interval: below it probes and peer polls cost more
-	// than they tell.
-	MinInterval = 100 * time.Millisecond
+	// MaxInterval bounds interval (from probespec.MinInterval), which
+	// paces the polls of the peers too: a peer's report goes stale after
+	// contract.StaleHeartbeats of its intervals, so a day-long one would
+	// keep a dead peer's votes for days.
+	MaxInterval = time.Hour
 	// MaxConfigBytes caps the configuration file: a real one is a few
 	// KiB, and a path such as /dev/zero must end in an error, not in
 	// memory exhaustion.
@@ -289,9 +290,9 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, yamlError(file, err)
 	}
 	d := &decoder{file: file, dir: filepath.Dir(file)}
-	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: dnsexport.DefaultTTL, RateLimit: dnsexport.DefaultRateLimit},
+	cfg := &Config{File: file, Metrics: true, DNS: DNSConfig{Listen: DefaultDNSListen, TTL: contract.DefaultDNSTTL, RateLimit: dnsexport.DefaultRateLimit},
 		HTTP: HTTPConfig{Listen: DefaultHTTPListen, MaxConnections: httpserver.DefaultMaxConns,
-			DashboardRows: dashboard.DefaultMaxPageRows, DashboardRate: dashboard.DefaultResponsesPerSecond}, Timing: Timing{Interval: DefaultInterval, Rise: probespec.DefaultRise, Fall: probespec.DefaultFall},
+			DashboardRows: dashboard.DefaultMaxPageRows, DashboardRate: dashboard.DefaultResponsesPerSecond}, Timing: Timing{Interval: probespec.DefaultInterval, Rise: probespec.DefaultRise, Fall: probespec.DefaultFall},
 		PublishWhen: contract.PublishAllPorts, AllDown: contract.AllDownPublishAll}
 	if len(doc.Content) == 0 {
 		d.errorf(&doc, "", "the file is empty")
@@ -842,7 +843,7 @@ func (cfg *Config) zoneConfig() dnsexport.ZoneConfig {
 
 func (d *decoder) timing(m map[string]*yaml.Node, path string, t *Timing) {
 	if n := m["interval"]; n != nil {
-		t.Interval, _ = d.duration(n, join(path, "interval"), MinInterval, time.Hour)
+		t.Interval, _ = d.duration(n, join(path, "interval"), probespec.MinInterval, MaxInterval)
 	}
 	if n := m["timeout"]; n != nil {
 		t.Timeout, _ = d.duration(n, join(path, "timeout"), 10*time.Millisecond, time.Minute)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulselb/pulselb/api/probespec"
+
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/httpserver"
 	"github.com/pulselb/pulselb/prober"
@@ -76,7 +78,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Zone != "lb.example.test." || cfg.Interval != DefaultInterval || cfg.HTTP.Listen != "127.0.0.1:9471" || cfg.HTTP.MaxConnections != httpserver.DefaultMaxConns || cfg.HTTP.DashboardRows != 200 || cfg.HTTP.DashboardRate != 20 ||
+	if cfg.Zone != "lb.example.test." || cfg.Interval != probespec.DefaultInterval || cfg.HTTP.Listen != "127.0.0.1:9471" || cfg.HTTP.MaxConnections != httpserver.DefaultMaxConns || cfg.HTTP.DashboardRows != 200 || cfg.HTTP.DashboardRate != 20 ||
 		cfg.DNS.TTL != 5 || cfg.AllDown != contract.AllDownPublishAll || cfg.PublishWhen != contract.PublishAllPorts {
 		t.Errorf("defaults = %+v", cfg)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pulselb/pulselb/api/contract"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pulselb/pulselb/api/probespec"
@@ -126,7 +128,7 @@ func fetchReport(ctx context.Context, client *http.Client, p Peer, token string,
 	remote := rep.Name
 	rep.Name = p.Name
 	rep.Status.HeartbeatTime = metav1.NewTime(now())
-	rep.Status.HeartbeatSeconds = report.HeartbeatSeconds(heartbeat)
+	rep.Status.HeartbeatSeconds = contract.HeartbeatSeconds(heartbeat)
 	return &rep, remote, nil
 }
 

@@ -549,7 +549,7 @@ func (r *Runner) pollPeers(ctx context.Context) {
 
 // recordPoll keeps a peer's new report, which names itself remote, or its
 // error. A failed poll keeps the last report, which turns stale after
-// StaleHeartbeats intervals. A report of this instance's own is refused
+// contract.StaleHeartbeats intervals. A report of this instance's own is refused
 // (ErrSelf): its votes would count twice.
 func (r *Runner) recordPoll(logger klog.Logger, p Peer, rep *v1alpha1.ProbeReport, remote string, err error) {
 	r.mu.Lock()

@@ -46,13 +46,6 @@ const (
 
 // Quorum rules.
 const (
-	// StaleHeartbeats is how many heartbeats (Lease renewals, or report
-	// writes of a prober without a Lease) a vantage may miss before it
-	// stops counting.
-	StaleHeartbeats = 3
-	// DefaultHeartbeat is the heartbeat interval of a report that does not
-	// state its own.
-	DefaultHeartbeat = 10 * time.Second
 	// MinDownVotes is the fewest vantages that must say Down: a single
 	// prober, however confused, never fails a node.
 	MinDownVotes = 2
@@ -199,9 +192,9 @@ func worse(had, obs *v1alpha1.Observation) *v1alpha1.Observation {
 // Fresh is the one rule for whether a vantage counts at now: it has a
 // report, and its last sign of life is recent. A sign of life is a renewal
 // of its Lease, current until renewTime plus leaseDurationSeconds (a
-// prober asks for StaleHeartbeats renew intervals, so it goes stale after
+// prober asks for contract.StaleHeartbeats renew intervals, so it goes stale after
 // as many missed renewals as a report did after missed heartbeats), or a
-// write of its report, current for StaleHeartbeats heartbeat intervals
+// write of its report, current for contract.StaleHeartbeats heartbeat intervals
 // after heartbeatTime. Probers that write their report only on change
 // keep it fresh with the Lease; probers from before Leases (during a
 // rolling upgrade, or after a rollback that left an expired Lease behind)
@@ -224,13 +217,13 @@ func LeaseCurrent(lease *coordinationv1.Lease, now time.Time) bool {
 }
 
 // heartbeatRecent reports whether a report written at its heartbeatTime is
-// within StaleHeartbeats of its heartbeat intervals at now.
+// within contract.StaleHeartbeats of its heartbeat intervals at now.
 func heartbeatRecent(st v1alpha1.ProbeReportStatus, now time.Time) bool {
-	hb := DefaultHeartbeat
+	hb := contract.DefaultHeartbeat
 	if st.HeartbeatSeconds > 0 {
 		hb = time.Duration(st.HeartbeatSeconds) * time.Second
 	}
-	return !st.HeartbeatTime.IsZero() && now.Sub(st.HeartbeatTime.Time) <= StaleHeartbeats*hb
+	return !st.HeartbeatTime.IsZero() && now.Sub(st.HeartbeatTime.Time) <= contract.StaleHeartbeats*hb
 }
 
 // Target is what Judge decides about: a Service port on a node (Key from

@@ -43,7 +43,7 @@ func reportsOf(votes ...vote) []*v1alpha1.ProbeReport {
 
 func TestJudge(t *testing.T) {
 	const up, down = v1alpha1.StateUp, v1alpha1.StateDown
-	stale := StaleHeartbeats*DefaultHeartbeat + time.Second
+	stale := contract.StaleHeartbeats*contract.DefaultHeartbeat + time.Second
 	three := []string{"a", "b", "c"}
 	tests := []struct {
 		name     string
@@ -240,7 +240,7 @@ func TestFresh(t *testing.T) {
 func TestJudgeDuringLeaseUpgrade(t *testing.T) {
 	const up, down = v1alpha1.StateUp, v1alpha1.StateDown
 	hour := time.Hour
-	stale := StaleHeartbeats*DefaultHeartbeat + time.Second
+	stale := contract.StaleHeartbeats*contract.DefaultHeartbeat + time.Second
 	tests := []struct {
 		name   string
 		votes  []vote

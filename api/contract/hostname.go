@@ -36,6 +36,11 @@ func Hostname(h string) (string, error) {
 	return name, nil
 }
 
+// DefaultDNSTTL is the TTL, in seconds, of a Service's records when it sets
+// no pulselb.io/dns-ttl and the server no --dns-ttl: the DNS zone, the
+// DNSEndpoint objects and the proxies' drain delay all default to it.
+const DefaultDNSTTL uint32 = 5
+
 // MaxDNSTTL is the largest pulselb.io/dns-ttl (one day): the records
 // follow health, so a long TTL defeats their purpose.
 const MaxDNSTTL = 86400

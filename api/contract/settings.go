@@ -90,14 +90,17 @@ const (
 	ExternalRequired = "required"
 )
 
-// Defaults of the annotations. The DNS TTL has none here: an unset
-// dns-ttl means the server's --dns-ttl.
-const (
-	DefaultReplicas      = 2
-	DefaultProbeInterval = time.Second
-	DefaultRise          = 2
-	DefaultFall          = 2
-)
+// DefaultReplicas is the default of pulselb.io/replicas. The probe timing
+// defaults to the grammar's (probespec.DefaultInterval, DefaultRise and
+// DefaultFall); the DNS TTL has none here: an unset dns-ttl means the
+// server's --dns-ttl (default DefaultDNSTTL).
+const DefaultReplicas = 2
+
+// MaxProbeInterval bounds pulselb.io/probe-interval and probe-timeout,
+// which set the pace of every port of a Service and so how soon a failed
+// node is noticed; a spec's interval= may run one slow check less often
+// (probespec.MaxInterval).
+const MaxProbeInterval = time.Minute
 
 // Drain delay: without pulselb.io/drain-delay, a proxy being removed keeps
 // forwarding for the Service's DNS TTL plus DrainMargin, the time
@@ -218,9 +221,9 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 		Mode:          ModeDeployment,
 		Replicas:      DefaultReplicas,
 		AddressType:   AddressAuto,
-		ProbeInterval: DefaultProbeInterval,
-		Rise:          DefaultRise,
-		Fall:          DefaultFall,
+		ProbeInterval: probespec.DefaultInterval,
+		Rise:          probespec.DefaultRise,
+		Fall:          probespec.DefaultFall,
 		PublishWhen:   PublishAllPorts,
 		AllDown:       AllDownPublishAll,
 
@@ -281,7 +284,7 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 		dst *time.Duration
 		def string
 	}{
-		{AnnotationProbeInterval, &s.ProbeInterval, DefaultProbeInterval.String()},
+		{AnnotationProbeInterval, &s.ProbeInterval, probespec.DefaultInterval.String()},
 		{AnnotationProbeTimeout, &s.ProbeTimeout, "adaptive"},
 	}
 	for _, d := range durations {
@@ -293,8 +296,8 @@ func Parse(svc *corev1.Service) (Settings, []Problem) {
 		switch {
 		case err != nil:
 			bad(d.key, "not a duration such as 1s or 500ms", d.def)
-		case dur < 100*time.Millisecond || dur > time.Minute:
-			bad(d.key, "want 100ms to 1m", d.def)
+		case dur < probespec.MinInterval || dur > MaxProbeInterval:
+			bad(d.key, "want "+probespec.MinInterval.String()+" to "+strings.TrimSuffix(MaxProbeInterval.String(), "0s"), d.def)
 		default:
 			*d.dst = dur
 		}

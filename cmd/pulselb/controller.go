@@ -251,7 +251,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	fs.StringVar(&f.dnsZone, "dns-zone", "", "serve this DNS zone from Service status on every replica, e.g. lb.example.com; empty turns DNS off")
 	fs.Var(&dnsNS, "dns-ns", "name server of the zone, repeatable: ns1.lb.example.com=192.0.2.53 (addresses, comma-separated, required inside the zone) or ns.example.net; required with --dns-zone")
 	dnsListen := fs.String("dns-listen", ":53", "UDP and TCP address of the DNS server")
-	fs.UintVar(&f.dnsTTL, "dns-ttl", uint(dnsexport.DefaultTTL), "TTL of a Service's records when it sets no "+contract.AnnotationDNSTTL)
+	fs.UintVar(&f.dnsTTL, "dns-ttl", uint(contract.DefaultDNSTTL), "TTL of a Service's records when it sets no "+contract.AnnotationDNSTTL)
 	dnsHostmaster := fs.String("dns-hostmaster", "", "SOA RNAME; default hostmaster.<zone>")
 	dnsMaxUDP := fs.Uint("dns-max-udp-size", 1232, "largest UDP response")
 	dnsSecondaries := fs.String("dns-secondaries", "", "NOTIFY targets, comma-separated ip:port[/keyname]")

@@ -6,6 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/pulselb/pulselb/api/probespec"
+
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/standalone"
@@ -43,8 +45,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	var bad string
 	switch {
-	case opts.Interval < standalone.MinInterval:
-		bad = fmt.Sprintf("--interval=%s: want at least %s", opts.Interval, standalone.MinInterval)
+	case opts.Interval < probespec.MinInterval:
+		bad = fmt.Sprintf("--interval=%s: want at least %s", opts.Interval, probespec.MinInterval)
 	case opts.Settle < 0:
 		bad = fmt.Sprintf("--settle=%s: want 0s or more, such as 3s", opts.Settle)
 	case opts.Down < 0:

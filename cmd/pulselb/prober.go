@@ -50,7 +50,7 @@ func runProber(args []string, _, stderr io.Writer) int {
 	vantages := fs.Int("vantages", contract.DefaultVantages, "probers per target; must equal the controller's")
 	beaconPort := fs.Uint("beacon-port", agent.DefaultBeaconPort, "port of the node beacon (the prober pod's hostPort)")
 	beaconLinger := fs.Duration("beacon-linger", agent.DefaultBeaconLinger, "how long the beacon keeps answering after SIGTERM, so that a prober rollout fails no node")
-	heartbeat := fs.Duration("heartbeat", agent.DefaultHeartbeat, "how often the prober's Lease is renewed (it lasts 3 of them) and the report compared for changes no state transition announces")
+	heartbeat := fs.Duration("heartbeat", contract.DefaultHeartbeat, "how often the prober's Lease is renewed (it lasts 3 of them) and the report compared for changes no state transition announces")
 	leaseHeartbeat := fs.Bool("lease-heartbeat", true, "keep the Lease pulselb-prober-NODE as the heartbeat and write the report only on change; false: rewrite the report every --heartbeat instead, as probers before Leases did (for a cluster that cannot grant the prober Lease rights)")
 	minWrite := fs.Duration("min-write-interval", agent.DefaultMinWriteInterval, "least time between report writes caused by state changes")
 	concurrency := fs.Int("concurrency", prober.DefaultConcurrency, "probes in flight at most")

@@ -39,12 +39,10 @@ import (
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/report"
-	"github.com/pulselb/pulselb/status"
 )
 
 // Defaults of Config.
 const (
-	DefaultHeartbeat        = 10 * time.Second
 	DefaultMinWriteInterval = 250 * time.Millisecond
 	DefaultBeaconPort       = 9472
 )
@@ -81,7 +79,7 @@ type Config struct {
 	// BeaconPort is the hostPort every prober pod's beacon listens on.
 	BeaconPort uint16
 	// Heartbeat is how often the Lease is renewed (it lasts
-	// status.StaleHeartbeats times as long) and how often the report is
+	// contract.StaleHeartbeats times as long) and how often the report is
 	// compared with the one last written, for changes no state transition
 	// announces, such as a certificate's expiry. Without Leases it is how
 	// often the report is rewritten, changed or not.
@@ -184,7 +182,7 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		cfg.BeaconPort = DefaultBeaconPort
 	}
 	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = DefaultHeartbeat
+		cfg.Heartbeat = contract.DefaultHeartbeat
 	}
 	if cfg.MinWriteInterval <= 0 {
 		cfg.MinWriteInterval = DefaultMinWriteInterval
@@ -669,13 +667,12 @@ func (a *Agent) renewLease(ctx context.Context) {
 }
 
 // renew renews the node's Lease, creating it when missing. The Lease lasts
-// status.StaleHeartbeats heartbeats, so a prober goes stale after as many
-// missed renewals as it did after missed report heartbeats.
+// contract.ProberLeaseSeconds.
 func (a *Agent) renew(ctx context.Context) error {
 	ref := klog.KRef(a.cfg.Namespace, a.leaseName)
 	spec := coordinationv1.LeaseSpec{
 		HolderIdentity:       ptr.To(a.cfg.Node),
-		LeaseDurationSeconds: ptr.To(int32(status.StaleHeartbeats) * report.HeartbeatSeconds(a.cfg.Heartbeat)),
+		LeaseDurationSeconds: ptr.To(contract.ProberLeaseSeconds(a.cfg.Heartbeat)),
 		RenewTime:            ptr.To(metav1.NewMicroTime(a.clock.Now())),
 	}
 	if a.lease == nil {

@@ -40,19 +40,12 @@ type Target struct {
 	Node string
 }
 
-// HeartbeatSeconds is a heartbeat of d in a report's whole seconds, rounded
-// up and at least 1: rounded down, a heartbeat of 1.9 s would make the
-// report count as stale after fewer missed writes than it should.
-func HeartbeatSeconds(d time.Duration) int32 {
-	return int32(max(1, (d+time.Second-1)/time.Second))
-}
-
 // Status returns the status of a report written at now by a prober whose
 // heartbeat is heartbeat. It has one result or beacon per target of
 // snap that targets describes and whose state is concluded (Up or Down),
 // results sorted by target key and beacons by node, and their counts.
 func Status(now time.Time, heartbeat time.Duration, snap []prober.TargetStatus, targets map[string]Target) v1alpha1.ProbeReportStatus {
-	st := v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(now), HeartbeatSeconds: HeartbeatSeconds(heartbeat)}
+	st := v1alpha1.ProbeReportStatus{HeartbeatTime: metav1.NewTime(now), HeartbeatSeconds: contract.HeartbeatSeconds(heartbeat)}
 	for _, s := range snap {
 		t, ok := targets[s.Key]
 		if !ok || (s.State != prober.StateUp && s.State != prober.StateDown) {

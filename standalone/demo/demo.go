@@ -24,7 +24,7 @@ const (
 
 // Options are the demo's timings and where its dashboard listens.
 type Options struct {
-	// Interval is the probe interval; at least standalone.MinInterval.
+	// Interval is the probe interval; at least probespec.MinInterval.
 	Interval time.Duration
 	// Settle is how long all hosts run before host b goes down.
 	Settle time.Duration

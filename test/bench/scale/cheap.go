@@ -19,14 +19,11 @@ import (
 	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
-	"github.com/pulselb/pulselb/prober/agent"
-	"github.com/pulselb/pulselb/prober/report"
-	"github.com/pulselb/pulselb/status"
 )
 
 // cheapNodes stand in for the probers of the nodes far from every victim:
 // each writes its report once, saying every target assigned to it is Up,
-// and renews its Lease every agent.DefaultHeartbeat, without probing. The
+// and renews its Lease every contract.DefaultHeartbeat, without probing. The
 // API server and the controller get what such probers cost them in a
 // cluster where nothing fails: reports written on change only (so, at
 // start), one Lease write per node per heartbeat.
@@ -53,7 +50,7 @@ func (c *cheapNodes) writeReports(ctx context.Context) error {
 	mine := map[int]*v1alpha1.ProbeReportStatus{}
 	now := metav1.Now()
 	for _, i := range c.nodes {
-		mine[i] = &v1alpha1.ProbeReportStatus{HeartbeatTime: now, HeartbeatSeconds: report.HeartbeatSeconds(agent.DefaultHeartbeat)}
+		mine[i] = &v1alpha1.ProbeReportStatus{HeartbeatTime: now, HeartbeatSeconds: contract.HeartbeatSeconds(contract.DefaultHeartbeat)}
 	}
 	index := map[string]int{}
 	for i := range c.l.nodes {
@@ -95,7 +92,7 @@ func (c *cheapNodes) writeReports(ctx context.Context) error {
 }
 
 // renew keeps every cheap node's Lease renewed, each every
-// agent.DefaultHeartbeat, spread evenly over the heartbeat, until ctx is
+// contract.DefaultHeartbeat, spread evenly over the heartbeat, until ctx is
 // done. The Leases are written as an agent writes its own (an update of
 // the Lease last written, without managedFields).
 func (c *cheapNodes) renew(ctx context.Context) {
@@ -104,7 +101,7 @@ func (c *cheapNodes) renew(ctx context.Context) {
 	}
 	leases := c.cs.CoordinationV1().Leases(systemNS)
 	last := make([]*coordinationv1.Lease, len(c.nodes))
-	duration := int32(status.StaleHeartbeats) * report.HeartbeatSeconds(agent.DefaultHeartbeat)
+	duration := contract.ProberLeaseSeconds(contract.DefaultHeartbeat)
 	write := func(k int) error {
 		i := c.nodes[k]
 		now := metav1.NewMicroTime(time.Now())
@@ -142,7 +139,7 @@ func (c *cheapNodes) renew(ctx context.Context) {
 	if err := parallel(ctx, len(c.nodes), write); err != nil {
 		log.Printf("creating cheap nodes' Leases: %v", err)
 	}
-	tick := time.NewTicker(agent.DefaultHeartbeat / time.Duration(len(c.nodes)))
+	tick := time.NewTicker(contract.DefaultHeartbeat / time.Duration(len(c.nodes)))
 	defer tick.Stop()
 	// Renewals run concurrently, as the probers' do: one slow write must
 	// not hold back the others.

@@ -28,7 +28,7 @@
 // the code of `pulselb prober`) in this process, probing beacons and
 // targets every second, the defaults. Every other node is cheap: its
 // ProbeReport, with every target assigned to it Up, is written once, and
-// its Lease is renewed every 10 s (agent.DefaultHeartbeat) without probing,
+// its Lease is renewed every 10 s (contract.DefaultHeartbeat) without probing,
 // so the API server and the controller carry what 1,000 probers cost them
 // in steady state.
 //
