@@ -19,6 +19,7 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/dashboard"
+	"github.com/pulselb/pulselb/dnsexport"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -336,7 +337,7 @@ func (f *DashboardFeed) service(svc *corev1.Service, targets []dashboard.Target)
 		out.AllDown = cmp.Or(settings.AllDown, contract.AllDownPublishAll)
 	}
 	if f.cfg.Zone != "" {
-		out.DNSNames = dnsNames(svc, f.cfg.Zone)
+		out.DNSNames = dnsNames(svc, settings, f.cfg.Zone)
 	}
 	probes := map[contract.PortKey]string{}
 	for _, p := range settings.Probes {
@@ -357,19 +358,18 @@ func (f *DashboardFeed) service(svc *corev1.Service, targets []dashboard.Target)
 	return out
 }
 
-// dnsNames returns the names dnsexport serves svc under in zone:
-// <name>.<namespace>.<zone> and its hostnames inside the zone.
-func dnsNames(svc *corev1.Service, zone string) []string {
+// dnsNames returns the names dnsexport serves svc, whose settings are
+// settings, under in zone: <name>.<namespace>.<zone> and the hostnames
+// the zone serves (dnsexport.ZoneHostname).
+func dnsNames(svc *corev1.Service, settings contract.Settings, zone string) []string {
 	zone = strings.ToLower(strings.Trim(strings.TrimSpace(zone), "."))
 	if zone == "" {
 		return nil
 	}
 	out := []string{strings.ToLower(svc.Name + "." + svc.Namespace + "." + zone + ".")}
-	settings, _ := contract.Parse(svc)
 	for _, h := range settings.Hostnames {
-		h = strings.TrimSuffix(h, ".")
-		if (h == zone || strings.HasSuffix(h, "."+zone)) && !slices.Contains(out, h+".") {
-			out = append(out, h+".")
+		if name, inZone, err := dnsexport.ZoneHostname(zone+".", h); err == nil && inZone && !slices.Contains(out, name) {
+			out = append(out, name)
 		}
 	}
 	return out
