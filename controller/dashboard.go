@@ -304,7 +304,7 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		return st, fmt.Errorf("listing services: %w", err)
 	}
 	for _, svc := range svcs {
-		if !c.wants(svc) || svc.DeletionTimestamp != nil {
+		if !c.cfg.Services.Active(svc) {
 			continue
 		}
 		st.Services = append(st.Services, f.service(svc, byService[cache.MetaObjectToName(svc)]))

@@ -241,7 +241,7 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 	var errs []error
 	for name, pods := range bySvc {
 		svc, err := c.services.Services(name.Namespace).Get(name.Name)
-		if err != nil || !c.wants(svc) || svc.DeletionTimestamp != nil {
+		if err != nil || !c.cfg.Services.Active(svc) {
 			continue
 		}
 		// A port failing behind the proxies is no proxy's fault.

@@ -38,7 +38,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return fmt.Errorf("getting service %s: %w", key, err)
 	}
-	if svc.DeletionTimestamp != nil || !c.wants(svc) {
+	if !c.cfg.Services.Active(svc) {
 		c.setManaged(key, false)
 		return c.release(ctx, svc)
 	}

@@ -257,7 +257,7 @@ func (c *Controller) collectOrphans(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		if err == nil && c.wants(svc) && svc.DeletionTimestamp == nil {
+		if err == nil && c.cfg.Services.Active(svc) {
 			continue
 		}
 		for _, a := range placement.PlanWorkload(key, placement.Workload{}, []placement.WorkloadObject{w}).Actions {

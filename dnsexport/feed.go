@@ -93,7 +93,7 @@ func NewFeed(server *Server, informer coreinformers.ServiceInformer, cfg FeedCon
 // while the controller still holds it with its finalizer to remove the
 // proxies.
 func (f *Feed) serves(svc *corev1.Service) bool {
-	return svc.DeletionTimestamp == nil && f.cfg.Services.Serves(svc)
+	return f.cfg.Services.Active(svc)
 }
 
 // Run waits for the informer cache, serves the first zone, and then

@@ -25,8 +25,8 @@ type Selection struct {
 
 // Serves reports whether svc is pulselb's: type LoadBalancer with Class,
 // or with no class unless s.ClassOnly. A Service of another class is never
-// touched. Whether svc is being deleted is the caller's concern: the
-// controller still holds such a Service to remove its proxies.
+// touched. A Service being deleted is still served, so that the controller
+// removes its proxies; Active leaves it out.
 func (s Selection) Serves(svc *corev1.Service) bool {
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return false
@@ -35,6 +35,12 @@ func (s Selection) Serves(svc *corev1.Service) bool {
 		return !s.ClassOnly
 	}
 	return *svc.Spec.LoadBalancerClass == Class
+}
+
+// Active reports whether svc is served (Serves) and not being deleted: the
+// one filter for what is probed, published in DNS, shown and restarted.
+func (s Selection) Active(svc *corev1.Service) bool {
+	return svc.DeletionTimestamp == nil && s.Serves(svc)
 }
 
 // PortKey names a Service port by protocol and number.

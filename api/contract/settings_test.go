@@ -204,8 +204,19 @@ func TestServes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := &corev1.Service{Spec: corev1.ServiceSpec{Type: tt.typ, LoadBalancerClass: tt.class}}
-			if got := (Selection{ClassOnly: tt.classOnly}).Serves(svc); got != tt.want {
+			sel := Selection{ClassOnly: tt.classOnly}
+			if got := sel.Serves(svc); got != tt.want {
 				t.Errorf("Serves = %t, want %t", got, tt.want)
+			}
+			if got := sel.Active(svc); got != tt.want {
+				t.Errorf("Active = %t, want %t", got, tt.want)
+			}
+			svc.DeletionTimestamp = &metav1.Time{}
+			if !sel.Serves(svc) && tt.want {
+				t.Error("a Service being deleted is no longer served: its proxies would stay")
+			}
+			if sel.Active(svc) {
+				t.Error("a Service being deleted is active")
 			}
 		})
 	}

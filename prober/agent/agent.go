@@ -452,7 +452,7 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 			continue
 		}
 		svc, err := a.services.Services(name.Namespace).Get(name.Name)
-		if err != nil || svc.DeletionTimestamp != nil || !a.cfg.Services.Serves(svc) {
+		if err != nil || !a.cfg.Services.Active(svc) {
 			continue
 		}
 		settings, _ := contract.Parse(svc) // the controller reports the problems

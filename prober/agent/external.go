@@ -42,7 +42,7 @@ func (a *Agent) externalTargets(ctx context.Context) ([]prober.Target, map[strin
 	var out []prober.Target
 	meta := map[string]report.Target{}
 	for _, svc := range services {
-		if svc.DeletionTimestamp != nil || !a.cfg.Services.Serves(svc) {
+		if !a.cfg.Services.Active(svc) {
 			continue
 		}
 		settings, _ := contract.Parse(svc) // the controller reports the problems
