@@ -39,7 +39,7 @@ type HealthConfig struct {
 	// heartbeat recent (status.Fresh). Nil: report heartbeats only.
 	Leases cache.SharedIndexInformer
 	// Vantages is how many probers probe each target; it must equal the
-	// probers' --vantages (default prober.DefaultVantages).
+	// probers' --vantages (default contract.DefaultVantages).
 	Vantages int
 	// Resync is how often verdicts are re-evaluated without a report
 	// change, so that stale reports stop counting (default 1s).

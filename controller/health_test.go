@@ -666,7 +666,7 @@ func TestLeaseRenewalQueuesOnlyWhenFreshnessChanges(t *testing.T) {
 
 // TestVantagesFollowProbers: the vantages the controller judges by,
 // remembered between evaluations, are those every prober computes
-// (prober.Vantages) after a prober goes away as before.
+// (contract.Vantages) after a prober goes away as before.
 func TestVantagesFollowProbers(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	svc := published(newService("web"), "n1,n2")

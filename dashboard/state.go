@@ -61,7 +61,7 @@ type Target struct {
 	Address  string `json:"address"`
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol"` // TCP or UDP
-	// Probe is the canonical probe spec (prober.Spec.String); specs carry no
+	// Probe is the canonical probe spec (probespec.Spec.String); specs carry no
 	// secret values, only Secret names.
 	Probe string `json:"probe"`
 	// State is the verdict: "Up", "Down" or "Unknown".

@@ -232,7 +232,7 @@ type Target struct {
 	Key    string
 	Node   string
 	Beacon bool
-	// Vantages are the prober nodes assigned to it (prober.Vantages).
+	// Vantages are the prober nodes assigned to it (contract.Vantages).
 	Vantages []string
 	// Ignore lists vantages whose own node is Down by quorum: a prober cut
 	// off with its node cannot see anything, and its report would otherwise

@@ -73,7 +73,7 @@ type Config struct {
 	// the other agents given the same memo: a benchmark running many
 	// agents in one process sets one, so that the process hashes each
 	// target once instead of once per agent. The assignment is the same
-	// either way (prober.VantageMemo answers as prober.Vantages does); nil
+	// either way (contract.VantageMemo answers as contract.Vantages does); nil
 	// gives the agent a memo of its own.
 	VantageMemo *contract.VantageMemo
 	// BeaconPort is the hostPort every prober pod's beacon listens on.
