@@ -67,16 +67,24 @@ func TestWorkloadUnchanged(t *testing.T) {
 	}
 }
 
+// webWorkloads returns the desired proxy workloads of shop/web in
+// deployment and in daemonset mode, with the placement configuration and
+// nodes they were made for.
+func webWorkloads() (web, daemon placement.Workload, cfg placement.Config, nodes []*corev1.Node) {
+	cfg = placement.Config{Namespace: systemNS, Image: "x"}
+	nodes = []*corev1.Node{newNode("n1", "10.0.0.1")}
+	web, _ = placement.Desired(newService("web"), nodes, cfg)
+	daemon, _ = placement.Desired(newService("web", func(s *corev1.Service) {
+		s.Annotations = map[string]string{contract.AnnotationProxyMode: "daemonset"}
+	}), nodes, cfg)
+	return web, daemon, cfg, nodes
+}
+
 // TestWorkloadsOf: a Service's proxy workloads are found by its index
 // among other Services' and other namespaces' workloads.
 func TestWorkloadsOf(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	cfg := placement.Config{Namespace: systemNS, Image: "x"}
-	nodes := []*corev1.Node{newNode("n1", "10.0.0.1")}
-	web, _ := placement.Desired(newService("web"), nodes, cfg)
-	daemon, _ := placement.Desired(newService("web", func(s *corev1.Service) {
-		s.Annotations = map[string]string{contract.AnnotationProxyMode: "daemonset"}
-	}), nodes, cfg)
+	web, daemon, cfg, nodes := webWorkloads()
 	shop, _ := placement.Desired(newService("shop"), nodes, cfg)
 	elsewhere := web.Deployment.DeepCopy()
 	elsewhere.Namespace = "default"
@@ -113,12 +121,7 @@ func TestWorkloadsOf(t *testing.T) {
 // included, requeues that Service, so that one deleted by hand is put back.
 func TestEnqueueOwner(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	cfg := placement.Config{Namespace: systemNS, Image: "x"}
-	nodes := []*corev1.Node{newNode("n1", "10.0.0.1")}
-	web, _ := placement.Desired(newService("web"), nodes, cfg)
-	daemon, _ := placement.Desired(newService("web", func(s *corev1.Service) {
-		s.Annotations = map[string]string{contract.AnnotationProxyMode: "daemonset"}
-	}), nodes, cfg)
+	web, daemon, _, _ := webWorkloads()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: "p", Labels: web.Deployment.Spec.Template.Labels}}
 	want := cache.NewObjectName("shop", "web")
 	for _, tt := range []struct {

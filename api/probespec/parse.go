@@ -46,6 +46,18 @@ type option struct {
 	format func(s, def *Spec) []string
 }
 
+// shown returns the one value of an option held as a pointer, or none when
+// it is nil.
+func shown[T any, P interface {
+	*T
+	String() string
+}](v P) []string {
+	if v == nil {
+		return nil
+	}
+	return []string{v.String()}
+}
+
 // value returns v as the one value of an option, or none when unset.
 func value(set bool, v string) []string {
 	if !set {
@@ -103,22 +115,12 @@ var options = map[string]option{
 		re, err := compileRegexp(v)
 		s.Expect = re
 		return err
-	}, format: func(s, _ *Spec) []string {
-		if s.Expect == nil {
-			return nil
-		}
-		return []string{s.Expect.String()}
-	}},
+	}, format: func(s, _ *Spec) []string { return shown(s.Expect) }},
 	"expect-hex": {set: func(s *Spec, v string) error {
 		h, err := parseHexPattern(v)
 		s.ExpectHex = h
 		return err
-	}, format: func(s, _ *Spec) []string {
-		if s.ExpectHex == nil {
-			return nil
-		}
-		return []string{s.ExpectHex.String()}
-	}},
+	}, format: func(s, _ *Spec) []string { return shown(s.ExpectHex) }},
 	"silence": {set: func(s *Spec, v string) error {
 		switch v {
 		case "up":
@@ -191,12 +193,7 @@ var options = map[string]option{
 		re, err := compileRegexp(v)
 		s.Body = re
 		return err
-	}, format: func(s, _ *Spec) []string {
-		if s.Body == nil {
-			return nil
-		}
-		return []string{s.Body.String()}
-	}},
+	}, format: func(s, _ *Spec) []string { return shown(s.Body) }},
 	"header": {repeatable: true, set: func(s *Spec, v string) error {
 		name, expr, ok := strings.Cut(v, ":")
 		if !ok {
