@@ -68,6 +68,9 @@ type DashboardFeed struct {
 	engine      status.Engine
 	shown       map[string]shown
 	transitions []dashboard.Transition
+	// parsed holds each Service's settings: a build reads every Service,
+	// and parses only those whose annotations or ports changed.
+	parsed contract.ParseCache
 }
 
 // shown is what the page shows about a target or beacon.
@@ -173,6 +176,7 @@ func (f *DashboardFeed) Run(ctx context.Context) error {
 
 // build returns the State of every Service the controller serves.
 func (f *DashboardFeed) build() (dashboard.State, error) {
+	defer f.parsed.Prune()
 	c := f.c
 	now := f.now()
 	st := dashboard.State{Role: "controller", Instance: f.cfg.Instance, GeneratedAt: now}
@@ -221,7 +225,7 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		v, ok := probedOutside[name]
 		if !ok {
 			if svc, err := c.services.Services(name.Namespace).Get(name.Name); err == nil {
-				settings, _ := contract.Parse(svc) // sync reports the problems
+				settings, _ := f.parsed.Parse(svc) // sync reports the problems
 				v = settings.ExternalVantages != contract.ExternalOff
 			}
 			probedOutside[name] = v
@@ -315,7 +319,7 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 
 // service returns svc's part of the State, with its targets.
 func (f *DashboardFeed) service(svc *corev1.Service, targets []dashboard.Target) dashboard.Service {
-	settings, _ := contract.Parse(svc) // sync reports the problems
+	settings, _ := f.parsed.Parse(svc) // sync reports the problems
 	out := dashboard.Service{Name: cache.MetaObjectToName(svc).String(), Published: []string{}, Targets: targets}
 	for _, in := range svc.Status.LoadBalancer.Ingress {
 		if a := cmp.Or(in.IP, in.Hostname); a != "" {

@@ -51,6 +51,9 @@ type Feed struct {
 	changed chan struct{}
 	// reported is the last problem text reported per Service.
 	reported map[cache.ObjectName]string
+	// parsed holds each Service's settings: a rebuild reads every
+	// Service, and parses only those whose annotations or ports changed.
+	parsed contract.ParseCache
 }
 
 // NewFeed returns a Feed that fills server from informer. The caller
@@ -148,8 +151,10 @@ func (f *Feed) sync(ctx context.Context) error {
 		}
 		key := cache.MetaObjectToName(svc)
 		byName[key] = svc
-		services = append(services, FromService(svc))
+		settings, _ := f.parsed.Parse(svc) // the controller reports the problems
+		services = append(services, fromService(svc, settings))
 	}
+	f.parsed.Prune()
 	zoneProblems, err := f.server.Update(services)
 	for _, p := range zoneProblems {
 		var se *ServiceError

@@ -17,6 +17,11 @@ import (
 // same parse, as InvalidAnnotation Events.
 func FromService(svc *corev1.Service) Service {
 	settings, _ := contract.Parse(svc)
+	return fromService(svc, settings)
+}
+
+// fromService is FromService with svc's settings already parsed.
+func fromService(svc *corev1.Service, settings contract.Settings) Service {
 	out := Service{Namespace: svc.Namespace, Name: svc.Name, Hostnames: settings.Hostnames, TTL: settings.DNSTTL}
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
 		if ing.IP == "" {

@@ -144,6 +144,10 @@ type Agent struct {
 	// probers caches built probers by target key, spec text and source
 	// address, for the targets of the last refresh.
 	probers map[string]builtProber
+	// parsed holds each Service's settings: the targets are computed from
+	// every Service on every change, and only the Services whose
+	// annotations or ports changed are parsed again.
+	parsed contract.ParseCache
 
 	// last is the report as last read or written; written is the status
 	// last written, as built (the API server keeps times in whole
@@ -397,6 +401,7 @@ func (a *Agent) refresh(ctx context.Context) {
 // targets returns the targets assigned to this node: the beacons and the
 // Service ports on other nodes whose vantages include it.
 func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report.Target, error) {
+	defer a.parsed.Prune()
 	if a.cfg.External {
 		return a.externalTargets(ctx)
 	}
@@ -455,7 +460,7 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 		if err != nil || !a.cfg.Services.Active(svc) {
 			continue
 		}
-		settings, _ := contract.Parse(svc) // the controller reports the problems
+		settings, _ := a.parsed.Parse(svc) // the controller reports the problems
 		for _, pr := range settings.Probes {
 			port := pr.Port
 			key := contract.TargetKey(name.String(), string(port.Protocol), port.Port, node)

@@ -45,7 +45,7 @@ func (a *Agent) externalTargets(ctx context.Context) ([]prober.Target, map[strin
 		if !a.cfg.Services.Active(svc) {
 			continue
 		}
-		settings, _ := contract.Parse(svc) // the controller reports the problems
+		settings, _ := a.parsed.Parse(svc) // the controller reports the problems
 		if settings.ExternalVantages == contract.ExternalOff {
 			continue
 		}
