@@ -124,6 +124,9 @@ type Controller struct {
 	external map[cache.ObjectName]status.External
 	// vantages remembers the vantage assignment of the targets judged.
 	vantages contract.VantageMemo
+	// externalSettings holds the settings of the Services judgeExternal
+	// reads on every evaluation, parsed once per change.
+	externalSettings contract.ParseCache
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool
