@@ -2,10 +2,12 @@
 // the pulselb.io/ annotation keys and their value vocabulary, the one
 // parser that turns a Service into typed Settings (with a Problem for
 // every value it could not use), which Services pulselb serves, the labels
-// on proxy and prober workloads and on nodes, the hostname rule, and the
-// keys that name probe targets and node beacons. The controller,
-// placement, status, dnsexport and the prober agent all read a Service
-// through it, so what one of them accepts is what the others serve.
+// on proxy and prober workloads and on nodes, the hostname rule, the keys
+// that name probe targets and node beacons, which probers probe a target
+// (Vantages), and a prober's heartbeat. The controller, placement, status,
+// dnsexport and the prober agent all read a Service through it, so what
+// one of them accepts is what the others serve. Like everything in api/,
+// it imports nothing of pulselb's outside api/.
 package contract
 
 import (
