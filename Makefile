@@ -14,8 +14,8 @@ FUZZ_SERVER   ?= 40000x
 FUZZ_CONFIG   ?= 25000x
 FUZZ_SERIAL   ?= 30000x
 DEBIAN_DEPS   := mariadb-server iproute2 iptables dnsutils prometheus-blackbox-exporter iperf3 haproxy nginx bind9 dnsperf nsd curl util-linux chromium runc containernetworking-plugins conntrack
-# The conformance run's agnhost image takes its nc from this machine's package.
-DEBIAN_DEPS   += netcat-openbsd
+# The conformance run's agnhost image takes its nc and wget from this machine's packages.
+DEBIAN_DEPS   += netcat-openbsd wget
 # The release: qemu runs its arm64 and armv7 binaries in release-check; its images take iptables of these
 # Debian architectures (apt-get download, nothing installed).
 DEBIAN_DEPS   += qemu-user-static
@@ -110,7 +110,8 @@ fuzz:
 ## Then the install manifests: rendered chart and base validated by the harness API server, and
 ## deploy/base up to date.
 e2e: deps
-	$(MAKE) -C test e2e
+	test -x $(COREDNS_BIN)/coredns || GOBIN=$(COREDNS_BIN) $(GO) install github.com/coredns/coredns@v1.15.0
+	$(MAKE) -C test e2e PULSELB_COREDNS=$(COREDNS_BIN)/coredns
 	cd test && PULSELB_TEST_BIN=$(CURDIR)/test/.bin $(GO) test -count=1 -timeout 20m -v ./deploy/
 
 lint:

@@ -10,8 +10,8 @@ import (
 
 // agnhostPackages are the Debian packages of the agnhost image's tools
 // that the specs run in their pods (`kubectl exec -- /bin/sh -c "curl ..."`,
-// nc, seq): upstream builds the image from Alpine with the same tools.
-var agnhostPackages = []string{"dash", "bash", "coreutils", "curl", "netcat-openbsd", "iproute2", "bind9-dnsutils"}
+// wget, nc, seq): upstream builds the image from Alpine with the same tools.
+var agnhostPackages = []string{"dash", "bash", "coreutils", "curl", "netcat-openbsd", "wget", "iproute2", "bind9-dnsutils"}
 
 // Images returns the images the specs use, under the names the e2e binary
 // asks for (test/utils/image): agnhost, built from k8s.io/kubernetes at the

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,24 +77,27 @@ type Result struct {
 // ("on different nodes"); three is what users run.
 const kubeletNodes = 3
 
-// Run starts a cluster of real kubelet nodes with a cluster DNS and the
-// images the specs use, installs pulselb from opts.Base, runs each spec of
-// opts.Specs with the upstream e2e binary and returns their results.
+// ClusterOptions are the harness options of a run: real kubelet nodes
+// with the images the specs use and the cluster DNS that RunOn starts.
+func ClusterOptions(b Binaries, dir string) (cluster.Options, error) {
+	images, err := Images(b.Agnhost, b.Pause)
+	if err != nil {
+		return cluster.Options{}, err
+	}
+	return cluster.Options{
+		Dir: dir, KubeletNodes: kubeletNodes, KubeletImages: images, ClusterDNS: cluster.HostIP,
+		WaitForMachine: 30 * time.Minute,
+	}, nil
+}
+
+// Run starts a cluster with ClusterOptions, runs the specs on it (RunOn)
+// and stops it.
 func Run(ctx context.Context, opts Options) ([]Result, error) {
-	if opts.SpecTimeout <= 0 {
-		opts.SpecTimeout = 30 * time.Minute
-	}
-	if opts.Out == nil {
-		opts.Out = io.Discard
-	}
-	images, err := Images(opts.Agnhost, opts.Pause)
+	copts, err := ClusterOptions(opts.Binaries, opts.Dir)
 	if err != nil {
 		return nil, err
 	}
-	c, err := cluster.Start(ctx, cluster.Options{
-		Dir: opts.Dir, KubeletNodes: kubeletNodes, KubeletImages: images, ClusterDNS: cluster.HostIP,
-		WaitForMachine: 30 * time.Minute,
-	})
+	c, err := cluster.Start(ctx, copts)
 	if err != nil {
 		if c != nil {
 			_ = c.Stop(context.WithoutCancel(ctx))
@@ -100,6 +105,19 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		return nil, err
 	}
 	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+	return RunOn(ctx, c, opts)
+}
+
+// RunOn starts the cluster DNS on c (started with ClusterOptions),
+// installs pulselb from opts.Base, runs each spec of opts.Specs with the
+// e2e binary and returns their results.
+func RunOn(ctx context.Context, c *cluster.Cluster, opts Options) ([]Result, error) {
+	if opts.SpecTimeout <= 0 {
+		opts.SpecTimeout = 30 * time.Minute
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
 	dir := filepath.Join(c.Dir, "conformance")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -234,6 +252,12 @@ func runSpec(ctx context.Context, opts Options, kubeconfig string, s Spec, dir s
 		case tc.Skipped != nil:
 			r.Message = firstLine(tc.Skipped.Message)
 		}
+		// A check that expects a target to be unreachable passes when its
+		// command is missing: such a pass proves nothing.
+		if missing := missingCommands(r.Log); len(missing) > 0 && r.Outcome == Passed {
+			r.Outcome = Failed
+			r.Message = "the spec's pods lack " + strings.Join(missing, ", ") + ": its checks are void"
+		}
 		return r
 	}
 	r.Message = fmt.Sprintf("the report does not name the spec (e2e.test: %v); see %s", runErr, r.Log)
@@ -274,6 +298,25 @@ func readJUnit(path string) ([]junitCase, error) {
 		return nil, errors.New("no test cases in " + path)
 	}
 	return out, nil
+}
+
+// notFound is the shell's complaint about a command an exec'd pod lacks.
+var notFound = regexp.MustCompile(`/bin/sh: (?:\d+: )?([^\s:]+): not found`)
+
+// missingCommands returns the commands that the spec's log says its pods
+// lacked.
+func missingCommands(log string) []string {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, m := range notFound.FindAllStringSubmatch(string(b), -1) {
+		if !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
 }
 
 func firstLine(s string) string {

@@ -58,16 +58,21 @@ var Specs = []Spec{
 	{Container: esip, Text: "should work from pods"},
 }
 
-// Select returns the specs whose name matches re (every spec when re is
-// empty), and only the quick ones when quick is set.
-func Select(re string, quick bool) ([]Spec, error) {
-	r, err := regexp.Compile(re)
+// Select returns the specs whose name matches focus (every spec when
+// focus is empty) and not skip (when skip is set), and only the quick ones
+// when quick is set.
+func Select(focus, skip string, quick bool) ([]Spec, error) {
+	f, err := regexp.Compile(focus)
+	if err != nil {
+		return nil, err
+	}
+	k, err := regexp.Compile(skip)
 	if err != nil {
 		return nil, err
 	}
 	var out []Spec
 	for _, s := range Specs {
-		if (re == "" || r.MatchString(s.Name())) && (!quick || s.Quick) {
+		if f.MatchString(s.Name()) && (skip == "" || !k.MatchString(s.Name())) && (!quick || s.Quick) {
 			out = append(out, s)
 		}
 	}

@@ -1,7 +1,7 @@
 // Command pulselb-conformance runs Kubernetes' own LoadBalancer e2e specs
 // against pulselb (package github.com/pulselb/pulselb/test/conformance):
 //
-//	pulselb-conformance -e2e E2E.TEST -kubectl KUBECTL -agnhost AGNHOST -coredns COREDNS [-focus RE] [-quick] [-dir DIR]
+//	pulselb-conformance -e2e E2E.TEST -kubectl KUBECTL -agnhost AGNHOST -coredns COREDNS [-focus RE] [-skip RE] [-quick] [-dir DIR]
 //
 // It prints one line per spec as it finishes and a summary, and exits 1
 // when a spec failed. `make conformance` builds the binaries and runs it.
@@ -41,6 +41,7 @@ func run() error {
 	flag.StringVar(&opts.Dir, "dir", "", "directory for the cluster's logs and each spec's output (default: a temporary one)")
 	flag.DurationVar(&opts.SpecTimeout, "spec-timeout", 30*time.Minute, "time limit of each spec")
 	focus := flag.String("focus", "", "run only the specs whose name matches this regular expression")
+	skip := flag.String("skip", "", "leave out the specs whose name matches this regular expression")
 	quick := flag.Bool("quick", false, "run only the quick specs (those `make test` runs)")
 	flag.Parse()
 	for name, v := range map[string]string{"-e2e": opts.E2ETest, "-kubectl": opts.Kubectl, "-agnhost": opts.Agnhost, "-coredns": opts.CoreDNS} {
@@ -48,7 +49,7 @@ func run() error {
 			return fmt.Errorf("%s is required", name)
 		}
 	}
-	specs, err := conformance.Select(*focus, *quick)
+	specs, err := conformance.Select(*focus, *skip, *quick)
 	if err != nil {
 		return fmt.Errorf("-focus: %w", err)
 	}
