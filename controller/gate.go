@@ -3,8 +3,10 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -82,4 +85,69 @@ func (c *Controller) openGates(ctx context.Context, svc *corev1.Service, own []*
 		klog.FromContext(ctx).Info("Opened proxy pod's readiness gate", "pod", klog.KObj(p), "node", p.Spec.NodeName, "reason", reason)
 	}
 	return nil
+}
+
+// placeHomes removes the scheduling gate of svc's gated proxy pods, each
+// pinned to the node of the proxy it replaces or left to the scheduler
+// (placement.Homes), and deletes pods pinned to a node that can no longer
+// host them. A pod whose home is still held by an older proxy stays gated;
+// the Service is looked at again when it may stop waiting.
+func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want placement.Workload, own []*corev1.Pod) error {
+	if want.Deployment == nil || !slices.ContainsFunc(own, func(p *corev1.Pod) bool { return placement.Gated(p) || placement.PinnedNode(p) != "" }) {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	deleteFirst := false
+	if ru := want.Deployment.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
+		deleteFirst = ru.MaxUnavailable.IntValue() > 0
+	}
+	homes := placement.Homes(placement.HomeInput{
+		Pods:        own,
+		Published:   publishedNodes(svc),
+		Eligible:    want.EligibleNodes,
+		DeleteFirst: deleteFirst,
+		Now:         c.now(),
+	})
+	var errs []error
+	for _, h := range homes {
+		p := h.Pod
+		switch {
+		case h.Wait > 0:
+			logger.V(2).Info("Proxy pod waits for its home", "pod", klog.KObj(p), "reason", h.Reason, "recheck", h.Wait)
+			c.queue.AddAfter(cache.MetaObjectToName(svc), h.Wait)
+			continue
+		case h.Delete:
+			err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				errs = append(errs, fmt.Errorf("deleting proxy pod %s/%s pinned to node %s: %w", p.Namespace, p.Name, placement.PinnedNode(p), err))
+				continue
+			}
+			c.metrics.writes.WithLabelValues("pods", "delete").Inc()
+			logger.Info("Deleted proxy pod pinned to a node that cannot host it", "pod", klog.KObj(p), "node", placement.PinnedNode(p), "reason", h.Reason)
+			continue
+		}
+		_, err := c.client.CoreV1().Pods(p.Namespace).Update(ctx, placement.Pin(p, h.Node), metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			continue // gone, or changed: its event brings the Service back
+		case err != nil:
+			errs = append(errs, fmt.Errorf("placing proxy pod %s/%s: %w", p.Namespace, p.Name, err))
+			continue
+		}
+		c.metrics.writes.WithLabelValues("pods", "update").Inc()
+		logger.Info("Placed proxy pod", "pod", klog.KObj(p), "node", h.Node, "reason", h.Reason)
+	}
+	return errors.Join(errs...)
+}
+
+// publishedNodes returns the nodes svc is published on, from the annotation
+// pulselb writes with its status.
+func publishedNodes(svc *corev1.Service) []string {
+	var out []string
+	for _, n := range strings.Split(svc.Annotations[contract.AnnotationNodes], ",") {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }

@@ -1,0 +1,258 @@
+package placement
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/pulselb/pulselb/api/contract"
+)
+
+// homePod is a proxy pod of template hash, holding TCP ports, for Homes:
+// on node, or gated when node is "gated", or pinned there but unscheduled
+// when node is "pinned:NODE".
+type homePod struct {
+	name, hash, node string
+	ports            []int32
+	terminating      bool
+	ready            bool
+	age              time.Duration
+}
+
+var homeNow = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+func (h homePod) pod() *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: h.name, Namespace: "pulselb-system",
+			Labels:            map[string]string{appsv1.DefaultDeploymentUniqueLabelKey: h.hash},
+			CreationTimestamp: metav1.NewTime(homeNow.Add(-h.age))},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](30),
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+					{Key: contract.LabelUnhealthy, Operator: corev1.NodeSelectorOpDoesNotExist}}}}}}},
+			Containers: []corev1.Container{{Name: ContainerProxy}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	for _, port := range h.ports {
+		p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP})
+	}
+	switch {
+	case h.node == "gated":
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: contract.SchedulingGateHome}}
+		p.Status.Phase = corev1.PodPending
+	case len(h.node) > len("pinned:") && h.node[:len("pinned:")] == "pinned:":
+		p = Pin(p, h.node[len("pinned:"):])
+		p.Status.Phase = corev1.PodPending
+	default:
+		p.Spec.NodeName = h.node
+	}
+	if h.terminating {
+		p.DeletionTimestamp = ptr.To(metav1.NewTime(homeNow))
+	}
+	if h.ready {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
+	return p
+}
+
+// TestHomes: a rollout or a restart puts each new proxy on the node of the
+// proxy it replaces, starting next to it when the ports differ, after it
+// when they are the same; a pod that replaces nothing is the scheduler's.
+func TestHomes(t *testing.T) {
+	three := []string{"a", "b", "c"}
+	tests := []struct {
+		name        string
+		pods        []homePod
+		published   []string
+		eligible    []string
+		deleteFirst bool
+		// want: pod name → node, "wait", "delete", or "" (released)
+		want   map[string]string
+		reason map[string]string
+	}{{
+		name: "a port change surges next to each old proxy",
+		pods: []homePod{
+			{name: "old-a", hash: "h1", node: "a", ports: []int32{80}, ready: true},
+			{name: "old-b", hash: "h1", node: "b", ports: []int32{80}, ready: true},
+			{name: "new-1", hash: "h2", node: "gated", ports: []int32{81}},
+		},
+		published: []string{"a", "b"}, eligible: three,
+		want: map[string]string{"new-1": "a"}, reason: map[string]string{"new-1": HomeReplaces},
+	}, {
+		name: "the second new pod goes to the other published node, not the spare one",
+		pods: []homePod{
+			{name: "old-a", hash: "h1", node: "a", ports: []int32{80}, ready: true, terminating: true},
+			{name: "new-1", hash: "h2", node: "a", ports: []int32{81}},
+			{name: "old-b", hash: "h1", node: "b", ports: []int32{80}, ready: true},
+			{name: "new-2", hash: "h2", node: "gated", ports: []int32{81}},
+		},
+		published: []string{"a", "b"}, eligible: three, deleteFirst: true,
+		want: map[string]string{"new-2": "b"},
+	}, {
+		name: "two new pods at once each get their own node",
+		pods: []homePod{
+			{name: "old-a", hash: "h1", node: "a", ports: []int32{80}, ready: true, terminating: true},
+			{name: "old-b", hash: "h1", node: "b", ports: []int32{80}, ready: true},
+			{name: "new-1", hash: "h2", node: "gated", ports: []int32{81}, age: 2 * time.Second},
+			{name: "new-2", hash: "h2", node: "gated", ports: []int32{81}, age: time.Second},
+		},
+		published: []string{"a", "b"}, eligible: three, deleteFirst: true,
+		want: map[string]string{"new-1": "a", "new-2": "b"},
+	}, {
+		name: "a new image follows the old proxy that goes first, and the next waits for the other",
+		pods: []homePod{
+			{name: "old-a", hash: "h1", node: "a", ports: []int32{80}, ready: true, terminating: true},
+			{name: "old-b", hash: "h1", node: "b", ports: []int32{80}, ready: true},
+			{name: "new-1", hash: "h2", node: "gated", ports: []int32{80}, age: 2 * time.Second},
+			{name: "new-2", hash: "h2", node: "gated", ports: []int32{80}, age: time.Second},
+		},
+		published: []string{"b"}, eligible: three, deleteFirst: true,
+		want:   map[string]string{"new-1": "a", "new-2": "wait"},
+		reason: map[string]string{"new-1": HomeReplaces, "new-2": HomeBusy},
+	}, {
+		name: "the wait for a busy home ends",
+		pods: []homePod{
+			{name: "old-b", hash: "h1", node: "b", ports: []int32{80}, ready: true},
+			{name: "new-1", hash: "h2", node: "a", ports: []int32{80}, ready: true},
+			{name: "new-2", hash: "h2", node: "gated", ports: []int32{80}, age: 30*time.Second + HomeWaitLimit},
+		},
+		published: []string{"a", "b"}, eligible: three, deleteFirst: true,
+		want: map[string]string{"new-2": ""}, reason: map[string]string{"new-2": HomeWaitOver},
+	}, {
+		name: "a Service's only proxy is not taken down first: its successor goes elsewhere",
+		pods: []homePod{
+			{name: "old-a", hash: "h1", node: "a", ports: []int32{80}, ready: true},
+			{name: "new-1", hash: "h2", node: "gated", ports: []int32{80}},
+		},
+		published: []string{"a"}, eligible: three,
+		want: map[string]string{"new-1": ""}, reason: map[string]string{"new-1": HomeNone},
+	}, {
+		name: "a restarted proxy comes back on its node once the old one is gone",
+		pods: []homePod{
+			{name: "broken", hash: "h1", node: "a", ports: []int32{80}, terminating: true},
+			{name: "other", hash: "h1", node: "b", ports: []int32{80}, ready: true},
+			{name: "again", hash: "h1", node: "gated", ports: []int32{80}},
+		},
+		published: []string{"b"}, eligible: three,
+		want: map[string]string{"again": "a"},
+	}, {
+		name: "a failed node's proxy is replaced wherever the scheduler finds room",
+		pods: []homePod{
+			{name: "other", hash: "h1", node: "b", ports: []int32{80}, ready: true},
+			{name: "again", hash: "h1", node: "gated", ports: []int32{80}},
+		},
+		published: []string{"a", "b"}, eligible: []string{"b", "c"},
+		want: map[string]string{"again": ""}, reason: map[string]string{"again": HomeNone},
+	}, {
+		name: "a new Service and a scale-up replace nothing",
+		pods: []homePod{
+			{name: "p1", hash: "h1", node: "a", ports: []int32{80}, ready: true},
+			{name: "p2", hash: "h1", node: "gated", ports: []int32{80}},
+			{name: "p3", hash: "h1", node: "gated", ports: []int32{80}},
+		},
+		published: []string{"a"}, eligible: three,
+		want: map[string]string{"p2": "", "p3": ""},
+	}, {
+		name: "a pod pinned to a node that left is deleted, one still pending on an eligible node stays",
+		pods: []homePod{
+			{name: "stranded", hash: "h1", node: "pinned:a", ports: []int32{80}},
+			{name: "waiting", hash: "h1", node: "pinned:b", ports: []int32{80}},
+		},
+		published: []string{"a", "b"}, eligible: []string{"b", "c"},
+		want: map[string]string{"stranded": "delete"}, reason: map[string]string{"stranded": HomeGone},
+	}, {
+		name: "a pinned pod still pending holds its node for its template",
+		pods: []homePod{
+			{name: "old-a", hash: "h1", node: "a", ports: []int32{80}, ready: true},
+			{name: "old-b", hash: "h1", node: "b", ports: []int32{80}, ready: true},
+			{name: "new-1", hash: "h2", node: "pinned:a", ports: []int32{81}},
+			{name: "new-2", hash: "h2", node: "gated", ports: []int32{81}},
+		},
+		published: []string{"a", "b"}, eligible: three,
+		want: map[string]string{"new-2": "b"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var pods []*corev1.Pod
+			for _, hp := range tt.pods {
+				pods = append(pods, hp.pod())
+			}
+			got := map[string]string{}
+			reasons := map[string]string{}
+			for _, h := range Homes(HomeInput{Pods: pods, Published: tt.published, Eligible: tt.eligible, DeleteFirst: tt.deleteFirst, Now: homeNow}) {
+				v := h.Node
+				switch {
+				case h.Delete:
+					v = "delete"
+				case h.Wait > 0:
+					v = "wait"
+				}
+				got[h.Pod.Name] = v
+				reasons[h.Pod.Name] = h.Reason
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("homes %v, want %v (reasons %v)", got, tt.want, reasons)
+			}
+			for name, want := range tt.reason {
+				if reasons[name] != want {
+					t.Errorf("%s: reason %q, want %q", name, reasons[name], want)
+				}
+			}
+		})
+	}
+}
+
+// TestPin: the gate goes and the pod may run only on its node; the API
+// server lets a gated pod gain a node selector requirement, nothing else.
+func TestPin(t *testing.T) {
+	gated := homePod{name: "p", hash: "h", node: "gated", ports: []int32{80}}.pod()
+	p := Pin(gated, "node-2")
+	if Gated(p) || !Gated(gated) {
+		t.Errorf("gated after Pin: %v; the original changed: %v", Gated(p), !Gated(gated))
+	}
+	if got := PinnedNode(p); got != "node-2" {
+		t.Errorf("PinnedNode = %q, want node-2", got)
+	}
+	terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	old := gated.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != len(old) || !slices.EqualFunc(terms[0].MatchExpressions, old[0].MatchExpressions, func(a, b corev1.NodeSelectorRequirement) bool {
+		return fmt.Sprint(a) == fmt.Sprint(b)
+	}) {
+		t.Errorf("terms %v: want the old ones, with a field requirement added", terms)
+	}
+	if released := Pin(gated, ""); Gated(released) || PinnedNode(released) != "" {
+		t.Errorf("released without a node: gated %v, pinned to %q", Gated(released), PinnedNode(released))
+	}
+}
+
+// TestReplacedInPlace: a published node whose Ready proxy serves none of the
+// Service's new ports is kept while it is replaced next to it; a node whose
+// proxy shares a port (a new image), or that is not published or eligible,
+// is not.
+func TestReplacedInPlace(t *testing.T) {
+	pods := []*corev1.Pod{
+		homePod{name: "old-a", hash: "h1", node: "a", ports: []int32{80}, ready: true, terminating: true}.pod(),
+		homePod{name: "new-a", hash: "h2", node: "a", ports: []int32{81}}.pod(),
+		homePod{name: "old-b", hash: "h1", node: "b", ports: []int32{80}, ready: true}.pod(),
+		homePod{name: "old-c", hash: "h1", node: "c", ports: []int32{80}, ready: true}.pod(),
+		homePod{name: "old-d", hash: "h1", node: "d", ports: []int32{80}, ready: true}.pod(),
+		homePod{name: "new-e", hash: "h2", node: "e", ports: []int32{81}, ready: true}.pod(),
+		homePod{name: "old-f", hash: "h1", node: "f", ports: []int32{80}}.pod(),
+	}
+	got := ReplacedInPlace(pods, []string{"a", "b", "d", "e", "f"}, []string{"a", "b", "c", "e", "f"}, []contract.PortKey{{Protocol: corev1.ProtocolTCP, Port: 81}})
+	if want := map[string]bool{"a": true, "b": true}; !maps.Equal(got, want) {
+		t.Errorf("ReplacedInPlace = %v, want %v", got, want)
+	}
+	if got := ReplacedInPlace(pods, []string{"a", "b"}, []string{"a", "b"}, []contract.PortKey{{Protocol: corev1.ProtocolTCP, Port: 80}}); len(got) != 0 {
+		t.Errorf("same ports: ReplacedInPlace = %v, want none", got)
+	}
+}
