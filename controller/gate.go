@@ -92,7 +92,7 @@ func (c *Controller) openGates(ctx context.Context, svc *corev1.Service, own []*
 // (placement.Homes), and deletes pods pinned to a node that can no longer
 // host them. A pod whose home is still held by an older proxy stays gated;
 // the Service is looked at again when it may stop waiting.
-func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want placement.Workload, own []*corev1.Pod) error {
+func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want placement.Workload, own []*corev1.Pod, nodes []*corev1.Node) error {
 	if want.Deployment == nil || !slices.ContainsFunc(own, func(p *corev1.Pod) bool { return placement.Gated(p) || placement.PinnedNode(p) != "" }) {
 		return nil
 	}
@@ -108,6 +108,10 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 		DeleteFirst: deleteFirst,
 		Now:         c.now(),
 	})
+	byName := make(map[string]*corev1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
 	var errs []error
 	for _, h := range homes {
 		p := h.Pod
@@ -126,16 +130,27 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 			logger.Info("Deleted proxy pod pinned to a node that cannot host it", "pod", klog.KObj(p), "node", placement.PinnedNode(p), "reason", h.Reason)
 			continue
 		}
-		_, err := c.client.CoreV1().Pods(p.Namespace).Update(ctx, placement.Pin(p, h.Node), metav1.UpdateOptions{})
+		node, hostname := h.Node, ""
+		if n := byName[node]; n != nil {
+			hostname = n.Labels[corev1.LabelHostname]
+		}
+		if hostname == "" {
+			node = "" // no label to pin it with: the scheduler's choice
+		}
+		patch, err := placement.PinPatch(node, hostname)
+		if err != nil {
+			return err
+		}
+		_, err = c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 		switch {
-		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-			continue // gone, or changed: its event brings the Service back
+		case apierrors.IsNotFound(err):
+			continue // gone: its event brings the Service back
 		case err != nil:
 			errs = append(errs, fmt.Errorf("placing proxy pod %s/%s: %w", p.Namespace, p.Name, err))
 			continue
 		}
-		c.metrics.writes.WithLabelValues("pods", "update").Inc()
-		logger.Info("Placed proxy pod", "pod", klog.KObj(p), "node", h.Node, "reason", h.Reason)
+		c.metrics.writes.WithLabelValues("pods", "patch").Inc()
+		logger.Info("Placed proxy pod", "pod", klog.KObj(p), "node", node, "reason", h.Reason)
 	}
 	return errors.Join(errs...)
 }

@@ -61,7 +61,7 @@ func TestSyncPortChangeKeepsAddresses(t *testing.T) {
 			if err := c.sync(ctx, key(svc)); err != nil {
 				t.Fatal(err)
 			}
-			if w := f.writes(); !slices.Contains(w, "update pods new-1") {
+			if w := f.writes(); !slices.Contains(w, "patch pods new-1") {
 				t.Errorf("writes %q: want new-1 placed", w)
 			}
 			got := f.service(ctx, "shop", "web")

@@ -67,7 +67,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	if err := c.placeHomes(ctx, svc, want, own); err != nil {
+	if err := c.placeHomes(ctx, svc, want, own, nodes); err != nil {
 		return err
 	}
 	var conflicts []string

@@ -2,6 +2,8 @@ package placement
 
 import (
 	"cmp"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 
@@ -15,9 +17,9 @@ import (
 // (a rollout of a new template, a restart) goes where the one it replaces
 // is, so that the Service keeps its addresses. Deployment proxy pods are
 // created behind the scheduling gate contract.SchedulingGateHome, and the
-// controller, from Homes' answer, pins each to a node (a required node
-// affinity on the node's name, which a gated pod may gain) or releases it
-// to the scheduler.
+// controller, from Homes' answer, pins each to a node (a node selector on
+// its hostname label, which a gated pod may gain) or releases it to the
+// scheduler.
 
 // Why Homes chose what it did for a gated pod; a Home's Reason.
 const (
@@ -206,54 +208,29 @@ func Gated(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == contract.SchedulingGateHome })
 }
 
-// PinnedNode returns the node a proxy pod was pinned to (Pin), or "".
+// PinnedNode returns the node a proxy pod was pinned to (PinPatch), or "".
 func PinnedNode(p *corev1.Pod) string {
-	a := p.Spec.Affinity
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		return ""
-	}
-	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-		for _, f := range t.MatchFields {
-			if f.Key == nodeNameField && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
-				return f.Values[0]
-			}
-		}
-	}
-	return ""
+	return p.Annotations[contract.AnnotationHome]
 }
 
-// nodeNameField is the node field a pin selects on, as the DaemonSet
-// controller's pins do.
-const nodeNameField = "metadata.name"
-
-// Pin returns gated pod p released to the scheduler and, when node is not
-// "", required to run there: the gate goes, and every required node
-// selector term gains the node's name, which the API server lets a gated
-// pod gain. p is not changed.
-func Pin(p *corev1.Pod, node string) *corev1.Pod {
-	p = p.DeepCopy()
-	p.Spec.SchedulingGates = slices.DeleteFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
-		return g.Name == contract.SchedulingGateHome
-	})
-	if node == "" {
-		return p
+// PinPatch returns the strategic merge patch that releases a gated proxy
+// pod to the scheduler and, when node is not "", requires it to run there:
+// the gate goes, and the pod gains a node selector on the node's hostname
+// label (which the API server lets a gated pod gain) and the annotation
+// contract.AnnotationHome naming the node.
+func PinPatch(node, hostname string) ([]byte, error) {
+	patch := map[string]any{"spec": map[string]any{
+		"schedulingGates": []any{map[string]any{"$patch": "delete", "name": contract.SchedulingGateHome}},
+	}}
+	if node != "" {
+		patch["metadata"] = map[string]any{"annotations": map[string]string{contract.AnnotationHome: node}}
+		patch["spec"].(map[string]any)["nodeSelector"] = map[string]string{corev1.LabelHostname: hostname}
 	}
-	req := corev1.NodeSelectorRequirement{Key: nodeNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
-	if p.Spec.Affinity == nil {
-		p.Spec.Affinity = &corev1.Affinity{}
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the placement of a proxy pod: %w", err)
 	}
-	if p.Spec.Affinity.NodeAffinity == nil {
-		p.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	na := p.Spec.Affinity.NodeAffinity
-	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
-		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
-	}
-	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	for i := range terms {
-		terms[i].MatchFields = append(terms[i].MatchFields, req)
-	}
-	return p
+	return b, nil
 }
 
 // HostPorts returns the host ports proxy pod p holds.

@@ -1,15 +1,16 @@
 package placement
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -50,7 +51,7 @@ func (h homePod) pod() *corev1.Pod {
 		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: contract.SchedulingGateHome}}
 		p.Status.Phase = corev1.PodPending
 	case len(h.node) > len("pinned:") && h.node[:len("pinned:")] == "pinned:":
-		p = Pin(p, h.node[len("pinned:"):])
+		p.Annotations = map[string]string{contract.AnnotationHome: h.node[len("pinned:"):]}
 		p.Status.Phase = corev1.PodPending
 	default:
 		p.Spec.NodeName = h.node
@@ -211,26 +212,47 @@ func TestHomes(t *testing.T) {
 	}
 }
 
-// TestPin: the gate goes and the pod may run only on its node; the API
-// server lets a gated pod gain a node selector requirement, nothing else.
-func TestPin(t *testing.T) {
+// TestPinPatch: the gate goes and the pod may run only on its node; the
+// API server lets a gated pod gain a node selector, and its other gates and
+// its affinity stay.
+func TestPinPatch(t *testing.T) {
 	gated := homePod{name: "p", hash: "h", node: "gated", ports: []int32{80}}.pod()
-	p := Pin(gated, "node-2")
-	if Gated(p) || !Gated(gated) {
-		t.Errorf("gated after Pin: %v; the original changed: %v", Gated(p), !Gated(gated))
+	gated.Spec.SchedulingGates = append(gated.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: "example.com/other"})
+	apply := func(node, hostname string) *corev1.Pod {
+		t.Helper()
+		patch, err := PinPatch(node, hostname)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig, err := json.Marshal(gated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := strategicpatch.StrategicMergePatch(orig, patch, corev1.Pod{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out corev1.Pod
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		return &out
+	}
+	p := apply("node-2", "host-2")
+	if Gated(p) || len(p.Spec.SchedulingGates) != 1 || p.Spec.SchedulingGates[0].Name != "example.com/other" {
+		t.Errorf("gates %v, want only the other one left", p.Spec.SchedulingGates)
 	}
 	if got := PinnedNode(p); got != "node-2" {
 		t.Errorf("PinnedNode = %q, want node-2", got)
 	}
-	terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	old := gated.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) != len(old) || !slices.EqualFunc(terms[0].MatchExpressions, old[0].MatchExpressions, func(a, b corev1.NodeSelectorRequirement) bool {
-		return fmt.Sprint(a) == fmt.Sprint(b)
-	}) {
-		t.Errorf("terms %v: want the old ones, with a field requirement added", terms)
+	if !maps.Equal(p.Spec.NodeSelector, map[string]string{corev1.LabelHostname: "host-2"}) {
+		t.Errorf("node selector %v, want the hostname label", p.Spec.NodeSelector)
 	}
-	if released := Pin(gated, ""); Gated(released) || PinnedNode(released) != "" {
-		t.Errorf("released without a node: gated %v, pinned to %q", Gated(released), PinnedNode(released))
+	if fmt.Sprint(p.Spec.Affinity) != fmt.Sprint(gated.Spec.Affinity) || len(p.Spec.Containers[0].Ports) != 1 {
+		t.Errorf("affinity %v, containers %v changed", p.Spec.Affinity, p.Spec.Containers)
+	}
+	if released := apply("", ""); Gated(released) || PinnedNode(released) != "" || len(released.Spec.NodeSelector) != 0 {
+		t.Errorf("released without a node: gated %v, pinned to %q, node selector %v", Gated(released), PinnedNode(released), released.Spec.NodeSelector)
 	}
 }
 

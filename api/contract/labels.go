@@ -46,6 +46,11 @@ const PodConditionProbed = Prefix + "probed"
 // found none to choose and left the node to the scheduler.
 const SchedulingGateHome = Prefix + "home"
 
+// AnnotationHome, on a proxy pod, names the node the controller pinned it
+// to when it removed its scheduling gate (the pod's node selector holds that
+// node's hostname label).
+const AnnotationHome = Prefix + "home"
+
 // Node labels pulselb reads and writes.
 const (
 	// LabelExcludeFromLB is Kubernetes' well-known exclusion label; any
