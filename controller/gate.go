@@ -101,8 +101,16 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 	if ru := want.Deployment.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
 		deleteFirst = ru.MaxUnavailable.IntValue() > 0
 	}
+	var others []*corev1.Pod
+	if slices.ContainsFunc(own, placement.Gated) {
+		var err error
+		if others, err = c.pods.List(everything); err != nil {
+			return fmt.Errorf("listing pods: %w", err)
+		}
+	}
 	homes := placement.Homes(placement.HomeInput{
 		Pods:        own,
+		Others:      others,
 		Published:   publishedNodes(svc),
 		Eligible:    want.EligibleNodes,
 		DeleteFirst: deleteFirst,

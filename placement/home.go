@@ -64,6 +64,10 @@ type Home struct {
 type HomeInput struct {
 	// Pods are the Service's proxy pods.
 	Pods []*corev1.Pod
+	// Others are other pods in view (other Services' proxies, probers;
+	// any may be one of Pods, which are skipped): a node where one holds
+	// a pod's host port is no home for it.
+	Others []*corev1.Pod
 	// Published are the nodes the Service is published on.
 	Published []string
 	// Eligible are the nodes that may host its proxies now
@@ -82,7 +86,8 @@ type HomeInput struct {
 //
 // A pod's homes are the nodes the Service is published on, then the other
 // nodes its proxies run on (or terminate on), that are eligible and have no
-// pod of the same template (pod-template-hash) yet. It is pinned to the
+// pod of the same template (pod-template-hash) yet, nor another pod holding
+// one of its host ports. It is pinned to the
 // first home where its host ports are free, else to the first where they
 // are held only by terminating proxies (it starts once they are gone: a
 // rollout of the same ports in place, or a restarted proxy). When an older
@@ -143,6 +148,28 @@ func Homes(in HomeInput) []Home {
 			on.hashes[hash] = true
 		}
 	}
+	own := map[*corev1.Pod]bool{}
+	for _, p := range in.Pods {
+		own[p] = true
+	}
+	taken := map[string]map[contract.PortKey]bool{}
+	for _, p := range in.Others {
+		if own[p] || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if p.DeletionTimestamp != nil {
+			for _, pk := range HostPorts(p) {
+				at(p.Spec.NodeName).terminated[pk] = ""
+			}
+			continue
+		}
+		if taken[p.Spec.NodeName] == nil {
+			taken[p.Spec.NodeName] = map[contract.PortKey]bool{}
+		}
+		for _, pk := range HostPorts(p) {
+			taken[p.Spec.NodeName][pk] = true
+		}
+	}
 	var homes []string
 	for _, n := range append(slices.Sorted(slices.Values(in.Published)), slices.Sorted(slices.Values(podNodes))...) {
 		if eligible[n] && !slices.Contains(homes, n) {
@@ -158,7 +185,7 @@ func Homes(in HomeInput) []Home {
 		free, freeing, busy := "", "", false
 		for _, n := range homes {
 			on := at(n)
-			if on.hashes[hash] {
+			if on.hashes[hash] || slices.ContainsFunc(ports, func(pk contract.PortKey) bool { return taken[n][pk] }) {
 				continue
 			}
 			live, terminated := false, false

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,6 +74,7 @@ func TestHomes(t *testing.T) {
 	tests := []struct {
 		name        string
 		pods        []homePod
+		others      []homePod
 		published   []string
 		eligible    []string
 		deleteFirst bool
@@ -171,6 +173,16 @@ func TestHomes(t *testing.T) {
 		published: []string{"a", "b"}, eligible: []string{"b", "c"},
 		want: map[string]string{"stranded": "delete"}, reason: map[string]string{"stranded": HomeGone},
 	}, {
+		name: "a node where another Service holds the new port is no home",
+		pods: []homePod{
+			{name: "old-a", hash: "h1", node: "a", ports: []int32{80}, ready: true},
+			{name: "old-b", hash: "h1", node: "b", ports: []int32{80}, ready: true},
+			{name: "new-1", hash: "h2", node: "gated", ports: []int32{81}},
+		},
+		others:    []homePod{{name: "other-service", hash: "x", node: "a", ports: []int32{81}, ready: true}},
+		published: []string{"a", "b"}, eligible: three,
+		want: map[string]string{"new-1": "b"},
+	}, {
 		name: "a pinned pod still pending holds its node for its template",
 		pods: []homePod{
 			{name: "old-a", hash: "h1", node: "a", ports: []int32{80}, ready: true},
@@ -187,9 +199,13 @@ func TestHomes(t *testing.T) {
 			for _, hp := range tt.pods {
 				pods = append(pods, hp.pod())
 			}
+			others := slices.Clone(pods) // own pods are among the others, and skipped
+			for _, hp := range tt.others {
+				others = append(others, hp.pod())
+			}
 			got := map[string]string{}
 			reasons := map[string]string{}
-			for _, h := range Homes(HomeInput{Pods: pods, Published: tt.published, Eligible: tt.eligible, DeleteFirst: tt.deleteFirst, Now: homeNow}) {
+			for _, h := range Homes(HomeInput{Pods: pods, Others: others, Published: tt.published, Eligible: tt.eligible, DeleteFirst: tt.deleteFirst, Now: homeNow}) {
 				v := h.Node
 				switch {
 				case h.Delete:
