@@ -88,11 +88,12 @@ func (c *Controller) openGates(ctx context.Context, svc *corev1.Service, own []*
 }
 
 // placeHomes removes the scheduling gate of svc's gated proxy pods, each
-// pinned to the node of the proxy it replaces or left to the scheduler
-// (placement.Homes), and deletes pods pinned to a node that can no longer
+// pinned to the node of the proxy it replaces (or, for
+// externalTrafficPolicy Local, to a node in endpoints) or left to the
+// scheduler (placement.Homes), and deletes pods pinned to a node that can no longer
 // host them. A pod whose home is still held by an older proxy stays gated;
 // the Service is looked at again when it may stop waiting.
-func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want placement.Workload, own []*corev1.Pod, nodes []*corev1.Node) error {
+func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want placement.Workload, own []*corev1.Pod, nodes []*corev1.Node, endpoints map[string]bool) error {
 	if want.Deployment == nil || !slices.ContainsFunc(own, func(p *corev1.Pod) bool { return placement.Gated(p) || placement.PinnedNode(p) != "" }) {
 		return nil
 	}
@@ -114,6 +115,7 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 		Published:   publishedNodes(svc),
 		Eligible:    want.EligibleNodes,
 		DeleteFirst: deleteFirst,
+		Endpoints:   endpoints,
 		Now:         c.now(),
 	})
 	byName := make(map[string]*corev1.Node, len(nodes))

@@ -67,7 +67,16 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	if err := c.placeHomes(ctx, svc, want, own, nodes); err != nil {
+	// externalTrafficPolicy Local: the nodes with a serving endpoint, which
+	// alone may be published, and those with one serving or starting,
+	// where proxies belong.
+	var localReady, localPresent map[string]bool
+	if want.NodePortTarget {
+		if localReady, localPresent, err = c.endpointNodes(svc); err != nil {
+			return err
+		}
+	}
+	if err := c.placeHomes(ctx, svc, want, own, nodes, localPresent); err != nil {
 		return err
 	}
 	var conflicts []string
@@ -118,12 +127,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		in.Problems = append(in.Problems, status.Problem{Reason: reason, Message: p.String()})
 	}
 	if want.NodePortTarget {
-		var present map[string]bool
-		if in.LocalEndpointNodes, present, err = c.endpointNodes(svc); err != nil {
-			return err
-		}
+		in.LocalEndpointNodes = localReady
 		if want.Deployment != nil && len(svc.Spec.Selector) > 0 {
-			if err := c.moveLocalProxies(ctx, own, present); err != nil {
+			if err := c.moveLocalProxies(ctx, own, localPresent); err != nil {
 				return err
 			}
 		}

@@ -556,13 +556,20 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 	}}
 	if len(nodePorts) > 0 && len(svc.Spec.Selector) > 0 {
 		// externalTrafficPolicy Local: a proxy is only useful next to a
-		// backend. Pod affinity follows the backends without changing the
-		// template when they move; readiness is checked when publishing.
+		// backend. The controller pins a Deployment's proxies to nodes
+		// with an endpoint while there are some (Homes); before there are
+		// any, the proxies run where they can, so that the Service has an
+		// address at once, and the preference puts them next to a backend
+		// pod that exists but has no endpoint yet. Readiness is checked
+		// when publishing.
 		affinity.PodAffinity = &corev1.PodAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: svc.Spec.Selector},
-				Namespaces:    []string{svc.Namespace},
-				TopologyKey:   corev1.LabelHostname,
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+				Weight: 100,
+				PodAffinityTerm: corev1.PodAffinityTerm{
+					LabelSelector: &metav1.LabelSelector{MatchLabels: svc.Spec.Selector},
+					Namespaces:    []string{svc.Namespace},
+					TopologyKey:   corev1.LabelHostname,
+				},
 			}},
 		}
 	}

@@ -203,11 +203,13 @@ func TestDesired(t *testing.T) {
 				if f := env[EnvNodeIPs].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "status.hostIPs" {
 					t.Errorf("%s = %+v, want the downward API's status.hostIPs", EnvNodeIPs, env[EnvNodeIPs])
 				}
+				// Preferred, not required: before any backend exists the
+				// proxies must run somewhere, or nothing is published.
 				pa := spec.Affinity.PodAffinity
-				if pa == nil || len(pa.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
-					pa.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector.MatchLabels["app"] != "web" ||
-					pa.RequiredDuringSchedulingIgnoredDuringExecution[0].Namespaces[0] != "shop" {
-					t.Errorf("pod affinity = %+v, want the backends' selector in shop", pa)
+				if pa == nil || len(pa.RequiredDuringSchedulingIgnoredDuringExecution) != 0 || len(pa.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+					pa.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels["app"] != "web" ||
+					pa.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.Namespaces[0] != "shop" {
+					t.Errorf("pod affinity = %+v, want a preference for the backends' selector in shop", pa)
 				}
 			},
 		},

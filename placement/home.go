@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -36,6 +37,9 @@ const (
 	// HomeWaitOver: released to the scheduler after waiting for a home too
 	// long (HomeWaitLimit).
 	HomeWaitOver = "waitOver"
+	// HomeNoEndpoint: kept gated, as the Service's traffic policy is
+	// Local and no node with an endpoint can take the pod.
+	HomeNoEndpoint = "noEndpointNode"
 	// HomeGone: a pod pinned to a node that can no longer host it, still
 	// unscheduled; it is deleted so that its workload makes another.
 	HomeGone = "homeGone"
@@ -46,6 +50,10 @@ const (
 // past it, the rollout is taken to be stuck and the pod goes wherever the
 // scheduler puts it.
 const HomeWaitLimit = 2 * time.Minute
+
+// homeEndpointRecheck is how soon a pod waiting for a node with an endpoint
+// is looked at again when nothing else brings its Service back.
+const homeEndpointRecheck = 30 * time.Second
 
 // Home is where one proxy pod of a Service goes.
 type Home struct {
@@ -73,6 +81,10 @@ type HomeInput struct {
 	// Eligible are the nodes that may host its proxies now
 	// (Workload.EligibleNodes).
 	Eligible []string
+	// Endpoints, for externalTrafficPolicy Local, are the nodes with an
+	// endpoint of the Service (serving, or starting); nil otherwise. While
+	// there are some, a proxy goes only next to one.
+	Endpoints map[string]bool
 	// DeleteFirst says the workload's rollout may take an old proxy down
 	// before its successor is ready (maxUnavailable of at least 1), so a
 	// home held by an old proxy will free.
@@ -87,7 +99,9 @@ type HomeInput struct {
 // A pod's homes are the nodes the Service is published on, then the other
 // nodes its proxies run on (or terminate on), that are eligible and have no
 // pod of the same template (pod-template-hash) yet, nor another pod holding
-// one of its host ports. It is pinned to the
+// one of its host ports. With externalTrafficPolicy Local and endpoints
+// somewhere, only nodes with an endpoint are homes, any of them, and a pod
+// with none waits gated. It is pinned to the
 // first home where its host ports are free, else to the first where they
 // are held only by terminating proxies (it starts once they are gone: a
 // rollout of the same ports in place, or a restarted proxy). When an older
@@ -170,9 +184,16 @@ func Homes(in HomeInput) []Home {
 			taken[p.Spec.NodeName][pk] = true
 		}
 	}
+	candidates := append(slices.Sorted(slices.Values(in.Published)), slices.Sorted(slices.Values(podNodes))...)
+	local := len(in.Endpoints) > 0
+	if local {
+		// After the nodes it is on, any node with an endpoint: a proxy
+		// elsewhere would forward to a NodePort without one.
+		candidates = append(candidates, slices.Sorted(maps.Keys(in.Endpoints))...)
+	}
 	var homes []string
-	for _, n := range append(slices.Sorted(slices.Values(in.Published)), slices.Sorted(slices.Values(podNodes))...) {
-		if eligible[n] && !slices.Contains(homes, n) {
+	for _, n := range candidates {
+		if eligible[n] && (!local || in.Endpoints[n]) && !slices.Contains(homes, n) {
 			homes = append(homes, n)
 		}
 	}
@@ -213,6 +234,11 @@ func Homes(in HomeInput) []Home {
 				on.live[pk] = hash
 			}
 			out = append(out, Home{Pod: p, Node: home, Reason: HomeReplaces})
+		case local:
+			// Every node with an endpoint has a proxy, or none can
+			// take one: wait, gated, for the endpoints to change (as a
+			// pod would wait Pending for its pod affinity).
+			out = append(out, Home{Pod: p, Reason: HomeNoEndpoint, Wait: homeEndpointRecheck})
 		case busy && in.DeleteFirst:
 			limit := HomeWaitLimit
 			if g := p.Spec.TerminationGracePeriodSeconds; g != nil {

@@ -77,6 +77,7 @@ func TestHomes(t *testing.T) {
 		others      []homePod
 		published   []string
 		eligible    []string
+		endpoints   []string
 		deleteFirst bool
 		// want: pod name → node, "wait", "delete", or "" (released)
 		want   map[string]string
@@ -183,6 +184,29 @@ func TestHomes(t *testing.T) {
 		published: []string{"a", "b"}, eligible: three,
 		want: map[string]string{"new-1": "b"},
 	}, {
+		name: "Local: a proxy moved off a node without endpoints goes next to one, not back",
+		pods: []homePod{
+			{name: "moved", hash: "h1", node: "a", ports: []int32{80}, ready: true, terminating: true},
+			{name: "again", hash: "h1", node: "gated", ports: []int32{80}},
+		},
+		published: []string{"a"}, eligible: three, endpoints: []string{"c"},
+		want: map[string]string{"again": "c"},
+	}, {
+		name: "Local: with every node with an endpoint taken, a proxy waits gated",
+		pods: []homePod{
+			{name: "there", hash: "h1", node: "c", ports: []int32{80}, ready: true},
+			{name: "second", hash: "h1", node: "gated", ports: []int32{80}},
+		},
+		published: []string{"c"}, eligible: three, endpoints: []string{"c"},
+		want: map[string]string{"second": "wait"}, reason: map[string]string{"second": HomeNoEndpoint},
+	}, {
+		name: "Local: before any endpoint, proxies go where the scheduler puts them",
+		pods: []homePod{
+			{name: "p1", hash: "h1", node: "gated", ports: []int32{80}},
+		},
+		eligible: three, endpoints: []string{},
+		want: map[string]string{"p1": ""}, reason: map[string]string{"p1": HomeNone},
+	}, {
 		name: "a pinned pod still pending holds its node for its template",
 		pods: []homePod{
 			{name: "old-a", hash: "h1", node: "a", ports: []int32{80}, ready: true},
@@ -205,7 +229,15 @@ func TestHomes(t *testing.T) {
 			}
 			got := map[string]string{}
 			reasons := map[string]string{}
-			for _, h := range Homes(HomeInput{Pods: pods, Others: others, Published: tt.published, Eligible: tt.eligible, DeleteFirst: tt.deleteFirst, Now: homeNow}) {
+			var endpoints map[string]bool
+			if tt.endpoints != nil {
+				endpoints = map[string]bool{}
+				for _, n := range tt.endpoints {
+					endpoints[n] = true
+				}
+			}
+			in := HomeInput{Pods: pods, Others: others, Published: tt.published, Eligible: tt.eligible, Endpoints: endpoints, DeleteFirst: tt.deleteFirst, Now: homeNow}
+			for _, h := range Homes(in) {
 				v := h.Node
 				switch {
 				case h.Delete:
