@@ -46,7 +46,7 @@ const PodConditionProbed = Prefix + "probed"
 // found none to choose and left the node to the scheduler.
 const SchedulingGateHome = Prefix + "home"
 
-// AnnotationHome, on a proxy pod, names the node the controller pinned it
+// AnnotationHome names, on a proxy pod, the node the controller pinned it
 // to when it removed its scheduling gate (the pod's node selector holds that
 // node's hostname label).
 const AnnotationHome = Prefix + "home"
