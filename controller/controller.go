@@ -84,6 +84,9 @@ type Controller struct {
 	cfg      Config
 	metrics  *Metrics
 	rollouts *rollouts
+	// placed remembers the proxy pods just placed, until the cache shows
+	// them so.
+	placed placedPods
 	now      func() time.Time
 
 	services corelisters.ServiceLister

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -125,6 +127,9 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 	var errs []error
 	for _, h := range homes {
 		p := h.Pod
+		if c.placed.recently(p.UID, c.now()) {
+			continue // placed by an earlier sync the cache has not caught up with
+		}
 		switch {
 		case h.Wait > 0:
 			logger.V(2).Info("Proxy pod waits for its home", "pod", klog.KObj(p), "reason", h.Reason, "recheck", h.Wait)
@@ -159,6 +164,7 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 			errs = append(errs, fmt.Errorf("placing proxy pod %s/%s: %w", p.Namespace, p.Name, err))
 			continue
 		}
+		c.placed.add(p.UID, c.now())
 		c.metrics.writes.WithLabelValues("pods", "patch").Inc()
 		logger.Info("Placed proxy pod", "pod", klog.KObj(p), "node", node, "reason", h.Reason)
 	}
@@ -175,4 +181,39 @@ func publishedNodes(svc *corev1.Service) []string {
 		}
 	}
 	return out
+}
+
+// placedSeen is how long a placed pod is not placed again while the cache
+// still shows it gated.
+const placedSeen = 10 * time.Second
+
+// placedPods remembers the proxy pods a sync placed, so that the next sync,
+// from a cache that has not seen the patch yet, does not place them again.
+// It is safe for concurrent use by the sync workers.
+type placedPods struct {
+	mu sync.Mutex
+	at map[types.UID]time.Time
+}
+
+// add records that pod uid was placed at now.
+func (p *placedPods) add(uid types.UID, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.at == nil {
+		p.at = map[types.UID]time.Time{}
+	}
+	for u, t := range p.at {
+		if now.Sub(t) > placedSeen {
+			delete(p.at, u)
+		}
+	}
+	p.at[uid] = now
+}
+
+// recently reports whether pod uid was placed less than placedSeen before now.
+func (p *placedPods) recently(uid types.UID, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.at[uid]
+	return ok && now.Sub(t) <= placedSeen
 }

@@ -79,6 +79,14 @@ func TestSyncPortChangeKeepsAddresses(t *testing.T) {
 			if placement.Gated(p) || placement.PinnedNode(p) != "n1" {
 				t.Errorf("new-1: gated %v, pinned to %q; want released to n1", placement.Gated(p), placement.PinnedNode(p))
 			}
+			// Synced again before the cache shows the patch: not placed twice.
+			f.client.ClearActions()
+			if err := c.sync(ctx, key(svc)); err != nil {
+				t.Fatal(err)
+			}
+			if w := f.writes(); slices.Contains(w, "patch pods new-1") {
+				t.Errorf("writes %q: new-1 placed again", w)
+			}
 		})
 	}
 }
