@@ -87,7 +87,7 @@ type Controller struct {
 	// placed remembers the proxy pods just placed, until the cache shows
 	// them so.
 	placed placedPods
-	now      func() time.Time
+	now    func() time.Time
 
 	services corelisters.ServiceLister
 	// written holds the Services this controller wrote until the informer
