@@ -84,7 +84,10 @@ type Controller struct {
 	cfg      Config
 	metrics  *Metrics
 	rollouts *rollouts
-	now      func() time.Time
+	// placed remembers the proxy pods just placed, until the cache shows
+	// them so.
+	placed placedPods
+	now    func() time.Time
 
 	services corelisters.ServiceLister
 	// written holds the Services this controller wrote until the informer

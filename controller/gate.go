@@ -3,8 +3,12 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -82,4 +87,133 @@ func (c *Controller) openGates(ctx context.Context, svc *corev1.Service, own []*
 		klog.FromContext(ctx).Info("Opened proxy pod's readiness gate", "pod", klog.KObj(p), "node", p.Spec.NodeName, "reason", reason)
 	}
 	return nil
+}
+
+// placeHomes removes the scheduling gate of svc's gated proxy pods, each
+// pinned to the node of the proxy it replaces (or, for
+// externalTrafficPolicy Local, to a node in endpoints) or left to the
+// scheduler (placement.Homes), and deletes pods pinned to a node that can no longer
+// host them. A pod whose home is still held by an older proxy stays gated;
+// the Service is looked at again when it may stop waiting.
+func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want placement.Workload, own []*corev1.Pod, nodes []*corev1.Node, endpoints map[string]bool) error {
+	if want.Deployment == nil || !slices.ContainsFunc(own, func(p *corev1.Pod) bool { return placement.Gated(p) || placement.PinnedNode(p) != "" }) {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	deleteFirst := false
+	if ru := want.Deployment.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
+		deleteFirst = ru.MaxUnavailable.IntValue() > 0
+	}
+	var others []*corev1.Pod
+	if slices.ContainsFunc(own, placement.Gated) {
+		var err error
+		if others, err = c.pods.List(everything); err != nil {
+			return fmt.Errorf("listing pods: %w", err)
+		}
+	}
+	homes := placement.Homes(placement.HomeInput{
+		Pods:        own,
+		Others:      others,
+		Published:   publishedNodes(svc),
+		Eligible:    want.EligibleNodes,
+		DeleteFirst: deleteFirst,
+		Endpoints:   endpoints,
+		Now:         c.now(),
+	})
+	byName := make(map[string]*corev1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	var errs []error
+	for _, h := range homes {
+		p := h.Pod
+		if c.placed.recently(p.UID, c.now()) {
+			continue // placed by an earlier sync the cache has not caught up with
+		}
+		switch {
+		case h.Wait > 0:
+			logger.V(2).Info("Proxy pod waits for its home", "pod", klog.KObj(p), "reason", h.Reason, "recheck", h.Wait)
+			c.queue.AddAfter(cache.MetaObjectToName(svc), h.Wait)
+			continue
+		case h.Delete:
+			err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				errs = append(errs, fmt.Errorf("deleting proxy pod %s/%s pinned to node %s: %w", p.Namespace, p.Name, placement.PinnedNode(p), err))
+				continue
+			}
+			c.metrics.writes.WithLabelValues("pods", "delete").Inc()
+			logger.Info("Deleted proxy pod pinned to a node that cannot host it", "pod", klog.KObj(p), "node", placement.PinnedNode(p), "reason", h.Reason)
+			continue
+		}
+		node, hostname := h.Node, ""
+		if n := byName[node]; n != nil {
+			hostname = n.Labels[corev1.LabelHostname]
+		}
+		if hostname == "" {
+			node = "" // no label to pin it with: the scheduler's choice
+		}
+		patch, err := placement.PinPatch(node, hostname)
+		if err != nil {
+			return err
+		}
+		_, err = c.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // gone: its event brings the Service back
+		case err != nil:
+			errs = append(errs, fmt.Errorf("placing proxy pod %s/%s: %w", p.Namespace, p.Name, err))
+			continue
+		}
+		c.placed.add(p.UID, c.now())
+		c.metrics.writes.WithLabelValues("pods", "patch").Inc()
+		logger.Info("Placed proxy pod", "pod", klog.KObj(p), "node", node, "reason", h.Reason)
+	}
+	return errors.Join(errs...)
+}
+
+// publishedNodes returns the nodes svc is published on, from the annotation
+// pulselb writes with its status.
+func publishedNodes(svc *corev1.Service) []string {
+	var out []string
+	for _, n := range strings.Split(svc.Annotations[contract.AnnotationNodes], ",") {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// placedSeen is how long a placed pod is not placed again while the cache
+// still shows it gated.
+const placedSeen = 10 * time.Second
+
+// placedPods remembers the proxy pods a sync placed, so that the next sync,
+// from a cache that has not seen the patch yet, does not place them again.
+// It is safe for concurrent use by the sync workers.
+type placedPods struct {
+	mu sync.Mutex
+	at map[types.UID]time.Time
+}
+
+// add records that pod uid was placed at now.
+func (p *placedPods) add(uid types.UID, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.at == nil {
+		p.at = map[types.UID]time.Time{}
+	}
+	for u, t := range p.at {
+		if now.Sub(t) > placedSeen {
+			delete(p.at, u)
+		}
+	}
+	p.at[uid] = now
+}
+
+// recently reports whether pod uid was placed less than placedSeen before now.
+func (p *placedPods) recently(uid types.UID, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.at[uid]
+	return ok && now.Sub(t) <= placedSeen
 }

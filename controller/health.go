@@ -25,6 +25,7 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/trim"
 	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -338,23 +339,8 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 // template does for each port of its Service when it was made; true for a
 // pod that declares no host port at all.
 func podHasPort(p *corev1.Pod, pk contract.PortKey) bool {
-	declared := false
-	for _, c := range p.Spec.Containers {
-		for _, cp := range c.Ports {
-			if cp.HostPort == 0 {
-				continue
-			}
-			declared = true
-			proto := cp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			if cp.HostPort == pk.Port && proto == pk.Protocol {
-				return true
-			}
-		}
-	}
-	return !declared
+	held := placement.HostPorts(p)
+	return len(held) == 0 || slices.Contains(held, pk)
 }
 
 // Starting a proxy: its targets are Starting (status.Target), so a Down

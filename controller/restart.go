@@ -282,7 +282,7 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 				ReadyFor:  readyFor(p, now),
 				DownFor:   downFor[n],
 				Beacon:    beacons[n],
-				Ports:     ports[n],
+				Ports:     heldPorts(p, ports[n]),
 				Now:       now,
 				NotBefore: c.restarts.notBefore(bk),
 			}
@@ -318,6 +318,19 @@ func (c *Controller) restartBrokenProxies(ctx context.Context) error {
 		return fmt.Errorf("restarting broken proxies: %w", errs[0])
 	}
 	return nil
+}
+
+// heldPorts returns the verdicts of m on the ports proxy pod p holds
+// (podHasPort): a proxy from before a port change is not judged on the
+// ports its successor, starting next to it, is to serve.
+func heldPorts(p *corev1.Pod, m map[contract.PortKey]status.Verdict) map[contract.PortKey]status.Verdict {
+	out := make(map[contract.PortKey]status.Verdict, len(m))
+	for pk, v := range m {
+		if podHasPort(p, pk) {
+			out[pk] = v
+		}
+	}
+	return out
 }
 
 // readyFor returns how long p has been Ready at now; zero when it is not.

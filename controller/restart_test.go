@@ -231,3 +231,40 @@ func TestRestartWaitsForFreshVerdict(t *testing.T) {
 		t.Fatalf("writes %v once the verdict was Down for %s, want one delete", got, RestartAfterDown)
 	}
 }
+
+// TestOldProxyNotRestartedForNewPort: shop/web's port changed from 81 to
+// 80; on n1 the old proxy (host port 81) runs next to its starting
+// successor (80), whose port is still Down there while it is Up on n2. The
+// old proxy does not hold port 80 and is not restarted for it, nor is the
+// successor, not Ready long enough.
+func TestOldProxyNotRestartedForNewPort(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := published(newService("web"), "n1,n2")
+	reports := meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateDown, "n2": v1alpha1.StateUp})
+	objs := cluster(svc)
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName == "n1" && p.Labels[contract.LabelServiceName] == "web" {
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 81, HostPort: 81, Protocol: corev1.ProtocolTCP}}
+		}
+	}
+	successor := deploymentPod(svc, "n1")
+	successor.Name += "-new"
+	successor.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80, Protocol: corev1.ProtocolTCP}}
+	successor.Status.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(testNow)}}
+	f := newFixture(t, append(objs, successor)...)
+	c := f.healthController(ctx, reports...)
+	for _, at := range []time.Duration{0, RestartAfterDown, RestartAfterDown + RestartBackoff} {
+		c.now = func() time.Time { return testNow.Add(at) }
+		if err := c.evaluate(ctx, healthKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j := c.verdicts.Verdict(contract.TargetKey(svc.Namespace+"/"+svc.Name, "TCP", 80, "n1")); j.Verdict != status.VerdictDown {
+		t.Fatalf("port 80 on n1: %v, want Down (the successor does not serve yet)", j.Verdict)
+	}
+	for _, w := range f.writes() {
+		if strings.HasPrefix(w, "delete pods") {
+			t.Errorf("%q: the old proxy does not hold port 80, and its successor has only just started", w)
+		}
+	}
+}

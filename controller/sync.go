@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/status"
 )
@@ -66,6 +67,18 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
+	// externalTrafficPolicy Local: the nodes with a serving endpoint, which
+	// alone may be published, and those with one serving or starting,
+	// where proxies belong.
+	var localReady, localPresent map[string]bool
+	if want.NodePortTarget {
+		if localReady, localPresent, err = c.endpointNodes(svc); err != nil {
+			return err
+		}
+	}
+	if err := c.placeHomes(ctx, svc, want, own, nodes, localPresent); err != nil {
+		return err
+	}
 	var conflicts []string
 	if slices.ContainsFunc(own, func(p *corev1.Pod) bool { return p.Spec.NodeName == "" }) {
 		// Only an unscheduled pod can be in conflict; the other
@@ -102,6 +115,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	in.BehindProxies = behind
 	in.Health = c.health(svc, nodes, own, want.Settings.PublishWhen, held)
+	in.Held = c.replacedInPlace(svc, want, own, in.Health)
 	if err := c.openGates(ctx, svc, own, want.Settings.PublishWhen); err != nil {
 		return err
 	}
@@ -113,12 +127,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		in.Problems = append(in.Problems, status.Problem{Reason: reason, Message: p.String()})
 	}
 	if want.NodePortTarget {
-		var present map[string]bool
-		if in.LocalEndpointNodes, present, err = c.endpointNodes(svc); err != nil {
-			return err
-		}
+		in.LocalEndpointNodes = localReady
 		if want.Deployment != nil && len(svc.Spec.Selector) > 0 {
-			if err := c.moveLocalProxies(ctx, own, present); err != nil {
+			if err := c.moveLocalProxies(ctx, own, localPresent); err != nil {
 				return err
 			}
 		}
@@ -142,6 +153,27 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		return nil
 	}
 	return c.syncDNSEndpoint(ctx, written)
+}
+
+// replacedInPlace returns the published nodes whose proxy is being replaced
+// by one of other ports next to it (placement.ReplacedInPlace), and counts
+// them healthy: their old proxy does not serve the Service's new ports and
+// their new one may not yet, which is no fault of the node's. A node whose
+// beacon is Down is not among them.
+func (c *Controller) replacedInPlace(svc *corev1.Service, want placement.Workload, own []*corev1.Pod, health map[string]status.Health) map[string]bool {
+	var ports []contract.PortKey
+	for _, sp := range contract.ServedPorts(svc) {
+		ports = append(ports, contract.PortKeyOf(sp))
+	}
+	held := placement.ReplacedInPlace(own, publishedNodes(svc), want.EligibleNodes, ports)
+	for n := range held {
+		if c.reports != nil && c.verdicts.Verdict(contract.BeaconKey(n)).Verdict == status.VerdictDown {
+			delete(held, n)
+			continue
+		}
+		health[n] = status.Health{}
+	}
+	return held
 }
 
 // writeStatus writes r's annotations and status where they differ from svc,

@@ -261,6 +261,9 @@ func Desired(svc *corev1.Service, nodes []*corev1.Node, cfg Config) (Workload, [
 			LabelSelector:     selector,
 		}}
 		pod.Spec.Tolerations = tolerations(contract.ModeDeployment)
+		// The controller chooses each pod's node before the scheduler
+		// does: the node of the proxy it replaces (Homes).
+		pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: contract.SchedulingGateHome}}
 		d := &appsv1.Deployment{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 			ObjectMeta: objMeta,
@@ -295,16 +298,19 @@ type workloadSpec struct {
 	Allow map[string]string `json:",omitempty"`
 }
 
-// maxUnavailable is a proxy Deployment's rollout maxUnavailable. A new pod
-// cannot start on a node whose old pod still holds the host ports (it does
-// until its drain is over), so it surges onto a node without one, and only
-// once it is Ready is an old pod replaced: then no proxy goes before its
-// replacement serves. When every eligible node already runs a proxy there
-// is nowhere to surge to, and one must go first or the rollout would never
-// finish; the others keep serving, and the one going keeps forwarding for
-// its drain delay.
+// maxUnavailable is a proxy Deployment's rollout maxUnavailable. A rollout
+// replaces each proxy on its own node (Homes), so that the Service keeps
+// its addresses. When the new pod's host ports differ from the old one's
+// (a port change), it starts next to it, and the old one goes once it is
+// Ready. When they are the same (a new image), the new one can start only
+// once the old one is gone: with two replicas or more, one old proxy at a
+// time goes first (maxUnavailable 1), leaving the status at once and
+// forwarding for its drain delay, while the others serve. A Service's only
+// proxy is never taken down first (maxUnavailable 0): its successor surges
+// onto another eligible node and the address moves, unless it is the only
+// eligible node, where there is nowhere to surge to.
 func maxUnavailable(replicas int32, eligible int) int32 {
-	if int(replicas) < eligible {
+	if replicas < 2 && int(replicas) < eligible {
 		return 0
 	}
 	return 1
@@ -550,13 +556,20 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 	}}
 	if len(nodePorts) > 0 && len(svc.Spec.Selector) > 0 {
 		// externalTrafficPolicy Local: a proxy is only useful next to a
-		// backend. Pod affinity follows the backends without changing the
-		// template when they move; readiness is checked when publishing.
+		// backend. The controller pins a Deployment's proxies to nodes
+		// with an endpoint while there are some (Homes); before there are
+		// any, the proxies run where they can, so that the Service has an
+		// address at once, and the preference puts them next to a backend
+		// pod that exists but has no endpoint yet. Readiness is checked
+		// when publishing.
 		affinity.PodAffinity = &corev1.PodAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: svc.Spec.Selector},
-				Namespaces:    []string{svc.Namespace},
-				TopologyKey:   corev1.LabelHostname,
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+				Weight: 100,
+				PodAffinityTerm: corev1.PodAffinityTerm{
+					LabelSelector: &metav1.LabelSelector{MatchLabels: svc.Spec.Selector},
+					Namespaces:    []string{svc.Namespace},
+					TopologyKey:   corev1.LabelHostname,
+				},
 			}},
 		}
 	}

@@ -203,11 +203,13 @@ func TestDesired(t *testing.T) {
 				if f := env[EnvNodeIPs].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "status.hostIPs" {
 					t.Errorf("%s = %+v, want the downward API's status.hostIPs", EnvNodeIPs, env[EnvNodeIPs])
 				}
+				// Preferred, not required: before any backend exists the
+				// proxies must run somewhere, or nothing is published.
 				pa := spec.Affinity.PodAffinity
-				if pa == nil || len(pa.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
-					pa.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector.MatchLabels["app"] != "web" ||
-					pa.RequiredDuringSchedulingIgnoredDuringExecution[0].Namespaces[0] != "shop" {
-					t.Errorf("pod affinity = %+v, want the backends' selector in shop", pa)
+				if pa == nil || len(pa.RequiredDuringSchedulingIgnoredDuringExecution) != 0 || len(pa.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+					pa.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels["app"] != "web" ||
+					pa.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.Namespaces[0] != "shop" {
+					t.Errorf("pod affinity = %+v, want a preference for the backends' selector in shop", pa)
 				}
 			},
 		},
@@ -405,7 +407,8 @@ func TestProxyContainersRunAsRoot(t *testing.T) {
 
 // TestDesiredPlannedChanges: what lets a planned change lose nothing is in
 // the workload: the proxy's drain delay and timeout, a grace period that
-// covers both, a rollout that surges where it can, and a budget.
+// covers both, a rollout in place that takes a Service's only proxy down
+// first only when it has nowhere to surge to, and a budget.
 func TestDesiredPlannedChanges(t *testing.T) {
 	env := func(w Workload, name string) string {
 		for _, e := range w.Deployment.Spec.Template.Spec.Containers[0].Env {
@@ -425,14 +428,15 @@ func TestDesiredPlannedChanges(t *testing.T) {
 		grace          int64
 		maxUnavailable int32
 	}{
-		{"defaults: the TTL plus the margin", service(), three, Config{}, "15s", "10s", 30, 0},
-		{"the controller's TTL", service(), three, Config{DNSTTL: 30}, "40s", "10s", 55, 0},
-		{"the Service's TTL", service(annotate(contract.AnnotationDNSTTL, "60")), three, Config{DNSTTL: 30}, "1m10s", "10s", 85, 0},
-		{"the annotation", service(annotate(contract.AnnotationDrainDelay, "2m")), three, Config{DrainTimeout: 30 * time.Second}, "2m0s", "30s", 155, 0},
-		{"no delay", service(annotate(contract.AnnotationDrainDelay, "0s")), three, Config{}, "0s", "10s", 15, 0},
-		{"a fraction of a second rounds up", service(annotate(contract.AnnotationDrainDelay, "1500ms")), three, Config{}, "1.5s", "10s", 17, 0},
+		{"defaults: the TTL plus the margin", service(), three, Config{}, "15s", "10s", 30, 1},
+		{"the controller's TTL", service(), three, Config{DNSTTL: 30}, "40s", "10s", 55, 1},
+		{"the Service's TTL", service(annotate(contract.AnnotationDNSTTL, "60")), three, Config{DNSTTL: 30}, "1m10s", "10s", 85, 1},
+		{"the annotation", service(annotate(contract.AnnotationDrainDelay, "2m")), three, Config{DrainTimeout: 30 * time.Second}, "2m0s", "30s", 155, 1},
+		{"no delay", service(annotate(contract.AnnotationDrainDelay, "0s")), three, Config{}, "0s", "10s", 15, 1},
+		{"a fraction of a second rounds up", service(annotate(contract.AnnotationDrainDelay, "1500ms")), three, Config{}, "1.5s", "10s", 17, 1},
 		{"every eligible node runs a proxy", service(annotate(contract.AnnotationReplicas, "3")), three, Config{}, "15s", "10s", 30, 1},
 		{"one node", service(annotate(contract.AnnotationReplicas, "1")), three[:1], Config{}, "15s", "10s", 30, 1},
+		{"one replica, nodes to surge to", service(annotate(contract.AnnotationReplicas, "1")), three, Config{}, "15s", "10s", 30, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

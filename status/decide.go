@@ -92,6 +92,11 @@ type Input struct {
 	// BehindProxies is a fault behind the proxies (its ports' Down
 	// verdicts are already left out of Health); nil when there is none.
 	BehindProxies *BehindProxies
+	// Held are published nodes whose proxy is being replaced in place by
+	// one of other ports (a port change): they stay published while their
+	// old proxy runs, even terminating, so that the Service keeps its
+	// addresses. Their Health must not be Down.
+	Held map[string]bool
 	// Problems make ConfigValid False.
 	Problems []Problem
 	// DataPaths, when set, says which ports the proxies relay in userspace
@@ -137,6 +142,11 @@ func Decide(in Input) Result {
 	svc := in.Service
 	scheduled, ready, draining := podNodes(in.Pods)
 	running := runningNodes(in.Pods)
+	for n := range in.Held {
+		if draining[n] || ready[n] {
+			ready[n], scheduled[n] = true, true
+		}
+	}
 
 	serving := make([]string, 0, len(ready))
 	for _, n := range slices.Sorted(maps.Keys(ready)) {

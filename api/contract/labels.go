@@ -40,6 +40,17 @@ const (
 // is probed Up, not merely started.
 const PodConditionProbed = Prefix + "probed"
 
+// SchedulingGateHome is the scheduling gate of Deployment proxy pods: the
+// controller removes it once it has chosen the pod's node (pinning it to the
+// node of the proxy it replaces, so that a Service keeps its addresses), or
+// found none to choose and left the node to the scheduler.
+const SchedulingGateHome = Prefix + "home"
+
+// AnnotationHome names, on a proxy pod, the node the controller pinned it
+// to when it removed its scheduling gate (the pod's node selector holds that
+// node's hostname label).
+const AnnotationHome = Prefix + "home"
+
 // Node labels pulselb reads and writes.
 const (
 	// LabelExcludeFromLB is Kubernetes' well-known exclusion label; any

@@ -211,6 +211,16 @@ func TestHealth(t *testing.T) {
 		}
 		ips := webUp(t, 60*time.Second)
 		t.Logf("replacement published after %s: %v", time.Since(start).Round(time.Millisecond), ips)
+		// Its node is healthy: the replacement comes back there, once the
+		// broken proxy has drained, and so does the address.
+		poll(ctx, t, 90*time.Second, "the replacement of "+victim.Name+" ready on "+victim.Spec.NodeName+" and "+ip+" published", func() bool {
+			ctl.alive(t)
+			back := slices.ContainsFunc(readyPods(ctx, t, cs, systemNamespace, proxyAppSelector+","+labelServiceName+"=web"), func(p corev1.Pod) bool {
+				return p.Name != victim.Name && p.Spec.NodeName == victim.Spec.NodeName
+			})
+			return back && slices.Contains(rec.last(), ip)
+		})
+		t.Logf("replacement back on %s after %s", victim.Spec.NodeName, time.Since(start).Round(time.Millisecond))
 	})
 
 	// One prober cut off from every other node: inside its pod, every

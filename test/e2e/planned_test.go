@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -229,6 +230,15 @@ func TestPlannedChanges(t *testing.T) {
 		lostWithoutDelay(t, reports, noDelayThere)
 	})
 
+	t.Run("PortChanged", func(t *testing.T) {
+		for _, s := range []planned.ServiceConfig{
+			{Name: "ports-tcp", Port: 8081, Protocol: corev1.ProtocolTCP},
+			{Name: "ports-udp", Port: 5301, Protocol: corev1.ProtocolUDP},
+		} {
+			t.Run(string(s.Protocol), func(t *testing.T) { testPortChanged(ctx, t, env, s, s.Port+1) })
+		}
+	})
+
 	if t.Failed() {
 		for _, ctl := range env.Controllers {
 			log, _ := os.ReadFile(ctl.LogPath())
@@ -236,4 +246,71 @@ func TestPlannedChanges(t *testing.T) {
 		}
 	}
 	t.Logf("TestPlannedChanges took %s", time.Since(start).Round(time.Second))
+}
+
+// portAnswerBound is how soon after a Service's port changed every address
+// it had must answer on the new port: a new proxy's start and its probes
+// (Kubernetes' own spec allows two minutes).
+const portAnswerBound = 30 * time.Second
+
+// testPortChanged is Kubernetes' "should be able to change the type and
+// ports of a TCP/UDP service" in pulselb's terms: a Service's port changes
+// (s.Port to port), the addresses it publishes stay the same throughout,
+// and each answers on the new port within portAnswerBound.
+func testPortChanged(ctx context.Context, t *testing.T, env *planned.Env, s planned.ServiceConfig, port int32) {
+	if err := env.AddService(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := env.DeleteService(ctx, s.Name); err != nil {
+			t.Error(err)
+		}
+	}()
+	before, err := env.Ingress(ctx, s.Name)
+	if err != nil || len(before) == 0 {
+		t.Fatalf("published %v, %v", before, err)
+	}
+	for _, ip := range before {
+		if err := planned.Answers(ip, s.Port, s.Protocol); err != nil {
+			t.Fatalf("before the change: %v", err)
+		}
+	}
+	rec := recordStatus(ctx, t, env.Client, planned.AppNamespace, s.Name)
+	poll(ctx, t, 10*time.Second, "the status recorder started", func() bool { return rec.count() > 0 })
+
+	changed := time.Now()
+	if err := env.ChangePort(ctx, s.Name, port); err != nil {
+		t.Fatal(err)
+	}
+	pending := slices.Clone(before)
+	for len(pending) > 0 && time.Since(changed) < portAnswerBound {
+		pending = slices.DeleteFunc(pending, func(ip string) bool {
+			if err := planned.Answers(ip, port, s.Protocol); err != nil {
+				return false
+			}
+			t.Logf("%s answers on %s/%d %s after the change", ip, s.Protocol, port, time.Since(changed).Round(10*time.Millisecond))
+			return true
+		})
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, ip := range pending {
+		t.Errorf("%s (published before the change) does not answer on %s/%d %s after it: %v", ip, s.Protocol, port, portAnswerBound, planned.Answers(ip, port, s.Protocol))
+	}
+	// Once the old proxies are gone, and a little longer, the status must
+	// still be what it was, and must never have been anything else.
+	if err := env.WaitProxiesRolled(ctx, s.Name, 3*time.Minute); err != nil {
+		t.Error(err)
+	}
+	time.Sleep(5 * time.Second)
+	for _, w := range rec.since(0) {
+		if !slices.Equal(w.ips, before) {
+			t.Errorf("status at +%s: ingress %v, want %v throughout", w.at.Sub(changed).Round(time.Millisecond), w.ips, before)
+		}
+	}
+	for _, ip := range before {
+		if err := planned.Answers(ip, port, s.Protocol); err != nil {
+			t.Errorf("after the rollout: %v", err)
+		}
+	}
+	t.Logf("%s: proxies on %v", s.Name, env.ProxyNodesOf(ctx, s.Name))
 }

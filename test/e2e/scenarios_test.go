@@ -333,8 +333,10 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
-// testLocalTrafficPolicy: a Service with externalTrafficPolicy Local whose
-// one backend runs on node-2 is published on node-2 only; a client reaches
+// testLocalTrafficPolicy: a Service with externalTrafficPolicy Local,
+// created before its backend, has an address at once (its proxies are not
+// held Pending by the lack of a backend); once its one backend runs on
+// node-2 it is published on node-2 only; a client reaches
 // the backend through node-2's IP, and the backend sees a source on
 // node-2 (no hop through another node); moving the backend to node-3 moves
 // the proxy and the published IP.
@@ -345,15 +347,21 @@ func testLocalTrafficPolicy(ctx context.Context, t *testing.T, c *cluster.Cluste
 	dep.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "node-2"}
 	dep.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(1))
 	labels := dep.Spec.Selector.MatchLabels
-	if _, err := cs.AppsV1().Deployments(scenarioNamespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating deployment: %v", err)
-	}
-	waitPodsRunningIn(ctx, t, cs, scenarioNamespace, "app=local", 1)
 	createLBService(ctx, t, cs, "local", port, nil, func(s *corev1.Service) {
 		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		s.Spec.Selector = labels
 		s.Spec.Ports[0].TargetPort = intstr.FromString("http")
 	})
+	created := time.Now()
+	poll(ctx, t, 90*time.Second, "local published before any backend exists", func() bool {
+		svc, err := cs.CoreV1().Services(scenarioNamespace).Get(ctx, "local", metav1.GetOptions{})
+		return err == nil && len(svc.Status.LoadBalancer.Ingress) > 0
+	})
+	t.Logf("local published without a backend %s after its creation", time.Since(created).Round(10*time.Millisecond))
+	if _, err := cs.AppsV1().Deployments(scenarioNamespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating deployment: %v", err)
+	}
+	waitPodsRunningIn(ctx, t, cs, scenarioNamespace, "app=local", 1)
 
 	for _, node := range []string{"node-2", "node-3"} {
 		if node == "node-3" {

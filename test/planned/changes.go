@@ -1,11 +1,16 @@
 package planned
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -230,4 +235,123 @@ func daemonSetRolledOut(ds *appsv1.DaemonSet, gen int64) bool {
 	s := ds.Status
 	return s.ObservedGeneration >= gen && s.UpdatedNumberScheduled == s.DesiredNumberScheduled &&
 		s.NumberAvailable == s.DesiredNumberScheduled && s.NumberUnavailable == 0
+}
+
+// AddService creates a Service that is not in the Config (no client
+// measures it) and waits until it is settled: published on its ready
+// proxies' nodes, in status and DNS.
+func (e *Env) AddService(ctx context.Context, s ServiceConfig) error {
+	if err := e.createService(ctx, s); err != nil {
+		return err
+	}
+	return e.waitFor(ctx, 3*time.Minute, "service "+s.Name+" settled", func() (bool, error) {
+		n, err := e.replicas(ctx, s.Name)
+		if err != nil {
+			return false, nil
+		}
+		why, err := e.settled(ctx, s.Name, n)
+		return why == "" && err == nil, nil
+	})
+}
+
+// DeleteService deletes a Service made by AddService and waits until its
+// proxies are gone.
+func (e *Env) DeleteService(ctx context.Context, name string) error {
+	if err := e.Client.CoreV1().Services(AppNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("deleting service %s: %w", name, err)
+	}
+	return e.waitFor(ctx, 2*time.Minute, "service "+name+"'s proxies gone", func() (bool, error) {
+		return len(e.listPods(ctx, SystemNamespace, proxySelector(name))) == 0, nil
+	})
+}
+
+// ChangePort changes the port of a Service's only port, as `kubectl edit`
+// would; its target stays.
+func (e *Env) ChangePort(ctx context.Context, name string, port int32) error {
+	svcs := e.Client.CoreV1().Services(AppNamespace)
+	s, err := svcs.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting service %s: %w", name, err)
+	}
+	s.Spec.Ports[0].Port = port
+	if _, err := svcs.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("changing the port of service %s to %d: %w", name, port, err)
+	}
+	return nil
+}
+
+// Answers sends one request to ip:port from the client namespace: an HTTP
+// GET over TCP, or a datagram over UDP that the backend must echo.
+func Answers(ip string, port int32, proto corev1.Protocol) error {
+	addr := net.JoinHostPort(ip, strconv.Itoa(int(port)))
+	return InClientNamespace(func() error {
+		if proto == corev1.ProtocolUDP {
+			conn, err := net.DialTimeout("udp", addr, time.Second)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
+				return err
+			}
+			const msg = "planned"
+			if _, err := conn.Write([]byte(msg)); err != nil {
+				return err
+			}
+			buf := make([]byte, 64)
+			n, err := conn.Read(buf)
+			if err != nil {
+				return fmt.Errorf("udp %s: %w", addr, err)
+			}
+			if string(buf[:n]) != msg {
+				return fmt.Errorf("udp %s echoed %q, want %q", addr, buf[:n], msg)
+			}
+			return nil
+		}
+		// Dialled on this thread, in the namespace: an http.Client would
+		// dial from another goroutine, maybe outside it.
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", addr); err != nil {
+			return fmt.Errorf("http %s: %w", addr, err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return fmt.Errorf("http %s: %w", addr, err)
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return fmt.Errorf("http %s: %w", addr, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("http %s: %s", addr, resp.Status)
+		}
+		return nil
+	})
+}
+
+// WaitProxiesRolled waits until a Service's proxy Deployment has rolled out
+// its latest template: every proxy pod is of it and ready, none
+// terminating.
+func (e *Env) WaitProxiesRolled(ctx context.Context, name string, timeout time.Duration) error {
+	return e.waitFor(ctx, timeout, "the proxies of "+name+" rolled out", func() (bool, error) {
+		deps, err := e.Client.AppsV1().Deployments(SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: proxySelector(name)})
+		if err != nil || len(deps.Items) != 1 {
+			return false, nil
+		}
+		d := &deps.Items[0]
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		st := d.Status
+		rolled := st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == want && st.Replicas == want && st.AvailableReplicas == want
+		return rolled && len(e.listPods(ctx, SystemNamespace, proxySelector(name))) == int(want), nil
+	})
 }

@@ -42,8 +42,10 @@ const (
 	Zone = "lb.test."
 	// Backend is the Deployment (app=Backend) every Service selects.
 	Backend = "web"
-	// BackendPort is the echo backend's container port.
-	BackendPort = 8080
+	// BackendPort is the echo backend's container port, and
+	// BackendUDPPort its UDP echo's.
+	BackendPort    = 8080
+	BackendUDPPort = 5353
 
 	LabelMaintenance   = "pulselb.io/maintenance"
 	AnnotationReplicas = "pulselb.io/replicas"
@@ -67,6 +69,9 @@ const (
 type ServiceConfig struct {
 	Name string
 	Port int32
+	// Protocol is its port's protocol; empty: TCP, to the backend's HTTP
+	// port. A UDP port goes to the backend's UDP echo.
+	Protocol corev1.Protocol
 	// DrainDelay is its pulselb.io/drain-delay annotation; empty: none,
 	// pulselb's default.
 	DrainDelay string
@@ -186,7 +191,8 @@ func (e *Env) Close() error {
 // createBackend runs two echo pods on the backend node: no change drains
 // it, so whatever a client loses, a proxy lost.
 func (e *Env) createBackend(ctx context.Context) error {
-	dep := cluster.EchoDeployment(AppNamespace, Backend, 2, corev1.ContainerPort{Name: "http", ContainerPort: BackendPort})
+	dep := cluster.EchoDeployment(AppNamespace, Backend, 2, corev1.ContainerPort{Name: "http", ContainerPort: BackendPort},
+		corev1.ContainerPort{Name: "udp", ContainerPort: BackendUDPPort, Protocol: corev1.ProtocolUDP})
 	dep.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: e.BackendNode}
 	if _, err := e.Client.AppsV1().Deployments(AppNamespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the backend: %w", err)
@@ -207,13 +213,21 @@ func (e *Env) createService(ctx context.Context, s ServiceConfig) error {
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeLoadBalancer,
 			Selector: map[string]string{"app": Backend},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: s.Port, TargetPort: intstr.FromString("http")}},
+			Ports:    []corev1.ServicePort{servicePort(s)},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("creating service %s: %w", s.Name, err)
 	}
 	return nil
+}
+
+// servicePort is the one port of Service s.
+func servicePort(s ServiceConfig) corev1.ServicePort {
+	if s.Protocol == corev1.ProtocolUDP {
+		return corev1.ServicePort{Name: "udp", Port: s.Port, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("udp")}
+	}
+	return corev1.ServicePort{Name: "http", Port: s.Port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}
 }
 
 // Name returns a Service's DNS name in the controllers' zone.
