@@ -7,6 +7,7 @@ package conformance
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -21,6 +22,10 @@ type Spec struct {
 	// Quick marks the specs that finish in a few minutes on this harness;
 	// `make test` runs those, `make conformance` every spec.
 	Quick bool
+	// Long marks the specs that take a quarter of an hour when they pass
+	// (five rolling updates of a DaemonSet with a 60 s grace period under
+	// traffic); Select puts them last.
+	Long bool
 }
 
 // Name is the spec's full name.
@@ -50,8 +55,8 @@ var Specs = []Spec{
 	{Container: lb, Text: "should be able to create LoadBalancer Service without NodePort and change it"},
 	{Container: lb, Text: "should be able to preserve UDP traffic when server pod cycles for a LoadBalancer service on different nodes"},
 	{Container: lb, Text: "should be able to preserve UDP traffic when server pod cycles for a LoadBalancer service on the same nodes"},
-	{Container: lb, Text: "should not have connectivity disruption during rolling update with externalTrafficPolicy=Cluster"},
-	{Container: lb, Text: "should not have connectivity disruption during rolling update with externalTrafficPolicy=Local"},
+	{Container: lb, Text: "should not have connectivity disruption during rolling update with externalTrafficPolicy=Cluster", Long: true},
+	{Container: lb, Text: "should not have connectivity disruption during rolling update with externalTrafficPolicy=Local", Long: true},
 	{Container: esip, Text: "should work for type=LoadBalancer"},
 	{Container: esip, Text: "should only target nodes with endpoints"},
 	{Container: esip, Text: "should target all nodes with endpoints"},
@@ -60,7 +65,7 @@ var Specs = []Spec{
 
 // Select returns the specs whose name matches focus (every spec when
 // focus is empty) and not skip (when skip is set), and only the quick ones
-// when quick is set.
+// when quick is set, in the order of Specs with the long ones last.
 func Select(focus, skip string, quick bool) ([]Spec, error) {
 	f, err := regexp.Compile(focus)
 	if err != nil {
@@ -76,6 +81,15 @@ func Select(focus, skip string, quick bool) ([]Spec, error) {
 			out = append(out, s)
 		}
 	}
+	slices.SortStableFunc(out, func(a, b Spec) int {
+		switch {
+		case a.Long == b.Long:
+			return 0
+		case a.Long:
+			return 1
+		}
+		return -1
+	})
 	return out, nil
 }
 

@@ -31,3 +31,15 @@ func TestSelect(t *testing.T) {
 		t.Error("Select accepted a bad regular expression")
 	}
 }
+
+func TestSelectLongLast(t *testing.T) {
+	all, err := Select("", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range all {
+		if s.Long && i < len(all)-2 {
+			t.Errorf("long spec %q at %d of %d, want last", s.Text, i, len(all))
+		}
+	}
+}
