@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"slices"
 
 	imageutils "k8s.io/kubernetes/test/utils/image"
 
@@ -26,7 +27,11 @@ func Images(agnhost, pause string) ([]image.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("collecting agnhost's tools: %w", err)
 	}
+	// Alpine's wget (busybox) tries once; GNU wget retries 20 times, which
+	// turns each "not reachable" check of a spec into minutes.
+	tools = slices.DeleteFunc(tools, func(f image.File) bool { return f.Path == "/etc/wgetrc" })
 	files := append([]image.File{bin,
+		{Path: "/etc/wgetrc", Mode: 0o644, Data: []byte("tries = 1\n")},
 		{Path: "/agnhost-2", Link: "agnhost"},
 		{Path: "/tmp", Dir: true, Mode: 0o1777},
 		{Path: "/uploads", Dir: true, Mode: 0o755},
