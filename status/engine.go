@@ -48,6 +48,8 @@ type Engine struct {
 	ignored    [2]map[string]bool
 	flapping   map[string]bool
 	restored   bool
+	// judged is how many targets the last round judged.
+	judged int
 }
 
 // Change is a target whose verdict changed in a round, or whose quiet Down
@@ -187,6 +189,7 @@ func (e *Engine) judge(reports Reports, targets []Target, now time.Time) []Chang
 	}
 	e.verdicts, e.downSince, e.held = next, since, held
 	e.remember(targets, ignored)
+	e.judged = len(targets)
 
 	var changes []Change
 	for _, t := range targets {
@@ -292,6 +295,7 @@ func (e *Engine) Rejudge(reports Reports, keys, vantages []string, now time.Time
 	defer e.judging.Unlock()
 	switch {
 	case e.pos == nil:
+		e.judged = 0
 		return nil // no Judge yet: no targets
 	case e.restored:
 		return e.judge(reports, e.targets, now)
@@ -366,7 +370,7 @@ func (e *Engine) Rejudge(reports Reports, keys, vantages []string, now time.Time
 			}
 		}
 	}
-	e.beaconDown, e.ignored = beaconDown, ignored
+	e.beaconDown, e.ignored, e.judged = beaconDown, ignored, len(next)
 	if len(next) == 0 {
 		return nil
 	}
@@ -449,4 +453,11 @@ func (e *Engine) DownKeys() []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// Judged returns how many targets the last Judge or Rejudge judged.
+func (e *Engine) Judged() int {
+	e.judging.Lock()
+	defer e.judging.Unlock()
+	return e.judged
 }

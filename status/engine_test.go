@@ -312,14 +312,14 @@ func TestRejudgeAsJudge(t *testing.T) {
 				switch {
 				case round == 0:
 					for _, n := range nodes {
-						idx.Put(build(n, now), true)
+						idx.Put(build(n, now))
 					}
 				default:
 					for range rng.IntN(4) {
 						by := nodes[rng.IntN(len(nodes))]
 						tg := targets[rng.IntN(len(targets))]
 						says[by][tg.Key] = states[rng.IntN(len(states))]
-						keys = append(keys, idx.Put(build(by, now), fresh[by])...)
+						keys = append(keys, idx.Put(build(by, now))...)
 					}
 					if rng.IntN(3) == 0 {
 						// Every vantage of a target at once: verdicts
@@ -328,15 +328,17 @@ func TestRejudgeAsJudge(t *testing.T) {
 						st := states[rng.IntN(2)]
 						for _, by := range tg.Vantages {
 							says[by][tg.Key] = st
-							keys = append(keys, idx.Put(build(by, now), fresh[by])...)
+							keys = append(keys, idx.Put(build(by, now))...)
 						}
 					}
 					if rng.IntN(10) == 0 {
 						by := nodes[rng.IntN(len(nodes))]
 						fresh[by] = !fresh[by]
-						if idx.SetFresh(by, fresh[by]) {
-							flipped = append(flipped, by)
-						}
+					}
+				}
+				for _, n := range nodes {
+					if idx.SetFresh(n, fresh[n]) {
+						flipped = append(flipped, n)
 					}
 				}
 				var reports []*v1alpha1.ProbeReport

@@ -11,24 +11,25 @@ import (
 // reports, and Put says which targets' observations they changed: the only
 // targets whose verdict they can change (Engine.Rejudge).
 
-// Put indexes report r (named after its prober node), fresh or stale as
-// fresh says, in place of what its prober reported before, and returns
-// the keys of the targets whose observation by that prober changed:
+// Put indexes report r (named after its prober node) in place of what its
+// prober reported before, as fresh or stale as that was (a new prober's is
+// stale until SetFresh), and returns the keys of the targets whose
+// observation by that prober changed:
 // contract.TargetKey for Service ports, contract.BeaconKey for beacons.
-// When the report turns external or internal, or from every result Down
-// to not (what JudgeExternal reads), every target it observes counts as
-// changed.
-func (r *Reports) Put(report *v1alpha1.ProbeReport, fresh bool) []string {
+// When the report turns external or internal, every target it observes
+// counts as changed. (Whether every result is Down, which JudgeExternal
+// reads, changes only with an observation.)
+func (r *Reports) Put(report *v1alpha1.ProbeReport) []string {
 	if r.byNode == nil {
 		r.byNode = map[string]indexedReport{}
 	}
-	next := indexReport(report, fresh)
 	prev, had := r.byNode[report.Name]
+	next := indexReport(report, prev.fresh)
 	r.byNode[report.Name] = next
 	if !had {
 		return observed(next)
 	}
-	if prev.external != next.external || prev.allDown != next.allDown {
+	if prev.external != next.external {
 		return append(observed(prev), observed(next)...)
 	}
 	var changed []string
@@ -76,13 +77,6 @@ func (r *Reports) SetFresh(node string, fresh bool) bool {
 	ir.fresh = fresh
 	r.byNode[node] = ir
 	return true
-}
-
-// Nodes calls fn with the node of every report indexed.
-func (r Reports) Nodes(fn func(node string)) {
-	for n := range r.byNode {
-		fn(n)
-	}
 }
 
 // observed returns the keys of the targets ir observes.
