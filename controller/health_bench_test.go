@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
-	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 )
 
@@ -63,12 +63,12 @@ func scaleCluster(ctx context.Context, tb testing.TB, nodes, services int) (*Con
 }
 
 // BenchmarkEvaluate is one round of verdicts at 1,000 nodes and 2,000
-// Services, as bench/scale runs it: "steady" with no report changed since
-// the previous round (the periodic resync), "oneReport" after one
-// prober's report changed (a port of one node going Down there).
+// Services, the size of bench/scale: "steady" with nothing changed since
+// the previous round (the periodic resync every second), "oneReport" after
+// one prober's report changed (one port it probes going Down there, or Up
+// again: a vote, not yet a verdict).
 func BenchmarkEvaluate(b *testing.B) {
-	klog.SetLogger(klog.Background().V(10)) // discard
-	ctx := context.Background()
+	ctx := klog.NewContext(context.Background(), logr.Discard())
 	c, _ := scaleCluster(ctx, b, 1000, 2000)
 	if err := c.evaluate(ctx, healthKey); err != nil {
 		b.Fatal(err)
@@ -98,5 +98,4 @@ func BenchmarkEvaluate(b *testing.B) {
 			}
 		}
 	})
-	_ = contract.BeaconKey
 }

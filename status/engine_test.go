@@ -309,8 +309,8 @@ func TestRejudgeAsJudge(t *testing.T) {
 			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 			for round := range 400 {
 				var keys, flipped []string
-				switch {
-				case round == 0:
+				switch round {
+				case 0:
 					for _, n := range nodes {
 						idx.Put(build(n, now))
 					}
