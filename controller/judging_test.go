@@ -1,15 +1,21 @@
 package controller
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -230,5 +236,109 @@ func TestSyncExclusive(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiting lock never got the key")
+	}
+}
+
+// TestEvaluateAsFullRounds drives a controller through random rounds of
+// reports, Leases and time, and judges the same caches in full beside it
+// every round (status.Engine.Judge over reportIndex and healthTargets, as
+// evaluate did before it kept its state between rounds): the verdicts must
+// be the same in every round.
+func TestEvaluateAsFullRounds(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			rng := rand.New(rand.NewPCG(seed, 2))
+			svc := published(newService("web"), "n1,n2")
+			f := newFixture(t, cluster(svc)...)
+			leases := cache.NewSharedIndexInformer(&cache.ListWatch{}, &coordinationv1.Lease{}, 0, cache.Indexers{})
+			f.cfg.Health.Leases = leases
+			nodes := []string{"n1", "n2", "n3", "n4"}
+			var reports []*v1alpha1.ProbeReport
+			for _, n := range nodes {
+				reports = append(reports, report(n, time.Hour))
+			}
+			c := f.healthController(ctx, reports...)
+			now := testNow
+			c.now = func() time.Time { return now }
+			targets, err := c.healthTargets()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// says[by][key] is what prober by reports about key.
+			says := map[string]map[string]v1alpha1.State{}
+			for _, n := range nodes {
+				says[n] = map[string]v1alpha1.State{}
+			}
+			write := func(by string) {
+				r := report(by, time.Hour)
+				for _, tg := range targets {
+					st := says[by][tg.Key]
+					if st == "" || !slices.Contains(tg.Vantages, by) {
+						continue
+					}
+					if tg.Beacon {
+						withBeacon(r, tg.Node, st)
+					} else {
+						withResult(r, svc, tg.port.Port, tg.Node, st)
+					}
+				}
+				if err := c.cfg.Health.Reports.GetStore().Update(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			renew := func(by string) {
+				l := proberLease(by, 0)
+				l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+				if err := leases.GetStore().Update(l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, n := range nodes {
+				renew(n)
+			}
+			states := []v1alpha1.State{v1alpha1.StateUp, v1alpha1.StateDown, ""}
+			var shadow status.Engine
+			downs := 0
+			for round := range 300 {
+				for range rng.IntN(4) {
+					by := nodes[rng.IntN(len(nodes))]
+					tg := targets[rng.IntN(len(targets))]
+					says[by][tg.Key] = states[rng.IntN(len(states))]
+					write(by)
+				}
+				if rng.IntN(3) == 0 {
+					// Every vantage of a target at once.
+					tg := targets[rng.IntN(len(targets))]
+					st := states[rng.IntN(2)]
+					for _, by := range tg.Vantages {
+						says[by][tg.Key] = st
+						write(by)
+					}
+				}
+				for _, n := range nodes {
+					// Leases last 30 s: some lapse.
+					if rng.IntN(2) != 0 {
+						renew(n)
+					}
+				}
+				if err := c.evaluate(ctx, healthKey); err != nil {
+					t.Fatal(err)
+				}
+				shadow.Judge(c.reportIndex(now), statusTargets(targets), now)
+				for _, tg := range targets {
+					if got, want := c.verdicts.Verdict(tg.Key), shadow.Verdict(tg.Key); !reflect.DeepEqual(got, want) {
+						t.Fatalf("round %d: %s: %+v, judged in full %+v", round, tg.Key, got, want)
+					}
+					if shadow.Verdict(tg.Key).Verdict == status.VerdictDown {
+						downs++
+					}
+				}
+				now = now.Add(time.Duration(200+rng.IntN(12000)) * time.Millisecond)
+			}
+			if downs == 0 || judged(c, "changed") == 0 {
+				t.Fatalf("no Down verdict (%d) or no round that judged only what changed (%v): the test tests nothing", downs, judged(c, "changed"))
+			}
+		})
 	}
 }
