@@ -49,40 +49,68 @@ const failingMemory = 15 * time.Second
 // Down, for behindProxies, and forgets the targets no longer judged. A
 // Service whose port starts failing somewhere is synced at once, as a
 // Down below quorum changes no verdict; and again once the failure would
-// be forgotten, so that a hold ends.
-func (c *Controller) noteFailing(idx status.Reports, targets []healthTarget, now time.Time) {
+// be forgotten, so that a hold ends. Which targets a fresh vantage reports
+// Down is kept between rounds: a round that is not full (evaluate) looks
+// again only at the targets in keys and those a prober in flipped probes.
+func (c *Controller) noteFailing(idx status.Reports, now time.Time, full bool, keys, flipped []string) {
+	h := &c.judging
+	if full || h.downVotes == nil {
+		h.downVotes = map[string]bool{}
+		for _, t := range h.targets {
+			if anyDownVote(idx, t.Target) {
+				h.downVotes[t.Key] = true
+			}
+		}
+	} else {
+		recheck := func(i int) {
+			t := h.targets[i]
+			if anyDownVote(idx, t.Target) {
+				h.downVotes[t.Key] = true
+			} else {
+				delete(h.downVotes, t.Key)
+			}
+		}
+		for _, k := range keys {
+			if i, ok := h.byKey[k]; ok {
+				recheck(i)
+			}
+		}
+		for _, v := range flipped {
+			for _, i := range h.byVantage[v] {
+				recheck(i)
+			}
+		}
+	}
+
 	var started, failing []cache.ObjectName
 	c.mu.Lock()
 	if c.failing == nil {
 		c.failing = map[string]time.Time{}
 	}
-	keep := make(map[string]bool, len(targets))
 	beacons := map[string]bool{}
-	for _, t := range targets {
+	for k := range h.downVotes {
+		t := h.targets[h.byKey[k]]
 		if t.Beacon {
-			if anyDownVote(idx, t.Target) {
-				beacons[t.Node] = true
-			}
+			beacons[t.Node] = true
 			continue
 		}
-		keep[t.Key] = true
-		if anyDownVote(idx, t.Target) {
-			if last, ok := c.failing[t.Key]; !ok || now.Sub(last) > failingMemory {
-				started = append(started, t.service)
-			}
-			c.failing[t.Key] = now
-			failing = append(failing, t.service)
+		if last, ok := c.failing[t.Key]; !ok || now.Sub(last) > failingMemory {
+			started = append(started, t.service)
 		}
+		c.failing[t.Key] = now
+		failing = append(failing, t.service)
 	}
 	c.beaconsFailing = beacons
-	for k := range c.failing {
-		if !keep[k] {
-			delete(c.failing, k)
+	if full {
+		for k := range c.failing {
+			if i, ok := h.byKey[k]; !ok || h.targets[i].Beacon {
+				delete(c.failing, k)
+			}
 		}
 	}
 	c.mu.Unlock()
 	for _, svc := range started {
-		c.queue.Add(svc)
+		c.urgent.Add(svc)
 	}
 	for _, svc := range failing {
 		c.queue.AddAfter(svc, failingMemory+time.Second)

@@ -106,7 +106,12 @@ type Controller struct {
 	budgets         policylisters.PodDisruptionBudgetNamespaceLister
 	synced          []cache.InformerSynced
 
-	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	// urgent holds the Services whose verdicts changed, synced by workers
+	// of their own so that a failover never waits behind routine syncs;
+	// syncing keeps a Service from being synced from both queues at once.
+	urgent    workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	syncing   keyLocks
 	nodeQueue workqueue.TypedRateLimitingInterface[string]
 
 	// reports is nil when the health pipeline is off; leases is nil
@@ -121,7 +126,11 @@ type Controller struct {
 	standby atomic.Bool
 	// verdicts are judged by evaluate and read by the sync workers.
 	verdicts status.Engine
-	restarts restartBackoffs
+	// judging is the health worker's own state between evaluations;
+	// targetInputs are the caches the targets it judges are made of.
+	judging      judging
+	targetInputs []cache.Store
+	restarts     restartBackoffs
 	// external holds what the external vantages say about each Service,
 	// judged by evaluate and read by the sync workers; guarded by mu.
 	external map[cache.ObjectName]status.External
@@ -209,6 +218,9 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "services", MetricsProvider: queueMetrics{cfg.Metrics}}),
+		urgent: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "failovers", MetricsProvider: queueMetrics{cfg.Metrics}}),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: queueMetrics{cfg.Metrics}}),
@@ -284,16 +296,32 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "health", MetricsProvider: queueMetrics{cfg.Metrics}})
 		c.synced = append(c.synced, cfg.Health.Reports.HasSynced)
-		evaluate := cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.healthQueue.Add(healthKey) },
-			UpdateFunc: func(any, any) { c.healthQueue.Add(healthKey) },
-			DeleteFunc: func(any) { c.healthQueue.Add(healthKey) },
-		}
-		for _, inf := range []cache.SharedIndexInformer{cfg.Health.Reports, podInformer.Informer(), nodeInformer.Informer(), svcInformer.Informer()} {
+		evaluate := func(any) { c.healthQueue.Add(healthKey) }
+		handlers = append(handlers, struct {
+			informer cache.SharedIndexInformer
+			handler  cache.ResourceEventHandler
+		}{cfg.Health.Reports, cache.ResourceEventHandlerFuncs{
+			AddFunc:    evaluate,
+			UpdateFunc: func(_, obj any) { evaluate(obj) },
+			DeleteFunc: evaluate,
+		}})
+		// What the targets are made of: a change is judged at once.
+		inputs := []cache.SharedIndexInformer{podInformer.Informer(), nodeInformer.Informer(), svcInformer.Informer(),
+			deployInformer.Informer(), dsInformer.Informer()}
+		for _, inf := range inputs {
+			c.targetInputs = append(c.targetInputs, inf.GetStore())
 			handlers = append(handlers, struct {
 				informer cache.SharedIndexInformer
 				handler  cache.ResourceEventHandler
-			}{inf, evaluate})
+			}{inf, cache.ResourceEventHandlerFuncs{
+				AddFunc: evaluate,
+				UpdateFunc: func(oldObj, newObj any) {
+					if targetInputChanged(oldObj, newObj) {
+						evaluate(newObj)
+					}
+				},
+				DeleteFunc: evaluate,
+			}})
 		}
 		if cfg.Health.Leases != nil {
 			c.leases = cfg.Health.Leases.GetStore()
@@ -323,6 +351,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	var wg sync.WaitGroup
 	defer func() {
 		c.queue.ShutDown()
+		c.urgent.ShutDown()
 		c.nodeQueue.ShutDown()
 		wg.Wait()
 		logger.Info("Stopped controller")
@@ -341,6 +370,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	logger.Info("Starting workers", "count", workers)
 	for range workers {
 		wg.Go(func() { wait.UntilWithContext(ctx, c.runServiceWorker, time.Second) })
+		wg.Go(func() { wait.UntilWithContext(ctx, c.runUrgentWorker, time.Second) })
 	}
 	wg.Go(func() { wait.UntilWithContext(ctx, c.runNodeWorker, time.Second) })
 	c.startHealth(ctx)
@@ -402,8 +432,47 @@ func (c *Controller) PodNode(name string) (string, bool) {
 }
 
 func (c *Controller) runServiceWorker(ctx context.Context) {
-	for processNext(ctx, c.metrics, c.queue, "services", c.sync) {
+	for processNext(ctx, c.metrics, c.queue, "services", c.syncExclusive) {
 	}
+}
+
+func (c *Controller) runUrgentWorker(ctx context.Context) {
+	for processNext(ctx, c.metrics, c.urgent, "failovers", c.syncExclusive) {
+	}
+}
+
+// syncExclusive syncs the Service key once no other worker syncs it: each
+// queue hands a key to one worker at a time, but a Service may be in both.
+func (c *Controller) syncExclusive(ctx context.Context, key cache.ObjectName) error {
+	c.syncing.lock(key)
+	defer c.syncing.unlock(key)
+	return c.sync(ctx, key)
+}
+
+// keyLocks holds a lock per key; the zero value is ready.
+type keyLocks struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	held map[cache.ObjectName]bool
+}
+
+func (l *keyLocks) lock(key cache.ObjectName) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cond == nil {
+		l.cond, l.held = sync.NewCond(&l.mu), map[cache.ObjectName]bool{}
+	}
+	for l.held[key] {
+		l.cond.Wait()
+	}
+	l.held[key] = true
+}
+
+func (l *keyLocks) unlock(key cache.ObjectName) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.held, key)
+	l.cond.Broadcast()
 }
 
 func (c *Controller) runNodeWorker(ctx context.Context) {

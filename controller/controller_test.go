@@ -37,7 +37,7 @@ var testNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 // fake clientset, sample-controller style: sync is called directly and the
 // clientset's recorded actions are checked.
 type fixture struct {
-	t        *testing.T
+	t        testing.TB
 	client   *fake.Clientset
 	recorder *record.FakeRecorder
 	objects  []runtime.Object
@@ -47,7 +47,7 @@ type fixture struct {
 	system, cluster informers.SharedInformerFactory
 }
 
-func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
+func newFixture(t testing.TB, objects ...runtime.Object) *fixture {
 	return &fixture{t: t, objects: objects, recorder: record.NewFakeRecorder(100),
 		cfg: Config{Placement: placement.Config{Namespace: systemNS, Image: "pulselb:test"}}}
 }

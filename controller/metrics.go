@@ -21,6 +21,7 @@ type Metrics struct {
 	managedServices prometheus.Gauge
 	verdictChanges  *prometheus.CounterVec
 	flappingTargets prometheus.Gauge
+	judgedTargets   *prometheus.CounterVec
 	// externalVantages counts external vantages by state; externalDown
 	// counts Service nodes that a majority of them cannot reach.
 	externalVantages *prometheus.GaugeVec
@@ -73,6 +74,11 @@ func NewMetrics() *Metrics {
 			Name: "flapping_targets",
 			Help: "Targets and beacons whose verdict flap damping holds Down while a majority says Up.",
 		}),
+		judgedTargets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "judged_targets_total",
+			Help: "Targets and beacons judged, by round: full (the targets changed, every one is judged) or changed (only those whose reports, vantages or timers changed).",
+		}, []string{"round"}),
 		externalVantages: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 			Name: "external_vantages",
@@ -141,7 +147,7 @@ func NewMetrics() *Metrics {
 // RegisterMetrics registers m with r.
 func (m *Metrics) RegisterMetrics(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.syncDuration, m.syncErrors, m.writes, m.managedServices, m.verdictChanges, m.flappingTargets, m.externalVantages, m.externalDown,
+	for _, c := range []prometheus.Collector{m.syncDuration, m.syncErrors, m.writes, m.managedServices, m.verdictChanges, m.flappingTargets, m.judgedTargets, m.externalVantages, m.externalDown,
 		m.failoverDuration, m.proxyRestarts, m.leaseTakeovers, m.fencedWrites, m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries} {
 		errs = append(errs, r.Register(c))
 	}

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -216,24 +215,62 @@ func (r *restartBackoffs) forget(keep map[string]bool) {
 	}
 }
 
-// restartBrokenProxies deletes, with backoff, the proxy pods whose Service
-// port is down by quorum on a node whose beacon is up (decideRestart), so
-// that their workload starts fresh ones. It reads only caches and the
-// verdicts of the last evaluation.
-func (c *Controller) restartBrokenProxies(ctx context.Context) error {
+// services returns the Services that have a proxy with a backoff.
+func (r *restartBackoffs) services() []cache.ObjectName {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []cache.ObjectName
+	for k := range r.m {
+		svc, _, _ := strings.Cut(k, "@")
+		if n, err := cache.ParseObjectName(svc); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// restartCandidates returns the Services restartBrokenProxies has to look
+// at: those with a port Down by quorum on some node (no other proxy can be
+// restarted) and those with a proxy in backoff (which ends, or is
+// forgotten, only when looked at).
+func (c *Controller) restartCandidates() []cache.ObjectName {
+	h := &c.judging
+	set := map[cache.ObjectName]bool{}
+	for _, k := range c.verdicts.DownKeys() {
+		if i, ok := h.byKey[k]; ok && !h.targets[i].Beacon {
+			set[h.targets[i].service] = true
+		}
+	}
+	for _, n := range c.restarts.services() {
+		set[n] = true
+	}
+	out := make([]cache.ObjectName, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	return out
+}
+
+// restartBrokenProxies deletes, with backoff, the proxy pods of services
+// whose Service port is down by quorum on a node whose beacon is up
+// (decideRestart), so that their workload starts fresh ones. It reads only
+// caches and the verdicts of the last evaluation. services must hold every
+// Service with a proxy in backoff (restartCandidates): the others' backoffs
+// are forgotten.
+func (c *Controller) restartBrokenProxies(ctx context.Context, services []cache.ObjectName) error {
 	logger := klog.FromContext(ctx)
 	now := c.now()
-	proxies, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
-	if err != nil {
-		return fmt.Errorf("listing proxy pods: %w", err)
-	}
 	bySvc := map[cache.ObjectName][]*corev1.Pod{}
-	for _, p := range proxies {
-		if p.Spec.NodeName == "" {
-			continue
+	for _, n := range services {
+		objs, err := c.podIndex.ByIndex(serviceIndex, n.String())
+		if err != nil {
+			return fmt.Errorf("listing proxy pods: %w", err)
 		}
-		if key, ok := contract.ServiceOf(p.Labels); ok {
-			n := cache.NewObjectName(key.Namespace, key.Name)
+		for _, o := range objs {
+			p, ok := o.(*corev1.Pod)
+			if !ok || p.Namespace != c.cfg.Placement.Namespace || p.Labels[contract.LabelAppName] != contract.ProxyAppName || p.Spec.NodeName == "" {
+				continue
+			}
 			bySvc[n] = append(bySvc[n], p)
 		}
 	}

@@ -2,6 +2,7 @@ package status
 
 import (
 	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -33,6 +34,22 @@ type Engine struct {
 	// back holds when each node's beacon last turned Up from Down, for
 	// ReturnGrace. Only Judge uses it.
 	back map[string]time.Time
+
+	// What Rejudge needs of the previous round, kept by Judge and Rejudge:
+	// the targets of the last Judge, by key and by vantage; the nodes whose
+	// beacon is Down; the probers ignored in judging beacons and in
+	// judging the other targets; the targets held Down by flap damping,
+	// whose verdict depends on the time (guarded by mu too); and whether
+	// Restore set a verdict since.
+	targets    []Target
+	pos        map[string]int
+	byVantage  map[string][]int
+	beaconDown map[string]bool
+	ignored    [2]map[string]bool
+	flapping   map[string]bool
+	restored   bool
+	// judged is how many targets the last round judged.
+	judged int
 }
 
 // Change is a target whose verdict changed in a round, or whose quiet Down
@@ -78,6 +95,11 @@ func (e *Engine) quietChange(t Target, was, is Verdict) bool {
 func (e *Engine) Judge(reports Reports, targets []Target, now time.Time) []Change {
 	e.judging.Lock()
 	defer e.judging.Unlock()
+	return e.judge(reports, targets, now)
+}
+
+// judge is Judge with e.judging held.
+func (e *Engine) judge(reports Reports, targets []Target, now time.Time) []Change {
 	e.mu.RLock()
 	// Only Judge replaces the map, and never changes it in place.
 	prev := e.verdicts
@@ -103,7 +125,9 @@ func (e *Engine) Judge(reports Reports, targets []Target, now time.Time) []Chang
 			down[t.Node] = true
 		}
 	}
-	for _, beacons := range []bool{true, false} {
+	var ignored [2]map[string]bool
+	for phase, beacons := range []bool{true, false} {
+		ignored[phase] = down
 		for _, t := range targets {
 			if t.Beacon != beacons {
 				continue
@@ -164,6 +188,8 @@ func (e *Engine) Judge(reports Reports, targets []Target, now time.Time) []Chang
 		}
 	}
 	e.verdicts, e.downSince, e.held = next, since, held
+	e.remember(targets, ignored)
+	e.judged = len(targets)
 
 	var changes []Change
 	for _, t := range targets {
@@ -196,6 +222,7 @@ func (e *Engine) Restore(key string, v Verdict) {
 	}
 	next[key] = Judgement{Verdict: v}
 	e.verdicts = next
+	e.restored = true
 }
 
 // Verdict returns the latest judgement of key; its Verdict is Unknown for
@@ -223,4 +250,214 @@ func (e *Engine) Flapping() int {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.held
+}
+
+// remember keeps what Rejudge needs of a round of Judge over targets, in
+// which ignored were the probers ignored in judging beacons and the other
+// targets. e.judging and e.mu must be held.
+func (e *Engine) remember(targets []Target, ignored [2]map[string]bool) {
+	e.targets = slices.Clone(targets)
+	e.pos = make(map[string]int, len(targets))
+	e.byVantage = map[string][]int{}
+	e.beaconDown, e.flapping = map[string]bool{}, map[string]bool{}
+	for i, t := range e.targets {
+		e.targets[i].Ignore = nil
+		e.pos[t.Key] = i
+		for _, v := range t.Vantages {
+			e.byVantage[v] = append(e.byVantage[v], i)
+		}
+		j := e.verdicts[t.Key]
+		if t.Beacon && j.Verdict == VerdictDown {
+			e.beaconDown[t.Node] = true
+		}
+		if j.Reason == ReasonFlapping {
+			e.flapping[t.Key] = true
+		}
+	}
+	e.ignored = [2]map[string]bool{maps.Clone(ignored[0]), maps.Clone(ignored[1])}
+	e.restored = false
+}
+
+// Rejudge judges again, over reports at now, the targets of the last Judge,
+// as Judge would, but only those whose verdict can have changed since the
+// previous round: the targets named in keys (a prober's observation of
+// them changed, see Reports.Put), those a prober in vantages probes (it
+// turned fresh or stale), those whose ignored probers changed (a beacon's
+// verdict changed, or ReturnGrace passed), those held Down by flap
+// damping (the hold ends with time) and those whose Down verdict is quiet.
+// Every other target's verdict is what it was: its inputs are the same,
+// and Judge with the same inputs and the verdict it gave before gives it
+// again. A round with nothing to judge again does nothing. It returns the
+// changes as Judge does, in the order of the targets. After Restore it
+// judges every target.
+func (e *Engine) Rejudge(reports Reports, keys, vantages []string, now time.Time) []Change {
+	e.judging.Lock()
+	defer e.judging.Unlock()
+	switch {
+	case e.pos == nil:
+		e.judged = 0
+		return nil // no Judge yet: no targets
+	case e.restored:
+		return e.judge(reports, e.targets, now)
+	}
+	prev := e.verdicts // only Judge and Rejudge change it, with e.judging held
+
+	dirty := map[int]bool{}
+	for _, k := range keys {
+		if i, ok := e.pos[k]; ok {
+			dirty[i] = true
+		}
+	}
+	for _, v := range vantages {
+		for _, i := range e.byVantage[v] {
+			dirty[i] = true
+		}
+	}
+	for k := range e.flapping {
+		dirty[e.pos[k]] = true
+	}
+	for k := range e.quiet {
+		if i, ok := e.pos[k]; ok {
+			dirty[i] = true
+		}
+	}
+	for n, t := range e.back {
+		if now.Sub(t) >= ReturnGrace {
+			delete(e.back, n)
+		}
+	}
+	// The beacons' ignored probers, as Judge finds them.
+	down := maps.Clone(e.beaconDown)
+	for n := range e.back {
+		down[n] = true
+	}
+	next := map[string]Judgement{}
+	beaconDown := maps.Clone(e.beaconDown)
+	var ignored [2]map[string]bool
+	for phase, beacons := range []bool{true, false} {
+		ignored[phase] = down
+		for n := range symmetricDifference(down, e.ignored[phase]) {
+			for _, i := range e.byVantage[n] {
+				if e.targets[i].Beacon == beacons {
+					dirty[i] = true
+				}
+			}
+		}
+		for i := range dirty {
+			t := e.targets[i]
+			if t.Beacon != beacons {
+				continue
+			}
+			t.Ignore = down
+			was := prev[t.Key].Verdict
+			j := e.damper.Apply(t.Key, was, Judge(reports, t, was), now)
+			next[t.Key] = j
+			if !beacons {
+				continue
+			}
+			switch {
+			case j.Verdict == VerdictDown:
+				beaconDown[t.Node] = true
+			case was == VerdictDown:
+				delete(beaconDown, t.Node)
+				e.back[t.Node] = now
+			}
+		}
+		if beacons {
+			down = maps.Clone(beaconDown)
+			for n := range e.back {
+				down[n] = true
+			}
+		}
+	}
+	e.beaconDown, e.ignored, e.judged = beaconDown, ignored, len(next)
+	if len(next) == 0 {
+		return nil
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// In place: every reader of verdicts and downSince holds e.mu, and
+	// prev, the same map, is read no more.
+	before := make(map[string]Judgement, len(next))
+	for k, j := range next {
+		was := prev[k]
+		before[k] = was
+		e.verdicts[k] = j
+		delete(e.flapping, k)
+		switch {
+		case j.Reason == ReasonFlapping:
+			e.flapping[k] = true
+			delete(e.downSince, k)
+		case j.Verdict != VerdictDown:
+			delete(e.downSince, k)
+		case was.Verdict != VerdictDown:
+			e.downSince[k] = now
+		default:
+			if _, ok := e.downSince[k]; !ok {
+				e.downSince[k] = now
+			}
+		}
+	}
+	e.held = len(e.flapping)
+
+	order := make([]int, 0, len(next))
+	for i := range dirty {
+		order = append(order, i)
+	}
+	slices.Sort(order)
+	var changes []Change
+	for _, i := range order {
+		t := e.targets[i]
+		was, is := before[t.Key], next[t.Key]
+		switch {
+		case was.Verdict != is.Verdict:
+			changes = append(changes, Change{Target: t, From: was, To: is, Quiet: e.quietChange(t, was.Verdict, is.Verdict)})
+		case is.Verdict == VerdictDown && e.quiet[t.Key] && !t.Starting:
+			delete(e.quiet, t.Key)
+			changes = append(changes, Change{Target: t, From: is, To: is, Late: true})
+		}
+		if is.Verdict == VerdictUp {
+			e.upSeen[t.Key] = true
+		}
+	}
+	return changes
+}
+
+// symmetricDifference returns the keys in exactly one of a and b.
+func symmetricDifference(a, b map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		if !b[k] {
+			out[k] = true
+		}
+	}
+	for k := range b {
+		if !a[k] {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// DownKeys returns the keys of the targets whose verdict is Down, held
+// Down by flap damping included.
+func (e *Engine) DownKeys() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]string, 0, len(e.downSince)+len(e.flapping))
+	for k := range e.downSince {
+		out = append(out, k)
+	}
+	for k := range e.flapping {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Judged returns how many targets the last Judge or Rejudge judged.
+func (e *Engine) Judged() int {
+	e.judging.Lock()
+	defer e.judging.Unlock()
+	return e.judged
 }

@@ -2,6 +2,8 @@ package status
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -243,4 +245,156 @@ func TestEngineQuietStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRejudgeAsJudge drives two engines through the same random rounds of
+// reports, freshness and time: one judges every target each round, the
+// other keeps its Reports with Put and SetFresh and judges again only what
+// they say changed (Rejudge). Their verdicts, changes, Down times and
+// flapping counts must be the same in every round, flap damping, ignored
+// probers of Down nodes, ReturnGrace and quiet starts included.
+func TestRejudgeAsJudge(t *testing.T) {
+	nodes := []string{"n1", "n2", "n3", "n4", "n5"}
+	var targets []Target
+	ports := map[string]int32{}
+	for i, n := range nodes {
+		var vs []string
+		for j := 1; j <= 3; j++ {
+			vs = append(vs, nodes[(i+j)%len(nodes)])
+		}
+		targets = append(targets, Target{Key: contract.BeaconKey(n), Node: n, Beacon: true, Vantages: vs})
+		for p := int32(80); p <= 81; p++ {
+			k := contract.TargetKey("shop/web", "TCP", p, n)
+			ports[k] = p
+			targets = append(targets, Target{Key: k, Node: n, Vantages: vs, Starting: p == 81 && i < 2})
+		}
+	}
+	states := []v1alpha1.State{v1alpha1.StateUp, v1alpha1.StateDown, ""}
+	for seed := range int64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(seed), 1))
+			// says[by][key] is what prober by reports about key ("" for
+			// nothing); fresh[by] whether its report counts.
+			says := map[string]map[string]v1alpha1.State{}
+			fresh := map[string]bool{}
+			for _, n := range nodes {
+				says[n] = map[string]v1alpha1.State{}
+				fresh[n] = true
+			}
+			build := func(by string, now time.Time) *v1alpha1.ProbeReport {
+				r := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Name: by}}
+				for _, tg := range targets {
+					st := says[by][tg.Key]
+					if st == "" || !slices.Contains(tg.Vantages, by) {
+						continue
+					}
+					obs := v1alpha1.Observation{Node: tg.Node, State: st}
+					if st == v1alpha1.StateDown {
+						obs.Outcome = "L4CON"
+					}
+					if tg.Beacon {
+						r.Status.Beacons = append(r.Status.Beacons, v1alpha1.BeaconResult{Observation: obs})
+					} else {
+						r.Status.Results = append(r.Status.Results, v1alpha1.ProbeResult{Service: "shop/web",
+							Port: ports[tg.Key], PortProtocol: "TCP", Observation: obs})
+					}
+				}
+				if fresh[by] {
+					r.Status.HeartbeatTime = metav1.NewTime(now)
+				}
+				return r
+			}
+			var full, inc Engine
+			var idx Reports
+			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			for round := range 400 {
+				var keys, flipped []string
+				switch round {
+				case 0:
+					for _, n := range nodes {
+						idx.Put(build(n, now))
+					}
+				default:
+					for range rng.IntN(4) {
+						by := nodes[rng.IntN(len(nodes))]
+						tg := targets[rng.IntN(len(targets))]
+						says[by][tg.Key] = states[rng.IntN(len(states))]
+						keys = append(keys, idx.Put(build(by, now))...)
+					}
+					if rng.IntN(3) == 0 {
+						// Every vantage of a target at once: verdicts
+						// that flap.
+						tg := targets[rng.IntN(2)]
+						st := states[rng.IntN(2)]
+						for _, by := range tg.Vantages {
+							says[by][tg.Key] = st
+							keys = append(keys, idx.Put(build(by, now))...)
+						}
+					}
+					if rng.IntN(10) == 0 {
+						by := nodes[rng.IntN(len(nodes))]
+						fresh[by] = !fresh[by]
+					}
+				}
+				for _, n := range nodes {
+					if idx.SetFresh(n, fresh[n]) {
+						flipped = append(flipped, n)
+					}
+				}
+				var reports []*v1alpha1.ProbeReport
+				for _, n := range nodes {
+					reports = append(reports, build(n, now))
+				}
+				// Now and then the targets change (a proxy is done
+				// starting), which takes a Judge of every target, or a
+				// verdict is restored.
+				newTargets := round == 0 || rng.IntN(40) == 0
+				if newTargets {
+					i := 1 + 3*rng.IntN(len(nodes))
+					targets[i].Starting = !targets[i].Starting
+				}
+				if rng.IntN(60) == 0 {
+					k := targets[rng.IntN(len(targets))].Key
+					full.Restore(k, VerdictDown)
+					inc.Restore(k, VerdictDown)
+				}
+				a := full.Judge(IndexReports(reports, now), targets, now)
+				var b []Change
+				if newTargets {
+					b = inc.Judge(idx, targets, now)
+				} else {
+					b = inc.Rejudge(idx, keys, flipped, now)
+				}
+				if !equalChanges(a, b) {
+					t.Fatalf("round %d (keys %q, flipped %q): changes\nJudge   %+v\nRejudge %+v", round, keys, flipped, a, b)
+				}
+				for _, tg := range targets {
+					if ja, jb := full.Verdict(tg.Key), inc.Verdict(tg.Key); !reflect.DeepEqual(ja, jb) {
+						t.Fatalf("round %d: %s: Judge %+v, Rejudge %+v", round, tg.Key, ja, jb)
+					}
+					if da, db := full.DownFor(tg.Key, now), inc.DownFor(tg.Key, now); da != db {
+						t.Fatalf("round %d: %s down for %s and %s", round, tg.Key, da, db)
+					}
+				}
+				if full.Flapping() != inc.Flapping() {
+					t.Fatalf("round %d: flapping %d and %d", round, full.Flapping(), inc.Flapping())
+				}
+				now = now.Add(time.Duration(200+rng.IntN(3000)) * time.Millisecond)
+			}
+		})
+	}
+}
+
+func equalChanges(a, b []Change) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		x.Target.Ignore, y.Target.Ignore = nil, nil
+		if !reflect.DeepEqual(x, y) {
+			return false
+		}
+	}
+	return true
 }

@@ -149,26 +149,31 @@ func IndexReports(reports []*v1alpha1.ProbeReport, now time.Time) Reports {
 func IndexVantages(reports []*v1alpha1.ProbeReport, leases map[string]*coordinationv1.Lease, now time.Time) Reports {
 	idx := Reports{byNode: make(map[string]indexedReport, len(reports))}
 	for _, r := range reports {
-		ir := indexedReport{
-			fresh:    Fresh(leases[r.Name], r, now),
-			external: r.Status.External,
-			allDown:  len(r.Status.Results) > 0,
-			results:  make(map[string]*v1alpha1.Observation, len(r.Status.Results)),
-			beacons:  make(map[string]*v1alpha1.Observation, len(r.Status.Beacons)),
-		}
-		for i := range r.Status.Results {
-			res := &r.Status.Results[i]
-			key := contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)
-			ir.results[key] = worse(ir.results[key], &res.Observation)
-			ir.allDown = ir.allDown && res.State == v1alpha1.StateDown
-		}
-		for i := range r.Status.Beacons {
-			b := &r.Status.Beacons[i]
-			ir.beacons[b.Node] = &b.Observation
-		}
-		idx.byNode[r.Name] = ir
+		idx.byNode[r.Name] = indexReport(r, Fresh(leases[r.Name], r, now))
 	}
 	return idx
+}
+
+// indexReport indexes what report r says, fresh or not.
+func indexReport(r *v1alpha1.ProbeReport, fresh bool) indexedReport {
+	ir := indexedReport{
+		fresh:    fresh,
+		external: r.Status.External,
+		allDown:  len(r.Status.Results) > 0,
+		results:  make(map[string]*v1alpha1.Observation, len(r.Status.Results)),
+		beacons:  make(map[string]*v1alpha1.Observation, len(r.Status.Beacons)),
+	}
+	for i := range r.Status.Results {
+		res := &r.Status.Results[i]
+		key := contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)
+		ir.results[key] = worse(ir.results[key], &res.Observation)
+		ir.allDown = ir.allDown && res.State == v1alpha1.StateDown
+	}
+	for i := range r.Status.Beacons {
+		b := &r.Status.Beacons[i]
+		ir.beacons[b.Node] = &b.Observation
+	}
+	return ir
 }
 
 // worse returns the observation of a port on a node that counts when a

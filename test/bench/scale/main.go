@@ -37,7 +37,8 @@
 // victim's address, then opens them again and waits until every one has it
 // back. Printed per size: the failover's p50 and max over every (Service,
 // trial), the steps (2 Down votes in the reports; the controller's verdict,
-// from its log; the status write), the controller's CPU over the trials,
+// from its log; the status write), for the node's beacon and for each
+// Service (its port or the beacon, whichever first), the controller's CPU over the trials,
 // the API server's writes per second by resource, the CPU of the control
 // plane's processes and the machine's load.
 package main
@@ -136,19 +137,24 @@ type result struct {
 	// on the victim's beacon received on a watch, and to the controller's
 	// Down verdict (its log).
 	votes, verdicts, beaconVerdicts []time.Duration
-	realAgents                      int
-	servicesPerTrl                  float64
-	window                          time.Duration
-	controllerCPU                   float64 // seconds over the trials
-	processCPU                      map[string]float64
-	writes                          map[string]float64 // API server writes per second by resource, over the trials
-	busy                            float64            // machine busy % over the trials
-	load                            string
-	publishedAfter                  time.Duration
-	healed                          []time.Duration
-	queues                          queueStats
-	setup                           time.Duration
-	timedOut                        int
+	// svcVotes and svcVerdicts are, per Service and trial, the fault to the
+	// second Down vote and to the controller's Down verdict on its port on
+	// the victim or the victim's beacon, whichever came first; svcWrites
+	// that verdict to the status write (serviceSteps).
+	svcVotes, svcVerdicts, svcWrites []time.Duration
+	realAgents                       int
+	servicesPerTrl                   float64
+	window                           time.Duration
+	controllerCPU                    float64 // seconds over the trials
+	processCPU                       map[string]float64
+	writes                           map[string]float64 // API server writes per second by resource, over the trials
+	busy                             float64            // machine busy % over the trials
+	load                             string
+	publishedAfter                   time.Duration
+	healed                           []time.Duration
+	queues                           queueStats
+	setup                            time.Duration
+	timedOut                         int
 	// agentProbes is the real agents' probes per second, agentRefreshes
 	// their target recomputations per agent per second.
 	agentProbes, agentRefreshes float64
@@ -166,6 +172,9 @@ func printResult(r result) {
 		"the beacon alone: 2nd Down vote on a report watch %s (%s), verdict %s (%s)\n",
 		ms(quantile(r.verdicts, 0.5)), ms(quantile(r.verdicts, 1)), ms(quantile(r.trialMin, 0.5)), ms(quantile(r.trialMin, 1)),
 		ms(quantile(r.votes, 0.5)), ms(quantile(r.votes, 1)), ms(quantile(r.beaconVerdicts, 0.5)), ms(quantile(r.beaconVerdicts, 1)))
+	fmt.Printf("  per Service, p50 (max): fault → 2nd Down vote on its port or the node's beacon (report watch) %s (%s); fault → the controller's verdict on either (its log) %s (%s); that verdict → the status write (a watch) %s (%s)\n",
+		ms(quantile(r.svcVotes, 0.5)), ms(quantile(r.svcVotes, 1)), ms(quantile(r.svcVerdicts, 0.5)), ms(quantile(r.svcVerdicts, 1)),
+		ms(quantile(r.svcWrites, 0.5)), ms(quantile(r.svcWrites, 1)))
 	fmt.Printf("  trials: %s\n", joinDurations(r.trialMax))
 	fmt.Printf("  heal (victim's addresses back): p50 %s, max %s\n", ms(quantile(r.healed, 0.5)), ms(quantile(r.healed, 1)))
 	fmt.Printf("  over the %s of the trials: controller CPU %.1f s (%.3f cores); machine %.0f %% busy of %d CPUs; load average after: %s\n",

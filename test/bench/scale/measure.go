@@ -178,6 +178,15 @@ func measure(ctx context.Context, s size) (result, error) {
 		log.Printf("%s: trial %d, %s: %d Services, first %s, last %s; first Down verdict %s; beacon: 2nd Down vote %s, verdict %s; healed in %s",
 			s.name, i+1, nodeName(v), len(tr.perService), ms(tr.first()), ms(tr.last()), ms(tr.verdict), ms(tr.vote), ms(tr.beaconVerdict), ms(tr.healed))
 		r.failovers = append(r.failovers, tr.perService...)
+		for _, st := range tr.steps {
+			if st.vote >= 0 {
+				r.svcVotes = append(r.svcVotes, st.vote)
+			}
+			if st.verdict >= 0 {
+				r.svcVerdicts = append(r.svcVerdicts, st.verdict)
+				r.svcWrites = append(r.svcWrites, st.write-st.verdict)
+			}
+		}
 		r.trialMin = append(r.trialMin, tr.first())
 		r.trialMax = append(r.trialMax, tr.last())
 		if tr.vote >= 0 {
@@ -243,6 +252,18 @@ type trialResult struct {
 	beaconVerdict  time.Duration
 	healed, cutFor time.Duration
 	timedOut       bool
+	// steps are each Service's, in the order of perService.
+	steps []serviceSteps
+}
+
+// serviceSteps are the times from the fault to the steps of one Service's
+// failover: the second Down vote of its port on the victim or of the
+// victim's beacon, seen on a watch of the reports (the probers' part,
+// their report writes and the watch included); the controller's first Down
+// verdict on either (its log); the status write without the victim's
+// address (a watch). -1 when not seen.
+type serviceSteps struct {
+	vote, verdict, write time.Duration
 }
 
 func (t trialResult) first() time.Duration { return slices.Min(t.perService) }
@@ -280,10 +301,27 @@ func trial(ctx context.Context, cs kubernetes.Interface, cl *layout, reports *v1
 		_, ok := ctlLog.first(contract.BeaconKey(nodeName(v)), t0)
 		return ok, nil
 	})
-	if at, ok := votes.second(nodeName(v), t0); ok {
+	beacon := contract.BeaconKey(nodeName(v))
+	if at, ok := votes.second(beacon, t0); ok {
 		tr.vote = at.Sub(t0)
 	}
-	if at, ok := ctlLog.first(contract.BeaconKey(nodeName(v)), t0); ok {
+	// Each Service's path: the first quorum of Down votes (its port on
+	// the victim, or the victim's beacon), the controller's first verdict
+	// on either, its status write.
+	for k, sv := range cl.servicesOnIndex(v) {
+		port := targetKey(sv, v)
+		vote, verdict := time.Duration(-1), time.Duration(-1)
+		if at, ok := earliest(func() (time.Time, bool) { return votes.second(port, t0) },
+			func() (time.Time, bool) { return votes.second(beacon, t0) }); ok {
+			vote = at.Sub(t0)
+		}
+		if at, ok := earliest(func() (time.Time, bool) { return ctlLog.first(port, t0) },
+			func() (time.Time, bool) { return ctlLog.first(beacon, t0) }); ok {
+			verdict = at.Sub(t0)
+		}
+		tr.steps = append(tr.steps, serviceSteps{vote: vote, verdict: verdict, write: tr.perService[k]})
+	}
+	if at, ok := ctlLog.first(beacon, t0); ok {
 		tr.beaconVerdict = at.Sub(t0)
 	}
 	if at, ok := ctlLog.first("@"+nodeName(v), t0); ok {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/test/bench/apimetrics"
 	"github.com/pulselb/pulselb/test/bench/procstat"
@@ -128,11 +129,12 @@ func (w *statusWatch) allWith(svcs []string, ip string) bool {
 }
 
 // voteWatch records, from a watch on the ProbeReports, when each report
-// starts and stops saying a node's beacon is Down.
+// starts and stops saying a target is Down: a node's beacon
+// (contract.BeaconKey) or a Service port on a node (contract.TargetKey).
 type voteWatch struct {
 	mu     sync.Mutex
-	down   map[string]map[string]bool // node -> reporter -> Down now
-	events map[string][]vote          // node -> changes
+	down   map[string]map[string]bool // target -> reporter -> Down now
+	events map[string][]vote          // target -> changes
 }
 
 type vote struct {
@@ -174,34 +176,39 @@ func (w *voteWatch) add(r *v1alpha1.ProbeReport, at time.Time) {
 	now := map[string]bool{}
 	for _, b := range r.Status.Beacons {
 		if b.State == v1alpha1.StateDown {
-			now[b.Node] = true
+			now[contract.BeaconKey(b.Node)] = true
+		}
+	}
+	for _, res := range r.Status.Results {
+		if res.State == v1alpha1.StateDown {
+			now[contract.TargetKey(res.Service, res.PortProtocol, res.Port, res.Node)] = true
 		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for node, m := range w.down {
-		if m[r.Name] && !now[node] {
+	for target, m := range w.down {
+		if m[r.Name] && !now[target] {
 			delete(m, r.Name)
-			w.events[node] = append(w.events[node], vote{at: at, reporter: r.Name})
+			w.events[target] = append(w.events[target], vote{at: at, reporter: r.Name})
 		}
 	}
-	for node := range now {
-		if w.down[node] == nil {
-			w.down[node] = map[string]bool{}
+	for target := range now {
+		if w.down[target] == nil {
+			w.down[target] = map[string]bool{}
 		}
-		if !w.down[node][r.Name] {
-			w.down[node][r.Name] = true
-			w.events[node] = append(w.events[node], vote{at: at, reporter: r.Name, down: true})
+		if !w.down[target][r.Name] {
+			w.down[target][r.Name] = true
+			w.events[target] = append(w.events[target], vote{at: at, reporter: r.Name, down: true})
 		}
 	}
 }
 
-// second returns when a second report said node's beacon was Down after t0.
-func (w *voteWatch) second(node string, t0 time.Time) (time.Time, bool) {
+// second returns when a second report said target was Down after t0.
+func (w *voteWatch) second(target string, t0 time.Time) (time.Time, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	set := map[string]bool{}
-	for _, v := range w.events[node] {
+	for _, v := range w.events[target] {
 		if v.down {
 			set[v.reporter] = true
 		} else {
@@ -212,6 +219,17 @@ func (w *voteWatch) second(node string, t0 time.Time) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// earliest returns the earliest of the times found, and whether any was.
+func earliest(found ...func() (time.Time, bool)) (time.Time, bool) {
+	var first time.Time
+	for _, f := range found {
+		if at, ok := f(); ok && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first, !first.IsZero()
 }
 
 // verdictLog reads the controller's log as it grows and keeps its Down
