@@ -257,13 +257,17 @@ func TestProxyProtocolHeaderWithFirstBytes(t *testing.T) {
 			s.data = string(buf)
 		}
 		raw, err := c.SyscallConn()
+		var ierr error
 		if err == nil {
 			err = raw.Control(func(fd uintptr) {
-				info, ierr := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-				if ierr == nil {
+				var info *unix.TCPInfo
+				if info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); ierr == nil {
 					s.segments = info.Data_segs_in
 				}
 			})
+		}
+		if s.err == nil {
+			s.err = errors.Join(err, ierr)
 		}
 		got <- s
 	})
