@@ -378,7 +378,7 @@ func (p *Proxy) startUserspace(ctx context.Context, ports []Port) error {
 		switch port.Protocol {
 		case TCP:
 			var ln net.Listener
-			if ln, err = net.Listen("tcp", addr); err == nil {
+			if ln, err = relayListenConfig.Listen(ctx, "tcp", addr); err == nil {
 				p.tcp = append(p.tcp, &tcpRelay{
 					ln: ln.(*net.TCPListener), port: port, allow: &p.allow, backend: p.backend(port),
 					header: p.cfg.ProxyProtocol[port], stopping: make(chan struct{}),

@@ -48,7 +48,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 // tcpBackend listens on the ClusterIP and answers each connection with
 // handle.
-func tcpBackend(t *testing.T, handle func(c *net.TCPConn)) uint16 {
+func tcpBackend(t testing.TB, handle func(c *net.TCPConn)) uint16 {
 	t.Helper()
 	return tcpServer(t, clusterIP, handle)
 }
@@ -77,7 +77,7 @@ type runningProxy struct {
 }
 
 // startProxy starts a proxy with cfg and stops it when the test ends.
-func startProxy(t *testing.T, cfg Config) *runningProxy {
+func startProxy(t testing.TB, cfg Config) *runningProxy {
 	t.Helper()
 	m := NewMetrics()
 	p, err := New(cfg, m)
@@ -209,7 +209,7 @@ func TestUserspaceTCP(t *testing.T) {
 }
 
 // tcpServer listens on addr:0 and answers each connection with handle.
-func tcpServer(t *testing.T, addr netip.Addr, handle func(c *net.TCPConn)) uint16 {
+func tcpServer(t testing.TB, addr netip.Addr, handle func(c *net.TCPConn)) uint16 {
 	t.Helper()
 	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(addr, 0)))
 	if err != nil {

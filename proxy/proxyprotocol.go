@@ -1,14 +1,13 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
-
-	proxyproto "github.com/pires/go-proxyproto"
 )
 
 // HeaderVersion is the PROXY protocol version a port's relay writes in
@@ -97,8 +96,64 @@ func checkProxyProtocol(cfg *Config) error {
 // connection from client to local, the address it arrived at (in a proxy
 // pod the pod's address: the node's hostPort DNAT happened before it).
 func clientHeader(v HeaderVersion, client, local netip.AddrPort) ([]byte, error) {
-	h := proxyproto.HeaderProxyFromAddrs(byte(v), net.TCPAddrFromAddrPort(client), net.TCPAddrFromAddrPort(local))
-	return h.Format()
+	return appendHeader(nil, v, client, local)
+}
+
+// v2Signature opens every version 2 header (proxy-protocol.txt, 2.2).
+var v2Signature = [12]byte{0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A}
+
+// maxHeaderLen is the longest header appendHeader writes: version 1's
+// longest line (proxy-protocol.txt, 2.1); version 2 over IPv6 takes 52.
+const maxHeaderLen = 107
+
+// appendHeader appends clientHeader's header to dst. It is the relay's own
+// code rather than a library's because it runs for every connection and
+// writes into the buffer that carries the client's first bytes: no
+// allocation, no copy. Addresses of two families (which a dual-stack
+// socket does not give after unmapping) are both written as IPv6.
+func appendHeader(dst []byte, v HeaderVersion, client, local netip.AddrPort) ([]byte, error) {
+	src, dstAddr := client.Addr().Unmap(), local.Addr().Unmap()
+	if !src.IsValid() || !dstAddr.IsValid() {
+		return nil, fmt.Errorf("PROXY protocol header: no address for %v → %v", client, local)
+	}
+	ipv4 := src.Is4() && dstAddr.Is4()
+	if !ipv4 {
+		src, dstAddr = netip.AddrFrom16(src.As16()), netip.AddrFrom16(dstAddr.As16())
+	}
+	switch v {
+	case HeaderV1:
+		dst = append(dst, "PROXY TCP6 "...)
+		if ipv4 {
+			dst[len(dst)-2] = '4'
+		}
+		dst = src.AppendTo(dst)
+		dst = append(dst, ' ')
+		dst = dstAddr.AppendTo(dst)
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, uint64(client.Port()), 10)
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, uint64(local.Port()), 10)
+		return append(dst, '\r', '\n'), nil
+	case HeaderV2:
+		// Version 2, command PROXY; TCP over IPv4 (0x11) or IPv6 (0x21),
+		// then the address block's length.
+		dst = append(dst, v2Signature[:]...)
+		if ipv4 {
+			dst = append(dst, 0x21, 0x11, 0, 12)
+		} else {
+			dst = append(dst, 0x21, 0x21, 0, 36)
+		}
+		if ipv4 {
+			a, b := src.As4(), dstAddr.As4()
+			dst = append(append(dst, a[:]...), b[:]...)
+		} else {
+			a, b := src.As16(), dstAddr.As16()
+			dst = append(append(dst, a[:]...), b[:]...)
+		}
+		dst = binary.BigEndian.AppendUint16(dst, client.Port())
+		return binary.BigEndian.AppendUint16(dst, local.Port()), nil
+	}
+	return nil, fmt.Errorf("PROXY protocol header: no version %d", v)
 }
 
 // relayedPorts returns the ports a userspace relay serves in iptables mode:

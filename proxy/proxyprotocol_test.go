@@ -13,10 +13,12 @@ import (
 	"time"
 
 	proxyproto "github.com/pires/go-proxyproto"
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2/ktesting"
 )
 
-// v2Signature opens every version 2 header (proxy-protocol.txt, 2.2).
-var v2Signature = []byte{0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A}
+// specV2Signature opens every version 2 header (proxy-protocol.txt, 2.2).
+var specV2Signature = []byte{0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A}
 
 // TestClientHeader checks the header the relay writes against the
 // specification: version 1's examples (section 2.1: "PROXY TCP4
@@ -28,7 +30,7 @@ var v2Signature = []byte{0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0
 func TestClientHeader(t *testing.T) {
 	ffff := "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"
 	v2 := func(famProto byte, length uint16, block ...byte) []byte {
-		out := append(append([]byte{}, v2Signature...), 0x21, famProto, byte(length>>8), byte(length))
+		out := append(append([]byte{}, specV2Signature...), 0x21, famProto, byte(length>>8), byte(length))
 		return append(out, block...)
 	}
 	tests := []struct {
@@ -61,6 +63,50 @@ func TestClientHeader(t *testing.T) {
 				t.Errorf("header\n%q\nwant\n%q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestClientHeaderReadsBack checks the header against go-proxyproto, the
+// parser servers written in Go use: for addresses of both families and the
+// edges of the port range, the parser reads back the client and the local
+// address, and the header is no longer than maxHeaderLen.
+func TestClientHeaderReadsBack(t *testing.T) {
+	addrs := []struct{ client, local string }{
+		{"192.0.2.1:1", "198.51.100.7:65535"},
+		{"10.0.0.255:65535", "10.0.0.1:80"},
+		{"[2001:db8::1]:40000", "[2001:db8:ffff::2]:443"},
+		{"[::1]:2", "[fe80::1]:1"},
+		{"[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535", "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"},
+	}
+	for _, v := range []HeaderVersion{HeaderV1, HeaderV2} {
+		for _, a := range addrs {
+			client, local := netip.MustParseAddrPort(a.client), netip.MustParseAddrPort(a.local)
+			h, err := appendHeader([]byte("prefix"), v, client, local)
+			if err != nil {
+				t.Fatalf("%v %v → %v: %v", v, client, local, err)
+			}
+			if string(h[:6]) != "prefix" {
+				t.Fatalf("%v %v → %v: the header overwrote what it was appended to: %q", v, client, local, h)
+			}
+			h = h[6:]
+			if len(h) > maxHeaderLen {
+				t.Errorf("%v %v → %v: %d bytes, more than maxHeaderLen %d", v, client, local, len(h), maxHeaderLen)
+			}
+			got, err := proxyproto.Read(bufio.NewReader(bytes.NewReader(append(h, "data"...))))
+			if err != nil {
+				t.Fatalf("%v %v → %v: go-proxyproto cannot read %q: %v", v, client, local, h, err)
+			}
+			src, dst, ok := got.TCPAddrs()
+			if got.Version != byte(v) || !got.Command.IsProxy() || !ok || src.AddrPort() != client || dst.AddrPort() != local {
+				t.Errorf("%v %v → %v: go-proxyproto reads version %d %v → %v", v, client, local, got.Version, src, dst)
+			}
+		}
+	}
+	if _, err := clientHeader(HeaderNone, netip.MustParseAddrPort("192.0.2.1:1"), netip.MustParseAddrPort("192.0.2.2:2")); err == nil {
+		t.Error("a header with no version: no error")
+	}
+	if _, err := clientHeader(HeaderV2, netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.2:2")); err == nil {
+		t.Error("a header with no client address: no error")
 	}
 }
 
@@ -186,5 +232,94 @@ func TestUserspaceProxyProtocol(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProxyProtocolHeaderWithFirstBytes checks that the header and what the
+// client sent before the backend's connection was up reach the backend in
+// one segment, and that a backend that speaks first is not kept waiting
+// for a client that sends nothing.
+func TestProxyProtocolHeaderWithFirstBytes(t *testing.T) {
+	const request = "GET / HTTP/1.1\r\nHost: example.org\r\n\r\n"
+	type seen struct {
+		data     string
+		segments uint32 // data segments the backend received
+		err      error
+	}
+	got := make(chan seen, 1)
+	port := tcpBackend(t, func(c *net.TCPConn) {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		r := bufio.NewReader(c)
+		var s seen
+		if _, s.err = proxyproto.Read(r); s.err == nil {
+			buf := make([]byte, len(request))
+			_, s.err = io.ReadFull(r, buf)
+			s.data = string(buf)
+		}
+		raw, err := c.SyscallConn()
+		var ierr error
+		if err == nil {
+			err = raw.Control(func(fd uintptr) {
+				var info *unix.TCPInfo
+				if info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); ierr == nil {
+					s.segments = info.Data_segs_in
+				}
+			})
+		}
+		if s.err == nil {
+			s.err = errors.Join(err, ierr)
+		}
+		got <- s
+	})
+	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(proxyAddr, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &tcpRelay{
+		ln: ln, port: Port{TCP, port}, header: HeaderV2,
+		backend:     func(netip.Addr) netip.AddrPort { return netip.AddrPortFrom(clusterIP, port) },
+		dialTimeout: time.Second, metrics: NewMetrics(), conns: map[*net.TCPConn]*relayedConn{}, served: make(chan struct{}),
+	}
+	// The client's request is in the relay's socket before the relay
+	// accepts it, as it is when the backend's handshake takes longer than
+	// the client's first write.
+	c, err := dialFrom(allowedAddr, tcpAddrPort(ln.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	go r.serve(ctx)
+	defer r.shutdown(time.Second)
+	s := <-got
+	c.Close()
+	if s.err != nil || s.data != request {
+		t.Fatalf("backend read %q, %v; want the request after the header", s.data, s.err)
+	}
+	if s.segments != 1 {
+		t.Errorf("the header and the request came in %d segments, want 1", s.segments)
+	}
+
+	// A backend that greets first, as SMTP and MySQL servers do.
+	greeting := tcpBackend(t, func(c *net.TCPConn) {
+		if _, err := proxyproto.Read(bufio.NewReader(c)); err == nil {
+			_, _ = io.WriteString(c, "220 ready\r\n")
+		}
+	})
+	cfg := userspaceConfig(Port{TCP, greeting})
+	cfg.ProxyProtocol = map[Port]HeaderVersion{{TCP, greeting}: HeaderV2}
+	startProxy(t, cfg)
+	quiet, err := dialFrom(allowedAddr, netip.AddrPortFrom(proxyAddr, greeting))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	_ = quiet.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(quiet).ReadString('\n')
+	if err != nil || line != "220 ready\r\n" {
+		t.Errorf("a client that sends nothing got %q, %v; want the backend's greeting", line, err)
 	}
 }

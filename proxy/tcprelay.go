@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
@@ -38,6 +40,9 @@ type tcpRelay struct {
 	// either way for that long.
 	idleTimeout time.Duration
 	metrics     *Metrics
+	// m holds the series of metrics every connection updates, looked up
+	// once by serve rather than by label values per connection.
+	m relayMetrics
 
 	// slots holds a token per relayed connection; its capacity is what the
 	// file descriptor limit allows (connectionSlots), shared by every TCP
@@ -61,11 +66,65 @@ type tcpRelay struct {
 	acceptLog rateLog
 }
 
+// relayMetrics are the TCP series of Metrics a relay updates per
+// connection.
+type relayMetrics struct {
+	connections                  prometheus.Counter
+	active                       prometheus.Gauge
+	bytesIn, bytesOut            prometheus.Counter
+	refusedRange, refusedBackend prometheus.Counter
+}
+
+func newRelayMetrics(m *Metrics) relayMetrics {
+	proto := string(TCP)
+	return relayMetrics{
+		connections:    m.Connections.WithLabelValues(proto),
+		active:         m.Active.WithLabelValues(proto),
+		bytesIn:        m.Bytes.WithLabelValues(proto, "in"),
+		bytesOut:       m.Bytes.WithLabelValues(proto, "out"),
+		refusedRange:   m.Refused.WithLabelValues(proto, "source-range"),
+		refusedBackend: m.Refused.WithLabelValues(proto, "backend"),
+	}
+}
+
 // relayedConn is one end of a relayed connection.
 type relayedConn struct {
 	// client is true for the client's end, which the idle sweep checks.
 	client   bool
 	accepted time.Time
+}
+
+// The keep-alive of a relayed client's connection, Go's defaults for
+// accepted connections: the first probe after 15 s without traffic, then
+// every 15 s, closed after 9 unanswered.
+const (
+	keepAliveIdle     = 15 * time.Second
+	keepAliveInterval = 15 * time.Second
+	keepAliveCount    = 9
+)
+
+// relayListenConfig opens the relays' listeners with keep-alive set on the
+// listening socket, which every accepted connection inherits from it, in
+// place of the four setsockopt calls Go makes per accepted connection.
+var relayListenConfig = net.ListenConfig{
+	KeepAlive: -1,
+	Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			for _, o := range []struct{ level, opt, value int }{
+				{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+				{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(keepAliveIdle / time.Second)},
+				{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, int(keepAliveInterval / time.Second)},
+				{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepAliveCount},
+			} {
+				if serr = unix.SetsockoptInt(int(fd), o.level, o.opt, o.value); serr != nil {
+					serr = fmt.Errorf("setting keep-alive option %d on the listener: %w", o.opt, serr)
+					return
+				}
+			}
+		})
+		return errors.Join(err, serr)
+	},
 }
 
 // acceptLogInterval is the least time between two logs of accept failures:
@@ -110,6 +169,7 @@ func acceptErrorReason(err error) string {
 func (r *tcpRelay) serve(ctx context.Context) {
 	defer close(r.served)
 	logger := klog.FromContext(ctx)
+	r.m = newRelayMetrics(r.metrics)
 	if r.idleTimeout > 0 {
 		stop := make(chan struct{})
 		defer close(stop)
@@ -286,10 +346,9 @@ func (r *tcpRelay) untrack(c *net.TCPConn) {
 // have closed. A half-close is passed on: when the client shuts down its
 // sending side, the backend gets a FIN and may go on answering.
 func (r *tcpRelay) relay(ctx context.Context, client *net.TCPConn) {
-	proto := string(TCP)
 	src := tcpAddrPort(client.RemoteAddr())
 	if !allows(r.allow, src.Addr()) {
-		r.metrics.Refused.WithLabelValues(proto, "source-range").Inc()
+		r.m.refusedRange.Inc()
 		klog.FromContext(ctx).V(4).Info("Refused client outside the allow-list", "client", src, "port", r.port.String())
 		// A reset rather than a FIN, so the client sees a refusal, not an
 		// empty answer.
@@ -307,7 +366,7 @@ func (r *tcpRelay) relay(ctx context.Context, client *net.TCPConn) {
 	d := net.Dialer{Timeout: r.dialTimeout}
 	bc, err := d.DialContext(ctx, "tcp", dst.String())
 	if err != nil {
-		r.metrics.Refused.WithLabelValues(proto, "backend").Inc()
+		r.m.refusedBackend.Inc()
 		klog.FromContext(ctx).V(2).Info("Connecting to ClusterIP failed", "client", src, "backend", dst, "err", err)
 		_ = client.SetLinger(0)
 		return
@@ -323,48 +382,100 @@ func (r *tcpRelay) relay(ctx context.Context, client *net.TCPConn) {
 		return
 	}
 
-	r.metrics.Connections.WithLabelValues(proto).Inc()
-	active := r.metrics.Active.WithLabelValues(proto)
-	active.Inc()
-	defer active.Dec()
+	r.m.connections.Inc()
+	r.m.active.Inc()
+	defer r.m.active.Dec()
 
 	// io.Copy between two *net.TCPConn uses splice(2): the bytes move
 	// through a kernel pipe and never enter this process.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		r.pipe(backend, client, "in")
+		r.pipe(backend, client, r.m.bytesIn)
 	}()
-	r.pipe(client, backend, "out")
+	r.pipe(client, backend, r.m.bytesOut)
 	<-done
 }
 
+// firstBytesLen is how much of what the client has sent by the time the
+// backend's connection is up goes out with the header: a TLS ClientHello or
+// an HTTP request's head fits, and the rest follows through the splice.
+const firstBytesLen = 4096
+
+// headerBufs holds the buffers of sendHeader, each maxHeaderLen +
+// firstBytesLen long.
+var headerBufs = sync.Pool{New: func() any {
+	b := make([]byte, maxHeaderLen+firstBytesLen)
+	return &b
+}}
+
 // sendHeader writes the PROXY protocol header that tells the backend the
-// client's address, src, and the address the client connected to. It
-// reports whether the header went out; when it did not, the connection is
-// not relayed, as the backend would take the client's bytes for a header.
+// client's address, src, and the address the client connected to,
+// together with what the client has sent already: one write and one
+// segment rather than two, and the backend reads both at once. It does
+// not wait for the client, whose protocol may have the server speak first.
+// It reports whether the header went out; when it did not, the connection
+// is not relayed, as the backend would take the client's bytes for a
+// header.
 func (r *tcpRelay) sendHeader(ctx context.Context, client, backend *net.TCPConn, src netip.AddrPort) bool {
-	h, err := clientHeader(r.header, src, tcpAddrPort(client.LocalAddr()))
+	bp := headerBufs.Get().(*[]byte)
+	defer headerBufs.Put(bp)
+	h, err := appendHeader((*bp)[:0], r.header, src, tcpAddrPort(client.LocalAddr()))
 	if err == nil {
+		var n int
+		if n, err = readReady(client, (*bp)[len(h):]); err != nil {
+			// The client is gone before anything reached the backend.
+			klog.FromContext(ctx).V(4).Info("Client failed before the PROXY protocol header went out", "client", src, "port", r.port.String(), "err", err)
+			return false
+		}
+		r.m.bytesIn.Add(float64(n))
 		// A new connection's send buffer takes the header at once.
 		_ = backend.SetWriteDeadline(time.Now().Add(r.dialTimeout))
-		_, err = backend.Write(h)
+		_, err = backend.Write((*bp)[:len(h)+n])
 		_ = backend.SetWriteDeadline(time.Time{})
 	}
 	if err != nil {
-		r.metrics.Refused.WithLabelValues(string(TCP), "backend").Inc()
+		r.m.refusedBackend.Inc()
 		klog.FromContext(ctx).V(2).Info("Sending the PROXY protocol header failed", "client", src, "port", r.port.String(), "err", err)
 		return false
 	}
 	return true
 }
 
+// readReady reads into buf what c has received and not yet read, without
+// waiting: 0 when nothing has arrived or the client has sent its FIN (the
+// splice then finds the same). An error means the connection failed.
+func readReady(c *net.TCPConn, buf []byte) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var rerr error
+	if err := raw.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = unix.Read(int(fd), buf)
+			if rerr != unix.EINTR {
+				break
+			}
+		}
+		// true: one attempt, never a wait for readiness.
+		return true
+	}); err != nil {
+		return 0, err
+	}
+	if rerr == unix.EAGAIN || n < 0 {
+		return 0, nil
+	}
+	return n, rerr
+}
+
 // pipe copies src to dst, then passes the end of src on as a half-close of
 // dst. On an error (a reset, or a forced shutdown) it closes both ends so the
 // other direction stops too.
-func (r *tcpRelay) pipe(dst, src *net.TCPConn, direction string) {
+func (r *tcpRelay) pipe(dst, src *net.TCPConn, bytes prometheus.Counter) {
 	n, err := io.Copy(dst, src)
-	r.metrics.Bytes.WithLabelValues(string(TCP), direction).Add(float64(n))
+	bytes.Add(float64(n))
 	if err != nil {
 		dst.Close()
 		src.Close()

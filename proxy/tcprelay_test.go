@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -124,5 +125,57 @@ func TestUserspaceTCPAcceptFailures(t *testing.T) {
 	}
 	if got := r.acceptLog.logged; got != 1 {
 		t.Errorf("logged %d of %d accept failures within the log interval, want 1", got, fails)
+	}
+}
+
+// TestUserspaceTCPKeepAlive checks that the relay's end of a client's
+// connection has keep-alive on, with Go's default timing, though the relay
+// sets it on the listener only: the kernel copies it to every accepted
+// connection.
+func TestUserspaceTCPKeepAlive(t *testing.T) {
+	port := tcpBackend(t, echo)
+	p := startProxy(t, userspaceConfig(Port{TCP, port}))
+	c, err := dialFrom(allowedAddr, netip.AddrPortFrom(proxyAddr, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := roundTrip(c, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	r := p.tcp[0]
+	var accepted *net.TCPConn
+	r.mu.Lock()
+	for conn, rc := range r.conns {
+		if rc.client {
+			accepted = conn
+		}
+	}
+	r.mu.Unlock()
+	if accepted == nil {
+		t.Fatal("the relay holds no client connection")
+	}
+	raw, err := accepted.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []struct {
+		name       string
+		level, opt int
+		want       int
+	}{
+		{"SO_KEEPALIVE", unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+		{"TCP_KEEPIDLE", unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 15},
+		{"TCP_KEEPINTVL", unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15},
+		{"TCP_KEEPCNT", unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 9},
+	} {
+		var got int
+		var gerr error
+		if err := raw.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), o.level, o.opt) }); err != nil || gerr != nil {
+			t.Fatalf("%s: %v %v", o.name, err, gerr)
+		}
+		if got != o.want {
+			t.Errorf("accepted connection: %s = %d, want %d", o.name, got, o.want)
+		}
 	}
 }

@@ -14,9 +14,10 @@
 // unlimited rate), request/response latency p50/p99 (1-byte ping-pong over
 // one TCP connection), and the CPU of the proxy process and of the machine.
 //
-// Then the PROXY protocol cases (proxyprotocol.go): pulselb's relay writing
-// a version 2 header against HAProxy with send-proxy-v2, to backends that
-// read the header: throughput, connections per second, latency, CPU per GB.
+// Then the relay cases (proxyprotocol.go): pulselb's relay writing a version
+// 2 header against HAProxy with send-proxy-v2, to backends that read the
+// header, and both without a header, to backends that do not: throughput,
+// connections per second, latency, CPU per GB and per connection.
 //
 // Addresses are 198.18.110.0/24–198.18.112.0/24 and 198.19.100.0/24 inside
 // namespaces this program creates and deletes.
@@ -56,7 +57,7 @@ const (
 var (
 	duration = flag.Duration("duration", 3*time.Second, "measuring time of each iperf3 run and each latency run")
 	keep     = flag.Bool("keep", false, "keep the namespaces after the run, for debugging")
-	ppOnly   = flag.Bool("proxy-protocol-only", false, "run only the PROXY protocol cases (relay with v2 against HAProxy send-proxy-v2)")
+	ppOnly   = flag.Bool("proxy-protocol-only", false, "run only the relay cases (relay with v2 against HAProxy send-proxy-v2, and both without a header)")
 )
 
 func main() {
@@ -309,7 +310,7 @@ func (tp topology) create() error {
 	add("ip", "netns", "exec", node, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
 	add("ip", "netns", "exec", tp.ns("pod"), "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
 	for _, p := range []string{"tcp", "udp"} {
-		for _, port := range []int{iperfPort, rrPort, ppSinkPort, ppRRPort} {
+		for _, port := range []int{iperfPort, rrPort, ppSinkPort, ppRRPort, plainSinkPort, plainRRPort} {
 			add("ip", "netns", "exec", node, "iptables", "-t", "nat", "-A", "PREROUTING", "-d", nodeIP, "-p", p,
 				"--dport", strconv.Itoa(port), "-j", "DNAT", "--to-destination", fmt.Sprintf("%s:%d", podIP, port))
 		}

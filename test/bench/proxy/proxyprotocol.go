@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -20,109 +21,145 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The PROXY protocol cases: pulselb's relay writing a version 2 header and
-// HAProxy with send-proxy-v2, to backends that read the header (iperf3
-// cannot) and then sink or echo. The two run in the same topology, in the
+// The relay cases: pulselb's relay writing a version 2 header and HAProxy
+// with send-proxy-v2, to backends that read the header (iperf3 cannot) and
+// then sink or echo; and the two again on ports without a header, to
+// backends that sink or echo at once. All run in the same topology, in the
 // same run, against the same backends.
 const (
-	ppSinkPort = 7100 // reads the header, counts bytes to EOF, answers the count
-	ppRRPort   = 7101 // reads the header, echoes
+	ppSinkPort    = 7100 // reads the header, counts bytes to EOF, answers the count
+	ppRRPort      = 7101 // reads the header, echoes
+	plainSinkPort = 7102 // counts bytes to EOF, answers the count
+	plainRRPort   = 7103 // echoes
 )
 
-// ppResult is one PROXY protocol case.
+// relayPorts is a pair of ports a case is measured on: a sink and an echo.
+type relayPorts struct {
+	label      string // what the proxy sends before the client's bytes
+	sink, echo int
+}
+
+var (
+	headerPorts = relayPorts{"PROXY v2", ppSinkPort, ppRRPort}
+	plainPorts  = relayPorts{"no header", plainSinkPort, plainRRPort}
+)
+
+// ppResult is one relay case.
 type ppResult struct {
 	name        string
 	gbps        float64
 	connsPerSec float64
 	p50, p99    time.Duration
 	proxyCPU    float64 // cores during the throughput run
+	cpuPerConn  time.Duration
 }
 
-// runProxyProtocol measures the relay with PROXY v2 against HAProxy with
-// send-proxy-v2 and prints their table and ratios.
+// runProxyProtocol measures the relay against HAProxy, with and without a
+// PROXY v2 header, and prints their table and ratios.
 func runProxyProtocol(tp topology, bin, tmp string) {
 	stop, err := tp.startPPServers()
 	if err != nil {
-		log.Printf("bench/proxy: PROXY protocol servers: %v", err)
+		log.Printf("bench/proxy: relay case servers: %v", err)
 		return
 	}
 	defer stop()
-	cases := []struct {
+	proxies := []struct {
 		name  string
 		start func() (*exec.Cmd, error)
 	}{
-		{"pulselb relay, PROXY v2", func() (*exec.Cmd, error) { return tp.startPulselbPP(bin) }},
-		{"haproxy send-proxy-v2", func() (*exec.Cmd, error) { return tp.startHAProxyPP(tmp) }},
+		{"pulselb relay", func() (*exec.Cmd, error) { return tp.startPulselbPP(bin) }},
+		{"haproxy", func() (*exec.Cmd, error) { return tp.startHAProxyPP(tmp) }},
 	}
-	var rs []ppResult
-	for _, c := range cases {
-		proc, err := c.start()
+	results := map[relayPorts][]ppResult{}
+	for _, p := range proxies {
+		proc, err := p.start()
 		if err != nil {
-			log.Printf("bench/proxy: %s: %v", c.name, err)
+			log.Printf("bench/proxy: %s: %v", p.name, err)
 			continue
 		}
-		r := ppResult{name: c.name}
-		r.gbps, r.proxyCPU, _, err = measure(proc.Process.Pid, func() (float64, error) { return tp.ppThroughput() })
-		if err != nil {
-			log.Printf("bench/proxy: %s: throughput: %v", c.name, err)
-		}
-		if r.connsPerSec, err = tp.ppConnsPerSec(); err != nil {
-			log.Printf("bench/proxy: %s: connections: %v", c.name, err)
-		}
-		if r.p50, r.p99, err = tp.ppLatency(0); err != nil {
-			log.Printf("bench/proxy: %s: latency: %v", c.name, err)
+		for _, ports := range []relayPorts{headerPorts, plainPorts} {
+			name := p.name + ", " + ports.label
+			results[ports] = append(results[ports], tp.measureRelay(name, proc.Process.Pid, ports))
+			log.Printf("%-28s done", name)
 		}
 		_ = proc.Process.Signal(unix.SIGTERM)
 		_ = proc.Wait()
-		rs = append(rs, r)
-		log.Printf("%-24s done", c.name)
 	}
-	reportPP(os.Stdout, rs)
+	for _, ports := range []relayPorts{headerPorts, plainPorts} {
+		reportPP(os.Stdout, ports.label, results[ports])
+	}
 }
 
-func reportPP(w io.Writer, rs []ppResult) {
-	fmt.Fprintln(w, "\nPROXY protocol v2 (backends read the header, then sink or echo):")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| case | TCP Gbit/s | connections/s | RR p50 | RR p99 | proxy CPU (cores) | proxy CPU s per GB |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+// measureRelay measures the proxy process pid on one pair of ports.
+func (tp topology) measureRelay(name string, pid int, ports relayPorts) ppResult {
+	r := ppResult{name: name}
+	var err error
+	r.gbps, r.proxyCPU, _, err = measure(pid, func() (float64, error) { return tp.ppThroughput(ports.sink) })
+	if err != nil {
+		log.Printf("bench/proxy: %s: throughput: %v", name, err)
+	}
+	var cores float64
+	if r.connsPerSec, cores, _, err = measure(pid, func() (float64, error) { return tp.ppConnsPerSec(ports.echo) }); err != nil {
+		log.Printf("bench/proxy: %s: connections: %v", name, err)
+	}
+	if r.connsPerSec > 0 {
+		r.cpuPerConn = time.Duration(cores / r.connsPerSec * float64(time.Second))
+	}
+	if r.p50, r.p99, err = tp.ppLatency(ports.echo, 0); err != nil {
+		log.Printf("bench/proxy: %s: latency: %v", name, err)
+	}
+	return r
+}
+
+func reportPP(w io.Writer, label string, rs []ppResult) {
+	fmt.Fprintf(w, "\nRelay, %s (backends read what the proxy sends, then sink or echo):\n\n", label)
+	fmt.Fprintln(w, "| case | TCP Gbit/s | connections/s | RR p50 | RR p99 | proxy CPU (cores) | proxy CPU s per GB | proxy CPU per connection |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
 		perGB := 0.0
 		if r.gbps > 0 {
 			perGB = r.proxyCPU / (r.gbps / 8)
 		}
-		fmt.Fprintf(w, "| %s | %.2f | %.0f | %v | %v | %.2f | %.3f |\n", r.name, r.gbps, r.connsPerSec,
-			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.proxyCPU, perGB)
+		fmt.Fprintf(w, "| %s | %.2f | %.0f | %v | %v | %.2f | %.3f | %v |\n", r.name, r.gbps, r.connsPerSec,
+			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.proxyCPU, perGB, r.cpuPerConn.Round(time.Microsecond))
 	}
-	if len(rs) != 2 || rs[1].gbps == 0 || rs[1].connsPerSec == 0 || rs[1].proxyCPU == 0 || rs[0].gbps == 0 {
+	if len(rs) != 2 || rs[1].gbps == 0 || rs[1].connsPerSec == 0 || rs[1].proxyCPU == 0 || rs[0].gbps == 0 || rs[1].cpuPerConn == 0 {
 		return
 	}
 	u, h := rs[0], rs[1]
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "relay v2 / haproxy v2, TCP throughput: %.2f (target ≥ 1.0)\n", u.gbps/h.gbps)
-	fmt.Fprintf(w, "relay v2 / haproxy v2, connections/s:  %.2f (target ≥ 1.0)\n", u.connsPerSec/h.connsPerSec)
-	fmt.Fprintf(w, "relay v2 / haproxy v2, RR p50:         %.2f (target ≤ 1.0)\n", float64(u.p50)/float64(h.p50))
-	fmt.Fprintf(w, "relay v2 / haproxy v2, RR p99:         %.2f (target ≤ 1.0)\n", float64(u.p99)/float64(h.p99))
-	fmt.Fprintf(w, "relay v2 / haproxy v2, CPU per GB:     %.2f (target ≤ 1.0)\n", (u.proxyCPU/u.gbps)/(h.proxyCPU/h.gbps))
+	fmt.Fprintf(w, "relay / haproxy, %s, TCP throughput:      %.2f (target ≥ 1.0)\n", label, u.gbps/h.gbps)
+	fmt.Fprintf(w, "relay / haproxy, %s, connections/s:       %.2f (target ≥ 1.0)\n", label, u.connsPerSec/h.connsPerSec)
+	fmt.Fprintf(w, "relay / haproxy, %s, RR p50:              %.2f (target ≤ 1.0)\n", label, float64(u.p50)/float64(h.p50))
+	fmt.Fprintf(w, "relay / haproxy, %s, RR p99:              %.2f (target ≤ 1.0)\n", label, float64(u.p99)/float64(h.p99))
+	fmt.Fprintf(w, "relay / haproxy, %s, CPU per GB:          %.2f (target ≤ 1.0)\n", label, (u.proxyCPU/u.gbps)/(h.proxyCPU/h.gbps))
+	fmt.Fprintf(w, "relay / haproxy, %s, CPU per connection:  %.2f (target ≤ 1.0)\n", label, float64(u.cpuPerConn)/float64(h.cpuPerConn))
 }
 
-// startPPServers starts the sink and the echo on the ClusterIP; each reads
-// and checks a PROXY protocol header first.
+// startPPServers starts the sinks and the echoes on the ClusterIP; those
+// of the header ports read and check a PROXY protocol header first.
 func (tp topology) startPPServers() (func(), error) {
-	var sink, echo net.Listener
-	err := inNetns(tp.ns("backend"), func() (err error) {
-		if sink, err = net.Listen("tcp", fmt.Sprintf("%s:%d", clusterIP, ppSinkPort)); err != nil {
-			return err
+	var lns []net.Listener
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
 		}
-		echo, err = net.Listen("tcp", fmt.Sprintf("%s:%d", clusterIP, ppRRPort))
-		return err
+	}
+	err := inNetns(tp.ns("backend"), func() error {
+		for _, port := range []int{ppSinkPort, ppRRPort, plainSinkPort, plainRRPort} {
+			ln, err := net.Listen("tcp", fmt.Sprintf("%s:%d", clusterIP, port))
+			if err != nil {
+				return err
+			}
+			lns = append(lns, ln)
+		}
+		return nil
 	})
 	if err != nil {
-		if sink != nil {
-			sink.Close()
-		}
+		closeAll()
 		return nil, err
 	}
-	serve := func(ln net.Listener, handle func(c net.Conn, r *bufio.Reader)) {
+	serve := func(ln net.Listener, header bool, handle func(c net.Conn, r *bufio.Reader)) {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -131,23 +168,25 @@ func (tp topology) startPPServers() (func(), error) {
 			go func() {
 				defer c.Close()
 				r := bufio.NewReaderSize(c, 256<<10)
-				h, err := proxyproto.Read(r)
-				if err != nil || !h.Command.IsProxy() {
-					log.Printf("bench/proxy: backend: no PROXY header: %v", err)
-					return
+				if header {
+					h, err := proxyproto.Read(r)
+					if err != nil || !h.Command.IsProxy() {
+						log.Printf("bench/proxy: backend: no PROXY header: %v", err)
+						return
+					}
 				}
 				handle(c, r)
 			}()
 		}
 	}
-	go serve(sink, func(c net.Conn, r *bufio.Reader) {
+	sink := func(c net.Conn, r *bufio.Reader) {
 		n, err := io.Copy(io.Discard, r)
 		if err != nil {
 			return
 		}
 		_ = binary.Write(c, binary.BigEndian, uint64(n))
-	})
-	go serve(echo, func(c net.Conn, r *bufio.Reader) {
+	}
+	echo := func(c net.Conn, r *bufio.Reader) {
 		b := make([]byte, 1)
 		for {
 			if _, err := io.ReadFull(r, b); err != nil {
@@ -157,13 +196,17 @@ func (tp topology) startPPServers() (func(), error) {
 				return
 			}
 		}
-	})
-	return func() { sink.Close(); echo.Close() }, nil
+	}
+	go serve(lns[0], true, sink)
+	go serve(lns[1], true, echo)
+	go serve(lns[2], false, sink)
+	go serve(lns[3], false, echo)
+	return closeAll, nil
 }
 
 func (tp topology) startPulselbPP(bin string) (*exec.Cmd, error) {
 	cmd := exec.Command("ip", "netns", "exec", tp.ns("pod"), bin, "proxy", "--cluster-ips="+clusterIP,
-		fmt.Sprintf("--ports=TCP:%d,TCP:%d,TCP:%d", ppSinkPort, ppRRPort, rrPort),
+		fmt.Sprintf("--ports=TCP:%d,TCP:%d,TCP:%d,TCP:%d,TCP:%d", ppSinkPort, ppRRPort, plainSinkPort, plainRRPort, rrPort),
 		fmt.Sprintf("--proxy-protocol=TCP:%d=v2,TCP:%d=v2", ppSinkPort, ppRRPort), "--mode=userspace", "--drain-timeout=1s")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -173,7 +216,8 @@ func (tp topology) startPulselbPP(bin string) (*exec.Cmd, error) {
 }
 
 func (tp topology) startHAProxyPP(dir string) (*exec.Cmd, error) {
-	// The same settings as the plain HAProxy case, plus send-proxy-v2.
+	// The same settings as the plain HAProxy case, plus send-proxy-v2 on
+	// the header ports.
 	cfg := fmt.Sprintf(`defaults
 	mode tcp
 	option splice-auto
@@ -186,10 +230,17 @@ listen sink
 listen ppecho
 	bind :%d
 	server backend %s:%d send-proxy-v2
+listen plainsink
+	bind :%d
+	server backend %s:%d
+listen plainecho
+	bind :%d
+	server backend %s:%d
 listen rr
 	bind :%d
 	server backend %s:%d
-`, ppSinkPort, clusterIP, ppSinkPort, ppRRPort, clusterIP, ppRRPort, rrPort, clusterIP, rrPort)
+`, ppSinkPort, clusterIP, ppSinkPort, ppRRPort, clusterIP, ppRRPort, plainSinkPort, clusterIP, plainSinkPort,
+		plainRRPort, clusterIP, plainRRPort, rrPort, clusterIP, rrPort)
 	path := filepath.Join(dir, "haproxy-pp.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -208,16 +259,20 @@ listen rr
 func (tp topology) dialClient(port int) (net.Conn, error) {
 	var c net.Conn
 	err := inNetns(tp.ns("client"), func() (err error) {
-		c, err = net.DialTimeout("tcp", net.JoinHostPort(nodeIP, strconv.Itoa(port)), 5*time.Second)
+		c, err = dialNode(port)
 		return err
 	})
 	return c, err
 }
 
-// ppThroughput sends for the run duration over one connection and returns
-// the Gbit/s the sink counted.
-func (tp topology) ppThroughput() (float64, error) {
-	c, err := tp.dialClient(ppSinkPort)
+func dialNode(port int) (net.Conn, error) {
+	return net.DialTimeout("tcp", net.JoinHostPort(nodeIP, strconv.Itoa(port)), 5*time.Second)
+}
+
+// ppThroughput sends for the run duration over one connection to the sink
+// at port and returns the Gbit/s the sink counted.
+func (tp topology) ppThroughput(port int) (float64, error) {
+	c, err := tp.dialClient(port)
 	if err != nil {
 		return 0, err
 	}
@@ -241,21 +296,36 @@ func (tp topology) ppThroughput() (float64, error) {
 	return float64(n) * 8 / time.Since(start).Seconds() / 1e9, nil
 }
 
-// ppConnsPerSec opens connections from 4 clients at once for the run
-// duration, each sending one byte and reading its echo before closing, and
-// returns the connections completed per second.
-func (tp topology) ppConnsPerSec() (float64, error) {
+// ppConnsPerSec opens connections to the echo at port from 4 clients at
+// once for the run duration, each sending one byte and reading its echo
+// before closing, and returns the connections completed per second. Each
+// client enters the client namespace once and stays there, so the
+// client's own cost per connection is a dial, not two namespace switches.
+func (tp topology) ppConnsPerSec(port int) (float64, error) {
+	ns, err := os.Open(filepath.Join("/run/netns", tp.ns("client")))
+	if err != nil {
+		return 0, err
+	}
+	defer ns.Close()
 	var done atomic.Int64
 	var firstErr error
 	var once sync.Once
+	fail := func(err error) { once.Do(func() { firstErr = err }) }
 	end := time.Now().Add(*duration)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range 4 {
 		wg.Go(func() {
+			// The thread never leaves the namespace: it ends with the
+			// goroutine, which returns locked.
+			runtime.LockOSThread()
+			if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+				fail(err)
+				return
+			}
 			b := []byte{1}
 			for time.Now().Before(end) {
-				c, err := tp.dialClient(ppRRPort)
+				c, err := dialNode(port)
 				if err == nil {
 					_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 					if _, err = c.Write(b); err == nil {
@@ -264,7 +334,7 @@ func (tp topology) ppConnsPerSec() (float64, error) {
 					c.Close()
 				}
 				if err != nil {
-					once.Do(func() { firstErr = err })
+					fail(err)
 					return
 				}
 				done.Add(1)
@@ -275,9 +345,9 @@ func (tp topology) ppConnsPerSec() (float64, error) {
 	return float64(done.Load()) / time.Since(start).Seconds(), firstErr
 }
 
-// ppLatency is latencyN over the header port.
-func (tp topology) ppLatency(n int) (p50, p99 time.Duration, err error) {
-	c, err := tp.dialClient(ppRRPort)
+// ppLatency is latencyN over the echo at port.
+func (tp topology) ppLatency(port, n int) (p50, p99 time.Duration, err error) {
+	c, err := tp.dialClient(port)
 	if err != nil {
 		return 0, 0, err
 	}
