@@ -24,6 +24,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -239,7 +240,7 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 	trigger := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { poke(a.changed) },
 		UpdateFunc: func(oldObj, newObj any) {
-			if nodeUpdateMatters(oldObj, newObj) {
+			if nodeUpdateMatters(oldObj, newObj) && serviceUpdateMatters(oldObj, newObj, cfg.External) {
 				poke(a.changed)
 			}
 		},
@@ -622,6 +623,26 @@ func nodeUpdateMatters(oldObj, newObj any) bool {
 	return o.Labels[corev1.LabelTopologyZone] != n.Labels[corev1.LabelTopologyZone] ||
 		contract.NodeReady(o) != contract.NodeReady(n) ||
 		!slices.Equal(o.Status.Addresses, n.Status.Addresses)
+}
+
+// serviceUpdateMatters reports whether a Service update can change the
+// targets: not one that changes only the status (the controller's own
+// writes, which at scale arrive for many Services at once, would make
+// every agent recompute its targets while its votes wait to be written),
+// except for an external agent, which probes the published addresses.
+// Other objects always matter here.
+func serviceUpdateMatters(oldObj, newObj any, external bool) bool {
+	o, ok := oldObj.(*corev1.Service)
+	n, ok2 := newObj.(*corev1.Service)
+	if !ok || !ok2 {
+		return true
+	}
+	if external && !equality.Semantic.DeepEqual(o.Status.LoadBalancer, n.Status.LoadBalancer) {
+		return true
+	}
+	return !equality.Semantic.DeepEqual(o.Spec, n.Spec) ||
+		!maps.Equal(o.Annotations, n.Annotations) || !maps.Equal(o.Labels, n.Labels) ||
+		!o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !slices.Equal(o.Finalizers, n.Finalizers)
 }
 
 // familyAddrs returns the addresses a Service port on node n is probed on:

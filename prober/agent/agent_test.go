@@ -749,3 +749,43 @@ func TestTargetsLeaveOutSCTP(t *testing.T) {
 		}
 	})
 }
+
+// TestServiceUpdateMatters: a status-only write (the controller's own) does
+// not recompute an in-cluster agent's targets; it does an external one's,
+// which probes the published addresses; spec, annotations, labels and
+// deletion always do.
+func TestServiceUpdateMatters(t *testing.T) {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{"a": "1"}},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	now := metav1.Now()
+	for _, tc := range []struct {
+		what              string
+		change            func(*corev1.Service)
+		inCluster, extern bool
+	}{
+		{"ingress", func(s *corev1.Service) {
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.18.1.1"}}
+		}, false, true},
+		{"condition", func(s *corev1.Service) {
+			s.Status.Conditions = []metav1.Condition{{Type: "pulselb.io/Healthy", Status: metav1.ConditionTrue}}
+		}, false, false},
+		{"port", func(s *corev1.Service) { s.Spec.Ports[0].Port = 81 }, true, true},
+		{"annotation", func(s *corev1.Service) { s.Annotations["a"] = "2" }, true, true},
+		{"label", func(s *corev1.Service) { s.Labels = map[string]string{"x": "y"} }, true, true},
+		{"deletion", func(s *corev1.Service) { s.DeletionTimestamp = &now }, true, true},
+	} {
+		cur := svc.DeepCopy()
+		tc.change(cur)
+		if got := serviceUpdateMatters(svc, cur, false); got != tc.inCluster {
+			t.Errorf("in-cluster: a change of %s matters: %v, want %v", tc.what, got, tc.inCluster)
+		}
+		if got := serviceUpdateMatters(svc, cur, true); got != tc.extern {
+			t.Errorf("external: a change of %s matters: %v, want %v", tc.what, got, tc.extern)
+		}
+	}
+	if !serviceUpdateMatters(&corev1.Pod{}, &corev1.Pod{}, false) {
+		t.Error("a pod update does not matter")
+	}
+}
