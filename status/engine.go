@@ -193,17 +193,24 @@ func (e *Engine) judge(reports Reports, targets []Target, now time.Time) []Chang
 
 	var changes []Change
 	for _, t := range targets {
-		was, is := prev[t.Key], next[t.Key]
-		switch {
-		case was.Verdict != is.Verdict:
-			changes = append(changes, Change{Target: t, From: was, To: is, Quiet: e.quietChange(t, was.Verdict, is.Verdict)})
-		case is.Verdict == VerdictDown && e.quiet[t.Key] && !t.Starting:
-			delete(e.quiet, t.Key)
-			changes = append(changes, Change{Target: t, From: is, To: is, Late: true})
-		}
-		if is.Verdict == VerdictUp {
-			e.upSeen[t.Key] = true
-		}
+		changes = e.appendChange(changes, t, prev[t.Key], next[t.Key])
+	}
+	return changes
+}
+
+// appendChange appends to changes what t's verdict going from was to is
+// is: a change, or a late warning for a quiet Down whose target stopped
+// starting; and remembers that t was seen Up.
+func (e *Engine) appendChange(changes []Change, t Target, was, is Judgement) []Change {
+	switch {
+	case was.Verdict != is.Verdict:
+		changes = append(changes, Change{Target: t, From: was, To: is, Quiet: e.quietChange(t, was.Verdict, is.Verdict)})
+	case is.Verdict == VerdictDown && e.quiet[t.Key] && !t.Starting:
+		delete(e.quiet, t.Key)
+		changes = append(changes, Change{Target: t, From: is, To: is, Late: true})
+	}
+	if is.Verdict == VerdictUp {
+		e.upSeen[t.Key] = true
 	}
 	return changes
 }
@@ -409,17 +416,7 @@ func (e *Engine) Rejudge(reports Reports, keys, vantages []string, now time.Time
 	var changes []Change
 	for _, i := range order {
 		t := e.targets[i]
-		was, is := before[t.Key], next[t.Key]
-		switch {
-		case was.Verdict != is.Verdict:
-			changes = append(changes, Change{Target: t, From: was, To: is, Quiet: e.quietChange(t, was.Verdict, is.Verdict)})
-		case is.Verdict == VerdictDown && e.quiet[t.Key] && !t.Starting:
-			delete(e.quiet, t.Key)
-			changes = append(changes, Change{Target: t, From: is, To: is, Late: true})
-		}
-		if is.Verdict == VerdictUp {
-			e.upSeen[t.Key] = true
-		}
+		changes = e.appendChange(changes, t, before[t.Key], next[t.Key])
 	}
 	return changes
 }
