@@ -76,7 +76,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 			return err
 		}
 	}
-	if err := c.placeHomes(ctx, svc, want, own, nodes, localPresent); err != nil {
+	if err := c.placeHomesUnlessRefused(ctx, svc, want, own, nodes, localPresent); err != nil {
 		return err
 	}
 	var conflicts []string
@@ -126,6 +126,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		}
 		in.Problems = append(in.Problems, status.Problem{Reason: reason, Message: p.String()})
 	}
+	in.Problems = append(in.Problems, c.sysctlProblems(own)...)
 	if want.NodePortTarget {
 		in.LocalEndpointNodes = localReady
 		if want.Deployment != nil && len(svc.Spec.Selector) > 0 {

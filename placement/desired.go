@@ -61,6 +61,12 @@ type Config struct {
 	// set contract.PodConditionProbed, on probers' verdicts; set it when
 	// the controller judges health from ProbeReports.
 	ReadinessGate bool
+	// ForwardingSysctls turns forwarding on through the pod's
+	// securityContext.sysctls (ForwardingSysctls) instead of the
+	// privileged proxy-init init container. They are unsafe sysctls: the
+	// kubelet must allow them (KubeletSysctlFlag), or it refuses the pod
+	// (ReasonSysctlForbidden).
+	ForwardingSysctls bool
 }
 
 // Defaults of Config.
@@ -531,10 +537,6 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 			PeriodSeconds: 2, TimeoutSeconds: 1, FailureThreshold: failures, SuccessThreshold: 1,
 		}
 	}
-	initArgs := []string{"proxy-init"}
-	if hasIPv6(clusterIPs) {
-		initArgs = append(initArgs, "--ipv6")
-	}
 
 	required := []corev1.NodeSelectorRequirement{
 		{Key: contract.LabelExcludeFromLB, Operator: corev1.NodeSelectorOpDoesNotExist},
@@ -590,16 +592,8 @@ func podTemplate(svc *corev1.Service, s contract.Settings, cfg Config, ports []c
 			Affinity:                      affinity,
 			Tolerations:                   tolerations(contract.ModeDaemonSet),
 			ReadinessGates:                readinessGates(cfg),
-			InitContainers: []corev1.Container{{
-				Name:            ContainerProxyInit,
-				Image:           cfg.Image,
-				ImagePullPolicy: cfg.ImagePullPolicy,
-				Args:            initArgs,
-				// The image runs as a non-root user by default; writing
-				// /proc/sys needs root (and privileged).
-				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false)},
-				Resources:       resources("10m", "16Mi", "32Mi"),
-			}},
+			SecurityContext:               podSecurity(cfg, clusterIPs),
+			InitContainers:                initContainers(cfg, clusterIPs),
 			Containers: []corev1.Container{{
 				Name:            ContainerProxy,
 				Image:           cfg.Image,

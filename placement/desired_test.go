@@ -615,3 +615,74 @@ func TestDesiredSCTP(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardingSysctls: with Config.ForwardingSysctls the proxy pod sets
+// the forwarding sysctls of its Service's families and runs no privileged
+// container at all; without it, the privileged proxy-init does the work
+// and the pod sets no sysctl.
+func TestForwardingSysctls(t *testing.T) {
+	single := service()
+	dual := service(func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"10.96.0.10", "fd00::10"} })
+	for _, tc := range []struct {
+		name     string
+		svc      *corev1.Service
+		sysctls  bool
+		want     []corev1.Sysctl
+		wantInit []string
+	}{
+		{name: "default: privileged proxy-init", svc: single, wantInit: []string{"proxy-init"}},
+		{name: "default, dual-stack: proxy-init --ipv6", svc: dual, wantInit: []string{"proxy-init", "--ipv6"}},
+		{name: "sysctls", svc: single, sysctls: true, want: []corev1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}}},
+		{name: "sysctls, dual-stack", svc: dual, sysctls: true,
+			want: []corev1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}, {Name: "net.ipv6.conf.all.forwarding", Value: "1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testCfg
+			cfg.ForwardingSysctls = tc.sysctls
+			for _, mode := range []contract.Mode{contract.ModeDeployment, contract.ModeDaemonSet} {
+				svc := tc.svc.DeepCopy()
+				if mode == contract.ModeDaemonSet {
+					annotate(contract.AnnotationProxyMode, "daemonset")(svc)
+				}
+				w, problems := Desired(svc, []*corev1.Node{node("n1")}, cfg)
+				if len(problems) > 0 {
+					t.Fatalf("problems: %v", problems)
+				}
+				spec := w.Deployment
+				var ps corev1.PodSpec
+				if spec != nil {
+					ps = spec.Spec.Template.Spec
+				} else {
+					ps = w.DaemonSet.Spec.Template.Spec
+				}
+				var got []corev1.Sysctl
+				if ps.SecurityContext != nil {
+					got = ps.SecurityContext.Sysctls
+				}
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("%s: pod sysctls = %v, want %v", mode, got, tc.want)
+				}
+				var initArgs []string
+				for _, c := range ps.InitContainers {
+					initArgs = append(initArgs, c.Args...)
+				}
+				if !slices.Equal(initArgs, tc.wantInit) {
+					t.Errorf("%s: init container args = %q, want %q", mode, initArgs, tc.wantInit)
+				}
+				for _, c := range append(ps.InitContainers, ps.Containers...) {
+					privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+					if privileged != (c.Name == ContainerProxyInit) {
+						t.Errorf("%s: container %s privileged = %v", mode, c.Name, privileged)
+					}
+				}
+			}
+		})
+	}
+	a, _ := Desired(single, []*corev1.Node{node("n1")}, testCfg)
+	cfg := testCfg
+	cfg.ForwardingSysctls = true
+	b, _ := Desired(single, []*corev1.Node{node("n1")}, cfg)
+	if a.Deployment.Annotations[contract.AnnotationTemplateHash] == b.Deployment.Annotations[contract.AnnotationTemplateHash] {
+		t.Errorf("the template hash ignores the change of forwarding mode: running proxies would not roll out")
+	}
+}

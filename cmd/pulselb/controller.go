@@ -231,6 +231,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 	proxyMode := fs.String("proxy-mode", placement.DefaultProxyMode, "the proxies' --mode: auto, iptables or userspace")
 	fs.IntVar(&f.maxRollouts, "max-proxy-rollouts", controller.DefaultMaxRollouts, "how many Services' proxies roll out a new pod template (a new image) at once; 0: no limit")
 	proxySA := fs.String("proxy-service-account", placement.DefaultProxyServiceAccount, "ServiceAccount of the proxy pods, which may read the proxy workloads in --namespace (each proxy's allow-list)")
+	sysctls := fs.Bool("proxy-sysctls", false, "turn on the proxies' IP forwarding with the pod's securityContext.sysctls instead of the privileged proxy-init init container; every kubelet must allow them ("+placement.KubeletSysctlFlag+"), or it refuses the pod (a SysctlForbidden Warning on the Service)")
 	drainTimeout := fs.Duration("proxy-drain-timeout", placement.DefaultDrainTimeout, "how long a proxy being removed lets open connections finish after its drain delay (pulselb.io/drain-delay)")
 	fs.BoolVar(&f.classOnly, "class-only", false, "serve only Services with loadBalancerClass "+contract.Class+", not those without a class")
 	fs.IntVar(&f.workers, "workers", 16, "Services reconciled in parallel; most of a sync is waiting on the API server")
@@ -324,6 +325,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f *controllerFlags, 
 		DrainTimeout:      *drainTimeout,
 		ReadinessGate:     f.probeReports,
 		ServiceAccount:    *proxySA,
+		ForwardingSysctls: *sysctls,
 	}
 	f.election.namespace = *namespace
 	return f, 0, true
