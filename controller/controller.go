@@ -151,6 +151,8 @@ type Controller struct {
 	// firstAddress is when each unpublished Service first had an address
 	// to publish while other proxies of it were starting, for settling.
 	firstAddress map[cache.ObjectName]time.Time
+	// refusals are the nodes whose kubelet refused proxy pods' sysctls.
+	refusals refusals
 	// echoes are the resourceVersions of this controller's own writes of
 	// each Service that the informer has not delivered yet (see
 	// ownEcho).
@@ -643,6 +645,7 @@ func (c *Controller) enqueueOwner(obj any) {
 	switch o := unwrap(obj).(type) {
 	case *corev1.Pod:
 		l = o.Labels
+		c.refusals.note(o)
 	case *appsv1.Deployment:
 		l = o.Labels
 	case *appsv1.DaemonSet:

@@ -126,7 +126,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		}
 		in.Problems = append(in.Problems, status.Problem{Reason: reason, Message: p.String()})
 	}
-	in.Problems = append(in.Problems, c.sysctlProblems(own)...)
+	in.Problems = append(in.Problems, c.sysctlProblems(svc, own, nodes)...)
 	if want.NodePortTarget {
 		in.LocalEndpointNodes = localReady
 		if want.Deployment != nil && len(svc.Spec.Selector) > 0 {
@@ -428,6 +428,7 @@ func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 		delete(c.progressSince, key)
 		delete(c.firstAddress, key)
 		delete(c.echoes, key)
+		c.refusals.forget(key)
 	}
 	c.metrics.managedServices.Set(float64(len(c.managed)))
 }

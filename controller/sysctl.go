@@ -2,28 +2,94 @@ package controller
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/status"
 )
+
+// refusals remembers, by Service, the nodes whose kubelet refused a proxy
+// pod for its sysctls (placement.Refused) and when the newest such pod was
+// created. A DaemonSet deletes a refused pod at once, often before a sync
+// reads it from the cache; the pod handlers see it (note), and the
+// Service's sync forgets a node once a newer pod runs there (forbidden).
+type refusals struct {
+	mu sync.Mutex
+	m  map[cache.ObjectName]map[string]time.Time
+}
+
+// note remembers p when the kubelet refused it for its sysctls.
+func (r *refusals) note(p *corev1.Pod) {
+	node, ok := placement.Refused(p)
+	if !ok {
+		return
+	}
+	key, ok := contract.ServiceOf(p.Labels)
+	if !ok {
+		return
+	}
+	name := cache.NewObjectName(key.Namespace, key.Name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[cache.ObjectName]map[string]time.Time{}
+	}
+	if r.m[name] == nil {
+		r.m[name] = map[string]time.Time{}
+	}
+	if at := p.CreationTimestamp.Time; at.After(r.m[name][node]) {
+		r.m[name][node] = at
+	}
+}
+
+// forbidden returns, sorted, the nodes whose kubelet refuses the sysctls of
+// svc's proxy pods own (placement.SysctlForbidden), among nodes, and
+// forgets the others.
+func (r *refusals) forbidden(svc cache.ObjectName, own []*corev1.Pod, nodes []*corev1.Node) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := placement.SysctlForbidden(r.m[svc], own)
+	out = slices.DeleteFunc(out, func(n string) bool {
+		return !slices.ContainsFunc(nodes, func(node *corev1.Node) bool { return node.Name == n })
+	})
+	for n := range r.m[svc] {
+		if !slices.Contains(out, n) {
+			delete(r.m[svc], n)
+		}
+	}
+	if len(r.m[svc]) == 0 {
+		delete(r.m, svc)
+	}
+	return out
+}
+
+// forget drops what is remembered of svc.
+func (r *refusals) forget(svc cache.ObjectName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, svc)
+}
 
 // sysctlProblems reports, with forwarding by pod sysctls
 // (placement.Config.ForwardingSysctls), the nodes whose kubelet refuses
 // them: a SysctlForbidden Warning Event and the ConfigValid condition, both
 // naming the kubelet flag that allows them.
-func (c *Controller) sysctlProblems(own []*corev1.Pod) []status.Problem {
+func (c *Controller) sysctlProblems(svc *corev1.Service, own []*corev1.Pod, nodes []*corev1.Node) []status.Problem {
 	if !c.cfg.Placement.ForwardingSysctls {
 		return nil
 	}
-	nodes := placement.SysctlForbidden(own)
-	if len(nodes) == 0 {
+	forbidden := c.refusals.forbidden(cache.MetaObjectToName(svc), own, nodes)
+	if len(forbidden) == 0 {
 		return nil
 	}
-	return []status.Problem{{Reason: placement.ReasonSysctlForbidden, Message: placement.SysctlForbiddenMessage(nodes)}}
+	return []status.Problem{{Reason: placement.ReasonSysctlForbidden, Message: placement.SysctlForbiddenMessage(forbidden)}}
 }
 
 // placeHomesUnlessRefused places the Service's gated proxy pods

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -118,5 +119,41 @@ func TestSyncSysctlForbidden(t *testing.T) {
 				t.Errorf("writes %q: gated pod placed = %v, want %v", f.writes(), patched, !tc.wantGated)
 			}
 		})
+	}
+}
+
+// TestSyncSysctlForbiddenRemembered: a DaemonSet deletes the pod a kubelet
+// refused at once, often before the Service's sync reads it; the refusal
+// seen by the pod handler is reported all the same, until a newer pod runs
+// on the node.
+func TestSyncSysctlForbiddenRemembered(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := newService("web", func(s *corev1.Service) {
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}}
+	})
+	nodes := []runtime.Object{svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), readyPod(svc, "n1")}
+	f := newFixture(t, nodes...)
+	f.cfg.Placement.ForwardingSysctls = true
+	c := f.controller(ctx)
+	c.enqueueOwner(cache.DeletedFinalStateUnknown{Obj: refusedPod(svc, "n2", testNow.Add(-time.Second))})
+	if err := c.sync(ctx, key(svc)); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(f.service(ctx, "shop", "web").Status.Conditions, status.ConditionConfigValid)
+	if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, placement.KubeletSysctlFlag) {
+		t.Fatalf("ConfigValid %+v, want False naming the kubelet flag", cond)
+	}
+
+	// A pod that runs on n2, created after the refusal: n2 is forgotten.
+	running := readyPod(svc, "n2")
+	running.CreationTimestamp = metav1.NewTime(testNow)
+	if err := f.system.Core().V1().Pods().Informer().GetIndexer().Add(running); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.refusals.forbidden(key(svc), []*corev1.Pod{running}, []*corev1.Node{newNode("n2", "10.0.0.2")}); len(got) != 0 {
+		t.Errorf("forbidden %v once a newer pod runs on n2, want none", got)
+	}
+	if len(c.refusals.m) != 0 {
+		t.Errorf("refusals %v still remembered", c.refusals.m)
 	}
 }

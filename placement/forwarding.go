@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -67,32 +68,39 @@ func podSecurity(cfg Config, clusterIPs []string) *corev1.PodSecurityContext {
 	return &corev1.PodSecurityContext{Sysctls: sysctls}
 }
 
-// SysctlForbidden returns, sorted, the nodes whose kubelet refuses the
-// proxy pods' sysctls: where one of pods failed with ReasonSysctlForbidden
-// and no newer pod runs. A pod the kubelet refused stays Failed (a
-// Deployment's) or is replaced after a back-off (a DaemonSet's), so a node
-// stays listed until a pod runs there, such as once its kubelet allows the
-// sysctls or the controller no longer sets them.
-func SysctlForbidden(pods []*corev1.Pod) []string {
-	forbidden := map[string]*corev1.Pod{}
+// Refused reports whether the kubelet refused proxy pod p for its sysctls
+// (ReasonSysctlForbidden), and if so on which node.
+func Refused(p *corev1.Pod) (node string, ok bool) {
+	if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodFailed || p.Status.Reason != ReasonSysctlForbidden {
+		return "", false
+	}
+	return p.Spec.NodeName, true
+}
+
+// SysctlForbidden returns, sorted, the nodes whose kubelet refuses a
+// Service's proxy pods' sysctls: those of refused (node → when the newest
+// pod refused there was created) and of the refused pods among pods, where
+// no newer pod of pods runs. A Deployment's refused pod stays, Failed; a
+// DaemonSet's is deleted at once and replaced after a back-off, so the
+// caller remembers refusals in refused. A node stays listed until a pod
+// runs there, such as once its kubelet allows the sysctls or the
+// controller no longer sets them.
+func SysctlForbidden(refused map[string]time.Time, pods []*corev1.Pod) []string {
+	newest := maps.Clone(refused)
+	if newest == nil {
+		newest = map[string]time.Time{}
+	}
 	for _, p := range pods {
-		if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodFailed && p.Status.Reason == ReasonSysctlForbidden {
-			if old := forbidden[p.Spec.NodeName]; old == nil || old.CreationTimestamp.Before(&p.CreationTimestamp) {
-				forbidden[p.Spec.NodeName] = p
-			}
+		if n, ok := Refused(p); ok && p.CreationTimestamp.After(newest[n]) {
+			newest[n] = p.CreationTimestamp.Time
 		}
 	}
 	for _, p := range pods {
-		if f := forbidden[p.Spec.NodeName]; f != nil && p.Status.Phase == corev1.PodRunning && !p.CreationTimestamp.Before(&f.CreationTimestamp) {
-			delete(forbidden, p.Spec.NodeName)
+		if at, ok := newest[p.Spec.NodeName]; ok && p.Status.Phase == corev1.PodRunning && !p.CreationTimestamp.Time.Before(at) {
+			delete(newest, p.Spec.NodeName)
 		}
 	}
-	nodes := make([]string, 0, len(forbidden))
-	for n := range forbidden {
-		nodes = append(nodes, n)
-	}
-	slices.Sort(nodes)
-	return nodes
+	return slices.Sorted(maps.Keys(newest))
 }
 
 // SysctlForbiddenMessage says that the kubelets of nodes refuse the proxy
@@ -116,7 +124,7 @@ const SysctlRetry = time.Minute
 func SysctlWait(pods []*corev1.Pod, now time.Time) time.Duration {
 	var newest time.Time
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodFailed && p.Status.Reason == ReasonSysctlForbidden && p.CreationTimestamp.After(newest) {
+		if _, ok := Refused(p); ok && p.CreationTimestamp.After(newest) {
 			newest = p.CreationTimestamp.Time
 		}
 	}

@@ -81,6 +81,11 @@ type Options struct {
 	// pods with the ClusterFirst DNS policy (KubeletConfiguration
 	// clusterDNS); whoever sets it runs the server there.
 	ClusterDNS string
+	// KubeletAllowedUnsafeSysctls are, by kubelet node name (kubelet-1,
+	// ...), the unsafe sysctls that node's kubelet lets pods set
+	// (KubeletConfiguration allowedUnsafeSysctls, the kubelet's
+	// --allowed-unsafe-sysctls); a node not named allows none.
+	KubeletAllowedUnsafeSysctls map[string][]string
 	// WithoutControllers are kube-controller-manager controllers the
 	// harness leaves out, such as "deployment-controller" for a benchmark
 	// that makes the proxy pods itself.

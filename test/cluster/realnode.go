@@ -350,9 +350,16 @@ func kubeletConfig(c *Cluster, n *simNode, rn *realNode) string {
 	// The node lifecycle controller's grace period is short (8 s by
 	// default): the Lease is renewed every quarter of its duration.
 	lease := max(int(c.opts.NodeGracePeriod.Seconds()), 4)
-	dns := ""
+	extra := ""
 	if c.opts.ClusterDNS != "" {
-		dns = fmt.Sprintf("clusterDNS: [%q]\n", c.opts.ClusterDNS)
+		extra = fmt.Sprintf("clusterDNS: [%q]\n", c.opts.ClusterDNS)
+	}
+	if sysctls := c.opts.KubeletAllowedUnsafeSysctls[n.name]; len(sysctls) > 0 {
+		quoted := make([]string, len(sysctls))
+		for i, s := range sysctls {
+			quoted[i] = strconv.Quote(s)
+		}
+		extra += "allowedUnsafeSysctls: [" + strings.Join(quoted, ", ") + "]\n"
 	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -390,7 +397,7 @@ evictionHard:
   nodefs.inodesFree: 1%%
 evictionPressureTransitionPeriod: 5s
 shutdownGracePeriod: 0s
-%[7]s`, n.internalIP, c.cp.pki.path("ca.crt"), rn.socket, rn.cgroupRoot, filepath.Join(rn.dir, "pod-logs"), lease, dns)
+%[7]s`, n.internalIP, c.cp.pki.path("ca.crt"), rn.socket, rn.cgroupRoot, filepath.Join(rn.dir, "pod-logs"), lease, extra)
 }
 
 func (k *kubelet) startRealKubelet(ctx context.Context, n *simNode, rn *realNode) error {

@@ -48,7 +48,8 @@ func overlayBase(t *testing.T, image string) []*unstructured.Unstructured {
 // specs grant), hostPorts go through portmap, the proxy's rules are in the
 // pod's network namespace and not the node's.
 func TestKubeletInstall(t *testing.T) {
-	c := cluster.ForTest(t, cluster.Options{KubeletNodes: 3, WaitForMachine: 20 * time.Minute})
+	c := cluster.ForTest(t, cluster.Options{KubeletNodes: 3, WaitForMachine: 20 * time.Minute,
+		KubeletAllowedUnsafeSysctls: kubeletSysctlOptions(3)})
 	ctx := t.Context()
 	cs := c.Client
 	a, err := deploy.NewApplier(c.RESTConfig)
@@ -242,6 +243,11 @@ func TestKubeletInstall(t *testing.T) {
 			addr := net.JoinHostPort(ip, "5353")
 			poll(ctx, t, 30*time.Second, "a UDP echo from "+addr, func() bool { return udpEcho(addr, "after "+ip) == nil })
 		}
+	})
+
+	// Last: the proxies roll to pod sysctls, which kubelet-3 refuses.
+	t.Run("ForwardingBySysctls", func(t *testing.T) {
+		kubeletForwardingSysctls(ctx, t, c, ns)
 	})
 
 	t.Run("CleanedUp", func(t *testing.T) {
