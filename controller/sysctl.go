@@ -44,8 +44,8 @@ func (r *refusals) note(p *corev1.Pod) {
 	if r.m[name] == nil {
 		r.m[name] = map[string]time.Time{}
 	}
-	if at := p.CreationTimestamp.Time; at.After(r.m[name][node]) {
-		r.m[name][node] = at
+	if at, seen := r.m[name][node]; !seen || p.CreationTimestamp.After(at) {
+		r.m[name][node] = p.CreationTimestamp.Time
 	}
 }
 

@@ -91,8 +91,10 @@ func SysctlForbidden(refused map[string]time.Time, pods []*corev1.Pod) []string 
 		newest = map[string]time.Time{}
 	}
 	for _, p := range pods {
-		if n, ok := Refused(p); ok && p.CreationTimestamp.After(newest[n]) {
-			newest[n] = p.CreationTimestamp.Time
+		if n, ok := Refused(p); ok {
+			if at, seen := newest[n]; !seen || p.CreationTimestamp.After(at) {
+				newest[n] = p.CreationTimestamp.Time
+			}
 		}
 	}
 	for _, p := range pods {

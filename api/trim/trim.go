@@ -54,7 +54,8 @@ func node(n *corev1.Node) {
 
 // pod keeps a pod's node, containers' names and ports (host-port
 // conflicts), readiness and scheduling gates, termination grace period
-// (how long a new proxy waits for its home), phase, conditions and addresses (a
+// (how long a new proxy waits for its home), phase, reason (a proxy the
+// kubelet refused for its sysctls), conditions and addresses (a
 // prober's are let through its Services' source ranges): what placement,
 // status, the readiness gate and vantage assignment read. The pods pulselb
 // caches are its own (proxies and probers, in its namespace); their
@@ -67,7 +68,7 @@ func pod(p *corev1.Pod) {
 	}
 	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, Containers: containers, ReadinessGates: p.Spec.ReadinessGates,
 		SchedulingGates: p.Spec.SchedulingGates, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds}
-	p.Status = corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions,
+	p.Status = corev1.PodStatus{Phase: p.Status.Phase, Reason: p.Status.Reason, Conditions: p.Status.Conditions,
 		PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs, HostIP: p.Status.HostIP, HostIPs: p.Status.HostIPs}
 }
 

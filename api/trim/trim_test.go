@@ -256,4 +256,12 @@ func TestPodKeepsWhatPulselbReads(t *testing.T) {
 	if !equality.Semantic.DeepEqual(trimmed[0].Labels, full[0].Labels) || trimmed[0].ManagedFields != nil {
 		t.Errorf("trimmed pod metadata %+v", trimmed[0].ObjectMeta)
 	}
+
+	// A proxy pod the kubelet refused for its sysctls is still one.
+	refused := proxyPod(t, svc, nodes, "web-4", "n2", false)
+	refused.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: placement.ReasonSysctlForbidden,
+		Message: `Pod was rejected: forbidden sysctl: "net.ipv4.ip_forward" not allowlisted`}
+	if got := placement.SysctlForbidden(nil, trimAll([]*corev1.Pod{refused})); !slices.Equal(got, []string{"n2"}) {
+		t.Errorf("nodes refusing sysctls from a trimmed pod: %v, want n2", got)
+	}
 }
