@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -331,8 +333,14 @@ func describePods(ctx context.Context, cs kubernetes.Interface, ns string) strin
 // echo pod of shop/web on port 80 of every IP in ingress.
 func clientReachesWeb(ctx context.Context, t *testing.T, c *cluster.Cluster, ingress []string) {
 	t.Helper()
+	clientReachesWebOn(ctx, t, c, ingress, 80)
+}
+
+// clientReachesWebOn is clientReachesWeb on another port than 80.
+func clientReachesWebOn(ctx context.Context, t *testing.T, c *cluster.Cluster, ingress []string, port int) {
+	t.Helper()
 	for _, ip := range ingress {
-		url := fmt.Sprintf("http://%s:80/", ip)
+		url := fmt.Sprintf("http://%s/", net.JoinHostPort(ip, strconv.Itoa(port)))
 		poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
 			out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
 			name, _ := field(string(out), "name")

@@ -131,27 +131,12 @@ func kubeletForwardingSysctls(ctx context.Context, t *testing.T, c *cluster.Clus
 			}
 			// Forwarding is on without proxy-init: the proxy chose
 			// iptables mode, which it does only with forwarding on.
-			log, err := c.ContainerLog(systemNamespace, p.Name, p.Spec.Containers[0].Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.ContainsFunc(strings.Split(string(log), "\n"), func(l string) bool {
-				return strings.Contains(l, `"Started proxy"`) && strings.Contains(l, ` mode="iptables"`)
-			}) {
-				t.Errorf("proxy %s did not start in iptables mode:\n%s", p.Name, tail(string(log), 20))
-			}
+			proxyStartedInIptablesMode(t, c, p)
 			out, err := c.PodExec(ctx, systemNamespace, p.Name, "cat", "/proc/sys/net/ipv4/ip_forward")
 			if err != nil || strings.TrimSpace(string(out)) != "1" {
 				t.Errorf("ip_forward in proxy pod %s: %q, %v; want 1", p.Name, out, err)
 			}
 		}
-		for _, ip := range ingress {
-			url := fmt.Sprintf("http://%s:8081/", ip)
-			poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
-				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
-				name, _ := field(string(out), "name")
-				return err == nil && strings.HasPrefix(name, "shop/web-")
-			})
-		}
+		clientReachesWebOn(ctx, t, c, ingress, 8081)
 	})
 }

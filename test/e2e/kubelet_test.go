@@ -116,15 +116,7 @@ func TestKubeletInstall(t *testing.T) {
 			t.Fatalf("%d proxy pods ready, want 2", len(pods))
 		}
 		for _, p := range pods {
-			log, err := c.ContainerLog(systemNamespace, p.Name, p.Spec.Containers[0].Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.ContainsFunc(strings.Split(string(log), "\n"), func(l string) bool {
-				return strings.Contains(l, `"Started proxy"`) && strings.Contains(l, ` mode="iptables"`)
-			}) {
-				t.Errorf("proxy %s did not start in iptables mode:\n%s", p.Name, tail(string(log), 20))
-			}
+			proxyStartedInIptablesMode(t, c, p)
 			rules, err := c.PodExec(ctx, systemNamespace, p.Name, "iptables-save", "-t", "nat")
 			if err != nil {
 				t.Fatalf("%v: %s", err, rules)
@@ -261,6 +253,21 @@ func TestKubeletInstall(t *testing.T) {
 			t.Errorf("left behind after Stop: %v", left)
 		}
 	})
+}
+
+// proxyStartedInIptablesMode checks that proxy pod p's log says it started
+// in iptables mode: forwarding was on in its network namespace.
+func proxyStartedInIptablesMode(t *testing.T, c *cluster.Cluster, p corev1.Pod) {
+	t.Helper()
+	log, err := c.ContainerLog(systemNamespace, p.Name, p.Spec.Containers[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(strings.Split(string(log), "\n"), func(l string) bool {
+		return strings.Contains(l, `"Started proxy"`) && strings.Contains(l, ` mode="iptables"`)
+	}) {
+		t.Errorf("proxy %s did not start in iptables mode:\n%s", p.Name, tail(string(log), 20))
+	}
 }
 
 // kubeletComponentsRun waits for pulselb's 2 controllers and 3 probers to
