@@ -2,11 +2,14 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -94,9 +97,17 @@ func (c *Controller) sysctlProblems(svc *corev1.Service, own []*corev1.Pod, node
 
 // placeHomesUnlessRefused places the Service's gated proxy pods
 // (placeHomes), unless a kubelet refused one for its sysctls within
-// placement.SysctlRetry: then they stay gated until then.
+// placement.SysctlRetry: then they stay gated until then. It deletes the
+// refused pods but the newest (placement.SysctlStale).
 func (c *Controller) placeHomesUnlessRefused(ctx context.Context, svc *corev1.Service, want placement.Workload, own []*corev1.Pod, nodes []*corev1.Node, endpoints map[string]bool) error {
 	if c.cfg.Placement.ForwardingSysctls {
+		for _, p := range placement.SysctlStale(own) {
+			err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("deleting proxy pod %s/%s refused for its sysctls: %w", p.Namespace, p.Name, err)
+			}
+			c.metrics.writes.WithLabelValues("pods", "delete").Inc()
+		}
 		if wait := placement.SysctlWait(own, c.now()); wait > 0 {
 			klog.FromContext(ctx).V(2).Info("Proxy pods wait after a kubelet refused their sysctls", "recheck", wait)
 			c.queue.AddAfter(cache.MetaObjectToName(svc), wait)

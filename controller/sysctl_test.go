@@ -55,6 +55,8 @@ func TestSyncSysctlForbidden(t *testing.T) {
 	})
 	refused := refusedPod(svc, "n2", testNow.Add(-10*time.Second))
 	gated := gatedPod(svc, "web-gated")
+	older := refusedPod(svc, "n2", testNow.Add(-time.Hour))
+	older.Name = "web-refused-before"
 	objects := func(extra ...*corev1.Pod) []runtime.Object {
 		out := []runtime.Object{svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), readyPod(svc, "n1"), refused}
 		for _, p := range extra {
@@ -72,8 +74,9 @@ func TestSyncSysctlForbidden(t *testing.T) {
 		pods        []*corev1.Pod
 		wantProblem bool
 		wantGated   bool
+		wantDeleted bool
 	}{
-		{name: "refused", sysctls: true, pods: []*corev1.Pod{gated}, wantProblem: true, wantGated: true},
+		{name: "refused", sysctls: true, pods: []*corev1.Pod{gated, older}, wantProblem: true, wantGated: true, wantDeleted: true},
 		{name: "refused, then a newer pod runs there", sysctls: true, pods: []*corev1.Pod{func() *corev1.Pod {
 			p := readyPod(svc, "n2")
 			p.CreationTimestamp = metav1.NewTime(testNow)
@@ -111,6 +114,13 @@ func TestSyncSysctlForbidden(t *testing.T) {
 				if warned {
 					t.Errorf("events %q: a SysctlForbidden Warning", events)
 				}
+			}
+			// Of the refused pods, only the newest stays.
+			if deleted := slices.Contains(f.writes(), "delete pods "+older.Name); deleted != tc.wantDeleted {
+				t.Errorf("writes %q: older refused pod deleted = %v, want %v", f.writes(), deleted, tc.wantDeleted)
+			}
+			if slices.Contains(f.writes(), "delete pods "+refused.Name) {
+				t.Errorf("writes %q: the newest refused pod deleted", f.writes())
 			}
 			if !slices.Contains(tc.pods, gated) {
 				return

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"time"
@@ -134,4 +135,24 @@ func SysctlWait(pods []*corev1.Pod, now time.Time) time.Duration {
 		return 0
 	}
 	return max(newest.Add(SysctlRetry).Sub(now), 0)
+}
+
+// SysctlStale returns the refused pods (Refused) of pods but the newest:
+// a Deployment's stay, Failed, and one a minute (SysctlRetry) would pile
+// up while a kubelet refuses; the newest still says when the last refusal
+// was, and the controller remembers the others' nodes.
+func SysctlStale(pods []*corev1.Pod) []*corev1.Pod {
+	var refused []*corev1.Pod
+	for _, p := range pods {
+		if _, ok := Refused(p); ok {
+			refused = append(refused, p)
+		}
+	}
+	slices.SortFunc(refused, func(a, b *corev1.Pod) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
+	})
+	if len(refused) < 2 {
+		return nil
+	}
+	return refused[:len(refused)-1]
 }
