@@ -54,17 +54,7 @@ func BenchmarkTCPRelayConnection(b *testing.B) {
 			buf := []byte{1}
 			b.ReportAllocs()
 			for b.Loop() {
-				c, err := dial(target)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := c.Write(buf); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(c, buf); err != nil {
-					b.Fatal(err)
-				}
-				c.Close()
+				oneByteConnection(b, target, buf)
 			}
 		})
 	}
@@ -97,17 +87,23 @@ func BenchmarkDirectConnection(b *testing.B) {
 	target := netip.AddrPortFrom(clusterIP, tcpBackend(b, echo))
 	buf := []byte{1}
 	for b.Loop() {
-		c, err := dial(target)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.Write(buf); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, buf); err != nil {
-			b.Fatal(err)
-		}
-		c.Close()
+		oneByteConnection(b, target, buf)
+	}
+}
+
+// oneByteConnection opens a connection to target, sends buf's byte, reads
+// the echo back into buf and closes.
+func oneByteConnection(b *testing.B, target netip.AddrPort, buf []byte) {
+	c, err := dial(target)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(buf); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil {
+		b.Fatal(err)
 	}
 }
 
