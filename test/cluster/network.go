@@ -45,6 +45,27 @@ func nodeExternalIP(n int) string { return fmt.Sprintf("198.18.2.%d", n) }
 func nodePodCIDR(n int) string    { return fmt.Sprintf("198.18.%d.0/24", 128+n) }
 func nodePodGateway(n int) string { return fmt.Sprintf("198.18.%d.1", 128+n) }
 
+// bridgeMAC returns the fixed, locally administered MAC address of bridge i:
+// 0 is the root bridge, n the pod bridge of node n. A bridge created without
+// one takes the lowest MAC of its ports and changes it whenever a port with
+// a lower one joins: every neighbour that had resolved the bridge's address
+// then sends to a MAC nobody answers until its ARP entry expires (up to about
+// 45 s), which cut off a node's kube-proxy from the API server when a later
+// node joined the bridge. An address set at creation never changes.
+func bridgeMAC(i int) string {
+	return fmt.Sprintf("02:c6:12:%02x:%02x:01", (i>>8)&0xff, i&0xff)
+}
+
+// addBridge returns the command creating bridge name with bridgeMAC(i), in
+// namespace ns (the root namespace when ns is empty).
+func addBridge(ns, name string, i int) []string {
+	cmd := []string{"ip"}
+	if ns != "" {
+		cmd = append(cmd, "-n", ns)
+	}
+	return append(cmd, "link", "add", name, "address", bridgeMAC(i), "type", "bridge")
+}
+
 // lightPodIP returns the i-th pod address handed to pods on light nodes,
 // from 198.18.192.0/21; nothing answers there and nothing routes there.
 func lightPodIP(i int) string {
@@ -112,7 +133,7 @@ func (nw *network) setupRoot(ctx context.Context) error {
 		return err
 	}
 	steps := [][]string{
-		{"ip", "link", "add", bridgeName, "type", "bridge"},
+		addBridge("", bridgeName, 0),
 		{"ip", "addr", "add", bridgeCIDR, "dev", bridgeName},
 		{"ip", "link", "set", bridgeName, "up"},
 	}
@@ -192,7 +213,7 @@ func (nw *network) setupNode(ctx context.Context, n int, ns string, external boo
 	}
 	gw := nodePodGateway(n)
 	steps := [][]string{
-		{"ip", "-n", ns, "link", "add", "cbr0", "type", "bridge"},
+		addBridge(ns, "cbr0", n),
 		{"ip", "-n", ns, "addr", "add", gw + "/24", "dev", "cbr0"},
 		{"ip", "-n", ns, "link", "set", "cbr0", "up"},
 		{"ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"},
