@@ -131,6 +131,9 @@ type Controller struct {
 	judging      judging
 	targetInputs []cache.Store
 	restarts     restartBackoffs
+	// endpointGaps holds the Local Services' nodes that lost their last
+	// endpoint a moment ago (LocalEndpointGrace).
+	endpointGaps endpointGaps
 	// external holds what the external vantages say about each Service,
 	// judged by evaluate and read by the sync workers; guarded by mu.
 	external map[cache.ObjectName]status.External

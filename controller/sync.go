@@ -2,13 +2,11 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,13 +66,16 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 		return err
 	}
 	// externalTrafficPolicy Local: the nodes with a serving endpoint, which
-	// alone may be published, and those with one serving or starting,
-	// where proxies belong.
+	// alone may be published, and those with one serving or starting, or
+	// that had one a moment ago (LocalEndpointGrace), where proxies belong.
 	var localReady, localPresent map[string]bool
 	if want.NodePortTarget {
 		if localReady, localPresent, err = c.endpointNodes(svc); err != nil {
 			return err
 		}
+		localPresent = c.localNodes(svc, localPresent)
+	} else {
+		c.endpointGaps.forget(key)
 	}
 	if err := c.placeHomesUnlessRefused(ctx, svc, want, own, nodes, localPresent); err != nil {
 		return err
@@ -233,72 +234,6 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 	return svc, nil
 }
 
-// endpointNodes returns the nodes with an endpoint of svc that serves (ready,
-// or terminating and still serving), and the nodes with an endpoint that
-// serves or is not terminating (still starting).
-func (c *Controller) endpointNodes(svc *corev1.Service) (ready, present map[string]bool, err error) {
-	slices, err := c.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
-	if err != nil {
-		return nil, nil, fmt.Errorf("listing endpoint slices: %w", err)
-	}
-	ready, present = map[string]bool{}, map[string]bool{}
-	for _, s := range slices {
-		for _, ep := range s.Endpoints {
-			if ep.NodeName == nil {
-				continue
-			}
-			// kube-proxy sends Local traffic to a node's terminating
-			// endpoints that still serve when it has no ready one: such a
-			// node still serves, and its proxy stays until they are gone.
-			serving := ep.Conditions.Ready == nil || *ep.Conditions.Ready
-			if ep.Conditions.Serving != nil {
-				serving = *ep.Conditions.Serving
-			}
-			if serving {
-				ready[*ep.NodeName] = true
-			}
-			if serving || ep.Conditions.Terminating == nil || !*ep.Conditions.Terminating {
-				present[*ep.NodeName] = true
-			}
-		}
-	}
-	return ready, present, nil
-}
-
-// moveLocalProxies deletes the Deployment proxy pods of an
-// externalTrafficPolicy Local Service that run on a node without an
-// endpoint, while some node has one. Pod affinity put them next to a
-// backend, but the scheduler does not re-check affinity once a pod runs:
-// without this, proxies would stay where the backends were, forwarding to
-// a NodePort with no local endpoint. The ReplicaSet's replacement is
-// scheduled next to a backend again (or stays Pending when those nodes
-// already run one). Nothing moves while no node has an endpoint, so a
-// Service scaled to zero keeps its proxies.
-func (c *Controller) moveLocalProxies(ctx context.Context, own []*corev1.Pod, present map[string]bool) error {
-	if len(present) == 0 {
-		return nil
-	}
-	var errs []error
-	for _, p := range own {
-		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || present[p.Spec.NodeName] {
-			continue
-		}
-		err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
-			Preconditions: &metav1.Preconditions{UID: &p.UID},
-		})
-		switch {
-		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-			continue // gone, or replaced by a pod of the same name
-		case err != nil:
-			errs = append(errs, fmt.Errorf("deleting proxy pod %s/%s on node %s without a local endpoint: %w", p.Namespace, p.Name, p.Spec.NodeName, err))
-			continue
-		}
-		c.metrics.writes.WithLabelValues("pods", "delete").Inc()
-		klog.FromContext(ctx).Info("Deleted proxy pod on a node without a local endpoint", "pod", klog.KObj(p), "node", p.Spec.NodeName)
-	}
-	return errors.Join(errs...)
-}
-
 // release undoes pulselb's work on a Service that is being deleted or is no
 // longer served (type or class changed, or --class-only): workload first,
 // then the DNSEndpoint, then pulselb's status, annotations and conditions,
@@ -429,6 +364,7 @@ func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 		delete(c.firstAddress, key)
 		delete(c.echoes, key)
 		c.refusals.forget(key)
+		c.endpointGaps.forget(key)
 	}
 	c.metrics.managedServices.Set(float64(len(c.managed)))
 }

@@ -82,8 +82,9 @@ type HomeInput struct {
 	// (Workload.EligibleNodes).
 	Eligible []string
 	// Endpoints, for externalTrafficPolicy Local, are the nodes with an
-	// endpoint of the Service (serving, or starting); nil otherwise. While
-	// there are some, a proxy goes only next to one.
+	// endpoint of the Service (serving, or starting, or gone a moment ago:
+	// the controller's LocalEndpointGrace); nil otherwise. While there are
+	// some, a proxy goes only next to one.
 	Endpoints map[string]bool
 	// DeleteFirst says the workload's rollout may take an old proxy down
 	// before its successor is ready (maxUnavailable of at least 1), so a
