@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/pulselb/pulselb/placement"
 )
 
 // LocalEndpointGrace is how long a node that had an endpoint of an
@@ -177,4 +179,17 @@ func (c *Controller) moveLocalProxies(ctx context.Context, own []*corev1.Pod, no
 		klog.FromContext(ctx).Info("Deleted proxy pod on a node without a local endpoint", "pod", klog.KObj(p), "node", p.Spec.NodeName)
 	}
 	return errors.Join(errs...)
+}
+
+// forwardsToNodePort reports whether proxy pod p forwards to its node's
+// NodePorts (externalTrafficPolicy Local) rather than to the ClusterIP.
+func forwardsToNodePort(p *corev1.Pod) bool {
+	for _, c := range p.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == placement.EnvNodePortTarget {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -53,6 +53,7 @@ const (
 	keepNodeNotUp          = "nodeNotUp"
 	keepBackendDown        = "backendDownEverywhere"
 	keepBackoff            = "backoff"
+	keepNoLocalEndpoint    = "noLocalEndpoint"
 )
 
 // restartInput is what decideRestart looks at for one proxy pod.
@@ -73,6 +74,10 @@ type restartInput struct {
 	// Others holds the same for every other node with a proxy pod of the
 	// Service whose beacon is not Down.
 	Others []map[contract.PortKey]status.Verdict
+	// NoLocalEndpoint: the pod forwards to its node's NodePorts
+	// (externalTrafficPolicy Local) and the node has no serving endpoint
+	// of the Service, as while a backend is replaced on it.
+	NoLocalEndpoint bool
 	// Now and NotBefore: no restart before NotBefore (the backoff).
 	Now, NotBefore time.Time
 }
@@ -90,6 +95,12 @@ func decideRestart(in restartInput) (bool, string) {
 	}
 	if !anyDown(in.Ports) {
 		return false, keepPortsUp
+	}
+	if in.NoLocalEndpoint {
+		// A NodePort without a local endpoint may drop what the proxy
+		// forwards: the node lacks a backend, the proxy is not broken.
+		// It stays, or moves with moveLocalProxies.
+		return false, keepNoLocalEndpoint
 	}
 	if in.ReadyFor < RestartGrace {
 		return false, keepNotReadyLongEnough
@@ -287,6 +298,13 @@ func (c *Controller) restartBrokenProxies(ctx context.Context, services []cache.
 			errs = append(errs, err)
 			continue
 		}
+		var serving map[string]bool
+		if slices.ContainsFunc(pods, forwardsToNodePort) {
+			if serving, _, err = c.endpointNodes(svc); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
 		ports := map[string]map[contract.PortKey]status.Verdict{}
 		beacons := map[string]status.Verdict{}
 		downFor := map[string]time.Duration{}
@@ -322,6 +340,8 @@ func (c *Controller) restartBrokenProxies(ctx context.Context, services []cache.
 				Ports:     heldPorts(p, ports[n]),
 				Now:       now,
 				NotBefore: c.restarts.notBefore(bk),
+
+				NoLocalEndpoint: forwardsToNodePort(p) && !serving[n],
 			}
 			for other, m := range ports {
 				if other != n && beacons[other] != status.VerdictDown {

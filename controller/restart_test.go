@@ -8,10 +8,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -65,6 +68,8 @@ func TestDecideRestart(t *testing.T) {
 			false, keepDownTooShort},
 		{"pod not running", restartInput{Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now},
 			false, keepNotRunning},
+		{"Local: the node has no serving endpoint", restartInput{Running: true, ReadyFor: time.Minute, DownFor: time.Minute, Beacon: up, Ports: ports(down, down), Others: []map[contract.PortKey]status.Verdict{ports(up, up)}, Now: now, NoLocalEndpoint: true},
+			false, keepNoLocalEndpoint},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,5 +271,58 @@ func TestOldProxyNotRestartedForNewPort(t *testing.T) {
 		if strings.HasPrefix(w, "delete pods") {
 			t.Errorf("%q: the old proxy does not hold port 80, and its successor has only just started", w)
 		}
+	}
+}
+
+// TestLocalProxyNotRestartedWithoutEndpoint: shop/web has
+// externalTrafficPolicy Local and port 80 is down on n1, up on n2. While n1
+// has no serving endpoint (its backend being replaced) the proxy there
+// forwards to a NodePort without one, and is not restarted for it: the
+// node lacks a backend, the proxy is not broken. With a serving endpoint
+// on n1 the same verdicts restart it.
+func TestLocalProxyNotRestartedWithoutEndpoint(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		endpoints   []endpoint
+		wantRestart bool
+	}{
+		{"backend on n1 being replaced", []endpoint{{node: "n2", ready: true}}, false},
+		{"backend on n1 terminating, no longer serving", []endpoint{{node: "n1", terminating: true}, {node: "n2", ready: true}}, false},
+		{"backend on n1 serving", []endpoint{{node: "n1", ready: true}, {node: "n2", ready: true}}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			svc := published(newService("web", func(s *corev1.Service) {
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.Selector = map[string]string{"app": "web"}
+			}), "n1,n2")
+			objs := cluster(svc)
+			for _, o := range objs {
+				if p, ok := o.(*corev1.Pod); ok && p.Labels[contract.LabelAppName] == contract.ProxyAppName {
+					p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: placement.EnvNodePortTarget, Value: "TCP:80=30080"}}
+				}
+			}
+			reports := meshReports(svc, map[string]v1alpha1.State{"n1": v1alpha1.StateDown, "n2": v1alpha1.StateUp})
+			f := newFixture(t, objs...)
+			c := f.healthController(ctx, reports...)
+			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			if err := idx.Add(endpointSlice(svc, tt.endpoints...)); err != nil {
+				t.Fatal(err)
+			}
+			c.slices = discoverylisters.NewEndpointSliceLister(idx)
+			for _, at := range []time.Duration{0, RestartAfterDown} {
+				c.now = func() time.Time { return testNow.Add(at) }
+				if err := c.evaluate(ctx, healthKey); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := []string(nil)
+			if tt.wantRestart {
+				want = []string{"delete pods " + deploymentPod(svc, "n1").Name}
+			}
+			if got := f.writes(); !slices.Equal(got, want) {
+				t.Errorf("writes %q, want %q", got, want)
+			}
+		})
 	}
 }
