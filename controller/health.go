@@ -768,20 +768,9 @@ func targetInputChanged(oldObj, newObj any) bool {
 	case *corev1.Service:
 		n, ok := newObj.(*corev1.Service)
 		return !ok || !equality.Semantic.DeepEqual(o.Spec, n.Spec) || !maps.Equal(o.Labels, n.Labels) ||
-			!maps.Equal(settingAnnotations(o), settingAnnotations(n)) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+			!contract.SettingAnnotationsEqual(o.Annotations, n.Annotations) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	case *appsv1.Deployment, *appsv1.DaemonSet:
 		return !workloadUnchanged(oldObj, newObj)
 	}
 	return true
-}
-
-// settingAnnotations returns svc's annotations but for those pulselb
-// writes on it beside its status, which the parser ignores.
-func settingAnnotations(svc *corev1.Service) map[string]string {
-	out := maps.Clone(svc.Annotations)
-	delete(out, contract.AnnotationNodes)
-	delete(out, contract.AnnotationExternalIPs)
-	delete(out, contract.AnnotationInternalIPs)
-	delete(out, contract.AnnotationExternalUnreachable)
-	return out
 }

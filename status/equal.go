@@ -52,8 +52,7 @@ func ApplyAnnotations(svc *corev1.Service, r Result) {
 }
 
 // writtenAnnotations are the annotations pulselb writes on a Service.
-var writtenAnnotations = []string{contract.AnnotationExternalIPs, contract.AnnotationInternalIPs, contract.AnnotationNodes,
-	contract.AnnotationExternalUnreachable}
+var writtenAnnotations = contract.WrittenAnnotations()
 
 // Cleared returns the Result of a Service pulselb no longer serves: no
 // ingress, no pulselb annotations or conditions, others' conditions kept.

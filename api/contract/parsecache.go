@@ -11,7 +11,8 @@ import (
 )
 
 // ParseCache remembers what Parse returned for each Service while what
-// Parse reads of it, its annotations and ports, stays the same. A consumer
+// Parse reads of it, its annotations (but those pulselb writes) and ports,
+// stays the same. A consumer
 // that reads every Service again whenever any one changes (the DNS feed,
 // the dashboard, the prober agent) then parses a Service once per change
 // of its own rather than once per pass; a parse compiles the probes'
@@ -45,7 +46,7 @@ func (c *ParseCache) Parse(svc *corev1.Service) (Settings, []Problem) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[key]
-	if e == nil || !maps.Equal(e.annotations, svc.Annotations) || !equality.Semantic.DeepEqual(e.ports, svc.Spec.Ports) {
+	if e == nil || !SettingAnnotationsEqual(e.annotations, svc.Annotations) || !equality.Semantic.DeepEqual(e.ports, svc.Spec.Ports) {
 		s, problems := Parse(svc)
 		s.NodeSelector, s.Probes, s.Hostnames = slices.Clip(s.NodeSelector), slices.Clip(s.Probes), slices.Clip(s.Hostnames)
 		ports := make([]corev1.ServicePort, len(svc.Spec.Ports))

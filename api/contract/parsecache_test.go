@@ -24,13 +24,15 @@ func TestParseCache(t *testing.T) {
 	}
 	reparsed := func(s Settings) bool { return &s.Probes[0] != &first.Probes[0] }
 
-	// What Parse does not read: the status, the resourceVersion, a
-	// copy of the object.
+	// What Parse does not read: the status and the annotations written
+	// beside it, the resourceVersion, a copy of the object.
 	same := svc.DeepCopy()
 	same.ResourceVersion = "2"
 	same.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}
+	same.Annotations[AnnotationNodes] = "n1"
+	same.Annotations[AnnotationExternalIPs] = "192.0.2.1"
 	if s, _ := c.Parse(same); reparsed(s) {
-		t.Error("a status change parsed the Service again")
+		t.Error("a change of the status and the written annotations parsed the Service again")
 	}
 	// An append to a shared answer copies: the next caller sees none of it.
 	s, p := c.Parse(svc)

@@ -58,6 +58,45 @@ const (
 	AnnotationExternalUnreachable = Prefix + "external-unreachable"
 )
 
+// WrittenAnnotations returns the annotations pulselb writes on a Service,
+// in a slice of the caller's own.
+func WrittenAnnotations() []string {
+	return []string{AnnotationExternalIPs, AnnotationInternalIPs, AnnotationNodes, AnnotationExternalUnreachable}
+}
+
+// IsWrittenAnnotation reports whether key is one of WrittenAnnotations.
+func IsWrittenAnnotation(key string) bool {
+	switch key {
+	case AnnotationExternalIPs, AnnotationInternalIPs, AnnotationNodes, AnnotationExternalUnreachable:
+		return true
+	}
+	return false
+}
+
+// SettingAnnotationsEqual reports whether a and b, the annotations of a
+// Service, are the same but for those pulselb writes (WrittenAnnotations):
+// whether Parse reads the same from both. pulselb's own writes follow
+// every change of addresses, so at scale a consumer of settings that
+// counted them as changes would redo its work with every failover.
+func SettingAnnotationsEqual(a, b map[string]string) bool {
+	n := 0
+	for k, v := range a {
+		if IsWrittenAnnotation(k) {
+			continue
+		}
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+		n++
+	}
+	for k := range b {
+		if !IsWrittenAnnotation(k) {
+			n--
+		}
+	}
+	return n == 0
+}
+
 // Mode is how a Service's proxies run.
 type Mode string
 

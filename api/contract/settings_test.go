@@ -251,3 +251,42 @@ func annotate(kv ...string) svcOpt {
 		}
 	}
 }
+
+// TestSettingAnnotationsEqual: the annotations pulselb writes are no
+// settings; any other difference, an added or removed key included, is.
+func TestSettingAnnotationsEqual(t *testing.T) {
+	base := map[string]string{AnnotationProbe: "tcp", "other.example/x": "1", AnnotationNodes: "n1"}
+	for _, tc := range []struct {
+		what  string
+		other map[string]string
+		equal bool
+	}{
+		{"the same", map[string]string{AnnotationProbe: "tcp", "other.example/x": "1", AnnotationNodes: "n1"}, true},
+		{"written ones changed", map[string]string{AnnotationProbe: "tcp", "other.example/x": "1", AnnotationNodes: "n2",
+			AnnotationExternalIPs: "192.0.2.1", AnnotationInternalIPs: "10.0.0.1", AnnotationExternalUnreachable: "192.0.2.2"}, true},
+		{"written ones gone", map[string]string{AnnotationProbe: "tcp", "other.example/x": "1"}, true},
+		{"a setting changed", map[string]string{AnnotationProbe: "http", "other.example/x": "1", AnnotationNodes: "n1"}, false},
+		{"a setting added", map[string]string{AnnotationProbe: "tcp", "other.example/x": "1", AnnotationRise: "3", AnnotationNodes: "n1"}, false},
+		{"a setting removed", map[string]string{"other.example/x": "1", AnnotationNodes: "n1"}, false},
+		{"an empty value added", map[string]string{AnnotationProbe: "tcp", "other.example/x": "1", "y": "", AnnotationNodes: "n1"}, false},
+		{"nil", nil, false},
+	} {
+		if got := SettingAnnotationsEqual(base, tc.other); got != tc.equal {
+			t.Errorf("%s: equal %v, want %v", tc.what, got, tc.equal)
+		}
+		if got := SettingAnnotationsEqual(tc.other, base); got != tc.equal {
+			t.Errorf("%s, reversed: equal %v, want %v", tc.what, got, tc.equal)
+		}
+	}
+	if !SettingAnnotationsEqual(nil, map[string]string{AnnotationNodes: "n1"}) {
+		t.Error("nil and only written annotations differ")
+	}
+	for _, k := range WrittenAnnotations() {
+		if !IsWrittenAnnotation(k) {
+			t.Errorf("%s is written but IsWrittenAnnotation says not", k)
+		}
+	}
+	if IsWrittenAnnotation(AnnotationProbe) {
+		t.Errorf("%s is a setting, IsWrittenAnnotation says written", AnnotationProbe)
+	}
+}

@@ -626,10 +626,12 @@ func nodeUpdateMatters(oldObj, newObj any) bool {
 }
 
 // serviceUpdateMatters reports whether a Service update can change the
-// targets: not one that changes only the status (the controller's own
-// writes, which at scale arrive for many Services at once, would make
+// targets: not one that changes only the status and the annotations the
+// controller writes beside it (its own writes, which follow every
+// failover and at scale arrive for many Services at once, would make
 // every agent recompute its targets while its votes wait to be written),
-// except for an external agent, which probes the published addresses.
+// except for an external agent, which probes the published addresses and
+// those held out.
 // Other objects always matter here.
 func serviceUpdateMatters(oldObj, newObj any, external bool) bool {
 	o, ok := oldObj.(*corev1.Service)
@@ -640,8 +642,11 @@ func serviceUpdateMatters(oldObj, newObj any, external bool) bool {
 	if external && !equality.Semantic.DeepEqual(o.Status.LoadBalancer, n.Status.LoadBalancer) {
 		return true
 	}
+	if external && !maps.Equal(o.Annotations, n.Annotations) {
+		return true // it probes the addresses held out too
+	}
 	return !equality.Semantic.DeepEqual(o.Spec, n.Spec) ||
-		!maps.Equal(o.Annotations, n.Annotations) || !maps.Equal(o.Labels, n.Labels) ||
+		!contract.SettingAnnotationsEqual(o.Annotations, n.Annotations) || !maps.Equal(o.Labels, n.Labels) ||
 		!o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !slices.Equal(o.Finalizers, n.Finalizers)
 }
 

@@ -773,6 +773,12 @@ func TestServiceUpdateMatters(t *testing.T) {
 		}, false, false},
 		{"port", func(s *corev1.Service) { s.Spec.Ports[0].Port = 81 }, true, true},
 		{"annotation", func(s *corev1.Service) { s.Annotations["a"] = "2" }, true, true},
+		// Written by the controller with every change of addresses.
+		{"written annotations", func(s *corev1.Service) {
+			s.Annotations[contract.AnnotationNodes] = "n1"
+			s.Annotations[contract.AnnotationInternalIPs] = "198.18.1.1"
+		}, false, true},
+		{"held-out addresses", func(s *corev1.Service) { s.Annotations[contract.AnnotationExternalUnreachable] = "198.18.1.2" }, false, true},
 		{"label", func(s *corev1.Service) { s.Labels = map[string]string{"x": "y"} }, true, true},
 		{"deletion", func(s *corev1.Service) { s.DeletionTimestamp = &now }, true, true},
 	} {
