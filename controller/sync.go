@@ -190,7 +190,6 @@ func (c *Controller) replacedInPlace(svc *corev1.Service, want placement.Workloa
 // still carries LegacyFinalizer gets Finalizer in its place with the next
 // update, made for that alone if nothing else differs.
 func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r status.Result) (*corev1.Service, error) {
-	logger := klog.FromContext(ctx)
 	key := cache.MetaObjectToName(svc)
 	writeStatus := false
 	if status.Differs(svc, r) {
@@ -203,34 +202,67 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, r sta
 		writeStatus = true
 	}
 	var err error
+	var wroteStatus *corev1.Service // the Service as written by a status write made first
+	if writeStatus && hasFinalizer(svc) {
+		// The status first: a failover's addresses reach those who read
+		// them (external-dns, dnsexport, the probers of the published
+		// addresses) one round trip sooner, and the annotations, which
+		// only repeat them, follow. Without the finalizer the update that
+		// adds it comes first, so that nothing is published without it.
+		if svc, err = c.updateStatus(ctx, svc, r); err != nil {
+			return nil, err
+		}
+		writeStatus, wroteStatus = false, svc
+	}
 	if status.AnnotationsDiffer(svc, r) || (writeStatus && !hasFinalizer(svc)) || hasLegacyFinalizer(svc) {
 		svc = svc.DeepCopy()
 		status.ApplyAnnotations(svc, r)
 		svc.Finalizers = withFinalizer(svc.Finalizers)
 		if svc, err = c.client.CoreV1().Services(svc.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			if wroteStatus != nil {
+				// The conditions are written: their Events are due, and
+				// the retry will find no change of them.
+				c.recordEvents(wroteStatus, r)
+			}
 			return nil, fmt.Errorf("updating annotations and finalizer: %w", err)
 		}
 		c.wroteService(svc)
 		c.metrics.writes.WithLabelValues("services", "update").Inc()
 	}
 	if writeStatus {
-		svc = svc.DeepCopy()
-		status.ApplyStatus(svc, r)
-		if svc, err = c.client.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
-			return nil, fmt.Errorf("updating status: %w", err)
+		if svc, err = c.updateStatus(ctx, svc, r); err != nil {
+			return nil, err
 		}
-		c.wroteService(svc)
-		c.mu.Lock()
-		c.statusWritten[key] = c.now()
-		delete(c.progressSince, key)
-		delete(c.firstAddress, key)
-		c.mu.Unlock()
-		c.metrics.writes.WithLabelValues("services/status", "update").Inc()
-		logger.Info("Updated load balancer status", "nodes", r.Nodes, "ingress", len(r.LoadBalancer.Ingress))
 	}
+	c.recordEvents(svc, r)
+	return svc, nil
+}
+
+// recordEvents records r's Events on svc.
+func (c *Controller) recordEvents(svc *corev1.Service, r status.Result) {
 	for _, e := range r.Events {
 		c.recorder.Event(svc, e.Type, e.Reason, e.Message)
 	}
+}
+
+// updateStatus writes r's status on svc and returns the Service as
+// written.
+func (c *Controller) updateStatus(ctx context.Context, svc *corev1.Service, r status.Result) (*corev1.Service, error) {
+	key := cache.MetaObjectToName(svc)
+	svc = svc.DeepCopy()
+	status.ApplyStatus(svc, r)
+	svc, err := c.client.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("updating status: %w", err)
+	}
+	c.wroteService(svc)
+	c.mu.Lock()
+	c.statusWritten[key] = c.now()
+	delete(c.progressSince, key)
+	delete(c.firstAddress, key)
+	c.mu.Unlock()
+	c.metrics.writes.WithLabelValues("services/status", "update").Inc()
+	klog.FromContext(ctx).Info("Updated load balancer status", "nodes", r.Nodes, "ingress", len(r.LoadBalancer.Ingress))
 	return svc, nil
 }
 

@@ -194,8 +194,11 @@ func TestNewServiceWrites(t *testing.T) {
 		f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), readyPod(svc, "n1"), notReadyPod(svc, "n2"))
 		c := f.controller(ctx)
 		optimisticServices(t, f)
-		if got := serviceWrites(t, ctx, f, c, svc, "a proxy back"); !slices.Equal(got, both) {
-			t.Errorf("a proxy back: writes %q, want %q at once", got, both)
+		// The finalizer is there: the status first, then the
+		// annotations that repeat it.
+		statusFirst := []string{"update services/status", "update services"}
+		if got := serviceWrites(t, ctx, f, c, svc, "a proxy back"); !slices.Equal(got, statusFirst) {
+			t.Errorf("a proxy back: writes %q, want %q at once", got, statusFirst)
 		}
 	})
 	t.Run("problem written at once", func(t *testing.T) {
@@ -388,5 +391,51 @@ func TestOwnWritesDoNotRequeue(t *testing.T) {
 	}
 	if !barrier() {
 		t.Error("another writer's update of web did not queue it")
+	}
+}
+
+// TestFailoverWritesStatusFirst: a published Service that loses a node has
+// its status written before the annotations that repeat it, so the
+// failover reaches the status one round trip sooner; when the annotations'
+// update then fails, the status stays written and the retry writes only
+// the annotations.
+func TestFailoverWritesStatusFirst(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	svc := newService("web")
+	f := newFixture(t, svc, newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), readyPod(svc, "n1"), readyPod(svc, "n2"))
+	c := f.controller(ctx)
+	optimisticServices(t, f)
+	if got := serviceWrites(t, ctx, f, c, svc, "publish"); !slices.Equal(got, []string{"update services", "update services/status"}) {
+		t.Fatalf("publish: writes %q, want the finalizer's update first", got)
+	}
+	f.events()
+
+	failAnnotations := true
+	f.client.PrependReactor("update", "services", func(a core.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "" && failAnnotations {
+			failAnnotations = false
+			return true, nil, apierrors.NewServiceUnavailable("injected")
+		}
+		return false, nil, nil
+	})
+	if err := c.podIndex.Update(notReadyPod(svc, "n2")); err != nil {
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	if err := c.sync(ctx, key(svc)); err == nil {
+		t.Fatal("sync with the annotations' update failing returned no error")
+	}
+	got := f.service(ctx, "shop", "web")
+	if len(got.Status.LoadBalancer.Ingress) != 1 || got.Status.LoadBalancer.Ingress[0].IP != "10.0.0.1" {
+		t.Errorf("after the failed annotations' update the ingress is %v, want n1's address alone", got.Status.LoadBalancer.Ingress)
+	}
+	if got.Annotations[contract.AnnotationNodes] != "n1,n2" {
+		t.Errorf("annotation %s = %q before the retry, want the old n1,n2", contract.AnnotationNodes, got.Annotations[contract.AnnotationNodes])
+	}
+	if got := serviceWrites(t, ctx, f, c, svc, "retry"); !slices.Equal(got, []string{"update services"}) {
+		t.Errorf("retry: writes %q, want the annotations' update alone", got)
+	}
+	if got := f.service(ctx, "shop", "web"); got.Annotations[contract.AnnotationNodes] != "n1" {
+		t.Errorf("after the retry annotation %s = %q, want n1", contract.AnnotationNodes, got.Annotations[contract.AnnotationNodes])
 	}
 }
