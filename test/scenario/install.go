@@ -28,7 +28,7 @@ const (
 // components run with the permissions the manifests give them.
 func InstallBase(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Unstructured, timeout time.Duration) error {
 	for _, o := range objs {
-		for _, ctr := range unstructuredSlice(o.Object, "spec", "template", "spec", "containers") {
+		for _, ctr := range UnstructuredSlice(o.Object, "spec", "template", "spec", "containers") {
 			if img, _ := ctr["image"].(string); !strings.Contains(img, "pulselb") {
 				return fmt.Errorf("%s %s runs image %q: the simulator runs pulselb only for images named pulselb", o.GetKind(), o.GetName(), img)
 			}
@@ -48,8 +48,8 @@ func InstallBase(ctx context.Context, c *cluster.Cluster, objs []*unstructured.U
 	})
 }
 
-// unstructuredSlice returns the list of maps at path in obj.
-func unstructuredSlice(obj map[string]any, path ...string) []map[string]any {
+// UnstructuredSlice returns the list of maps at path in obj.
+func UnstructuredSlice(obj map[string]any, path ...string) []map[string]any {
 	var cur any = obj
 	for _, p := range path {
 		m, ok := cur.(map[string]any)

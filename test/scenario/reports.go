@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,6 +39,9 @@ type ProbeReport struct {
 	} `json:"status"`
 }
 
+// ErrDecoding wraps a ProbeReport that does not decode.
+var ErrDecoding = errors.New("decoding a ProbeReport")
+
 // ListReports returns the ProbeReports in namespace ns.
 func ListReports(ctx context.Context, dyn dynamic.Interface, ns string) ([]ProbeReport, error) {
 	l, err := dyn.Resource(deploy.ProbeReports).Namespace(ns).List(ctx, metav1.ListOptions{})
@@ -48,11 +52,11 @@ func ListReports(ctx context.Context, dyn dynamic.Interface, ns string) ([]Probe
 	for _, u := range l.Items {
 		b, err := json.Marshal(u.Object)
 		if err != nil {
-			return nil, fmt.Errorf("encoding ProbeReport %s: %w", u.GetName(), err)
+			return nil, fmt.Errorf("%w: encoding %s: %w", ErrDecoding, u.GetName(), err)
 		}
 		var r ProbeReport
 		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("decoding ProbeReport %s: %w", u.GetName(), err)
+			return nil, fmt.Errorf("%w %s: %w", ErrDecoding, u.GetName(), err)
 		}
 		r.Name = u.GetName()
 		out = append(out, r)

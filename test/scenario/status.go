@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -45,6 +46,9 @@ func RecordStatus(ctx context.Context, cs kubernetes.Interface, ns, name string)
 		for ctx.Err() == nil {
 			w, err := cs.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
 			if err != nil {
+				if apierrors.IsGone(err) {
+					rv = ""
+				}
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
