@@ -80,9 +80,11 @@ func (s *state) run(ctx context.Context, f Fault) error {
 		if victim == "" {
 			return errNoTarget
 		}
-		s.mu.Lock()
-		s.controllerKilled = time.Now()
-		s.mu.Unlock()
+		if f.Kind == KillLeader {
+			s.mu.Lock()
+			s.leaderKilled = time.Now()
+			s.mu.Unlock()
+		}
 		s.event("kill -9 controller %s", victim)
 		return c.KillContainer(sys, victim, "controller")
 	case RestartAPIServer:

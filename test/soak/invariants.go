@@ -54,7 +54,16 @@ func (s *state) check(ctx context.Context) {
 func (s *state) checkOnce(now time.Time) {
 	s.mu.Lock()
 	cut, healed := maps.Clone(s.cut), maps.Clone(s.healed)
-	apiUp, apiDown, killed := s.apiUp, s.apiDown, s.controllerKilled
+	apiDown := s.apiDown
+	// A bound runs from the later of its event, the API server's return
+	// and the end of the leader gap after the leader was killed.
+	from := func(t time.Time) time.Time {
+		t = later(t, s.apiUp)
+		if !s.leaderKilled.IsZero() {
+			t = later(t, s.leaderKilled.Add(s.cfg.LeaderBound))
+		}
+		return t
+	}
 	s.checks++
 	s.mu.Unlock()
 	healthy := len(s.e.proxyNodes) - len(cut)
@@ -79,16 +88,13 @@ func (s *state) checkOnce(now time.Time) {
 				Namespace, svc.Name, s.since(last.At), healthy, last.Conds))
 		}
 		for node, since := range cut {
-			from := later(since, apiUp)
-			bound := s.cfg.FailoverBound
-			if !killed.IsZero() && killed.After(since.Add(-s.cfg.LeaderBound)) {
-				bound += s.cfg.LeaderBound
-			}
 			ip := s.e.nodeIP[node]
-			if !apiDown && now.Sub(from) > bound && slices.Contains(last.IPs, ip) {
+			s.measure(s.pending, node, svc.Name, since, last, !slices.Contains(last.IPs, ip), "left", &s.failovers)
+			start := from(since)
+			if !apiDown && now.Sub(start) > s.cfg.FailoverBound && slices.Contains(last.IPs, ip) {
 				s.fail(fmt.Sprintf("%s/%s/%s/%d", InvStaleAddress, svc.Name, node, since.UnixNano()), InvStaleAddress,
-					fmt.Sprintf("%s/%s still publishes %s (%s), cut off since +%s, %s after the bound's start (bound %s); status %v",
-						Namespace, svc.Name, ip, node, s.since(since), now.Sub(from).Round(time.Millisecond), bound, last.IPs))
+					fmt.Sprintf("%s/%s still publishes %s (%s), cut off since +%s, %s after the bound's start +%s (bound %s); status %v",
+						Namespace, svc.Name, ip, node, s.since(since), now.Sub(start).Round(time.Millisecond), s.since(start), s.cfg.FailoverBound, last.IPs))
 			}
 		}
 		if !svc.DaemonSet {
@@ -96,13 +102,42 @@ func (s *state) checkOnce(now time.Time) {
 		}
 		for node, at := range healed {
 			ip := s.e.nodeIP[node]
-			if now.Sub(later(at, apiUp)) > s.cfg.HealBound && !slices.Contains(last.IPs, ip) {
+			s.measure(s.back, node, svc.Name, at, last, slices.Contains(last.IPs, ip), "back in", &s.returns)
+			start := from(at)
+			if now.Sub(start) > s.cfg.HealBound && !slices.Contains(last.IPs, ip) {
 				s.fail(fmt.Sprintf("%s/%s/%s/%d", InvHealedBack, svc.Name, node, at.UnixNano()), InvHealedBack,
-					fmt.Sprintf("%s (%s), healed at +%s, is not back in %s/%s's status after %s; status %v",
-						node, ip, s.since(at), Namespace, svc.Name, s.cfg.HealBound, last.IPs))
+					fmt.Sprintf("%s (%s), healed at +%s, is not back in %s/%s's status %s after the bound's start +%s (bound %s); status %v",
+						node, ip, s.since(at), Namespace, svc.Name, now.Sub(start).Round(time.Millisecond), s.since(start), s.cfg.HealBound, last.IPs))
 			}
 		}
 	}
+}
+
+// measure records, once per episode (a cut or a heal of node at t), how
+// long Service svc took until done held for its status: it adds the time
+// to out and logs it.
+func (s *state) measure(episodes map[string]time.Time, node, svc string, t time.Time, last scenario.StatusWrite, done bool, what string, out *[]time.Duration) {
+	key := node + "/" + svc
+	s.mu.Lock()
+	seen, ok := episodes[key]
+	if !ok || !seen.Equal(t) {
+		episodes[key] = t
+		if done {
+			// Done at the episode's start: the address was not there.
+			s.mu.Unlock()
+			return
+		}
+		seen = t
+	}
+	measured := s.reported["measured/"+key+"/"+fmt.Sprint(t.UnixNano())]
+	if done && !measured && !(seen.IsZero()) && last.At.After(t) {
+		s.reported["measured/"+key+"/"+fmt.Sprint(t.UnixNano())] = true
+		*out = append(*out, last.At.Sub(t))
+		s.mu.Unlock()
+		s.event("%s %s %s/%s's status %s after +%s", node, what, Namespace, svc, last.At.Sub(t).Round(time.Millisecond), s.since(t))
+		return
+	}
+	s.mu.Unlock()
 }
 
 // settle waits, after the last fault, for every Service to be published

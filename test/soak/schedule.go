@@ -83,12 +83,17 @@ type ScheduleConfig struct {
 	MinHold, MaxHold time.Duration
 }
 
+// leaderKillSpacing is the least time between two KillLeader faults:
+// deploy/base's 15 s Lease, the standby's take-over and as long again with
+// a leader, so that killed leaders do not leave the run leaderless.
+const leaderKillSpacing = 45 * time.Second
+
 // Schedule draws the faults of a run from cfg.Seed: the same
 // configuration gives the same schedule. Faults overlap (a fault may start
 // while a node is cut off), but at most one node is cut off at a time, so
 // a quorum of probers always sees every other node; none starts later
 // than cfg.Duration minus the longest hold, so every node is healed before
-// the run ends.
+// the run ends. Two leader kills are leaderKillSpacing apart at least.
 func Schedule(cfg ScheduleConfig) []Fault {
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	total := 0
@@ -103,6 +108,7 @@ func Schedule(cfg ScheduleConfig) []Fault {
 	}
 	var out []Fault
 	var nodeFreeAt time.Duration
+	lastLeaderKill := time.Duration(-1 << 62)
 	for at := between(cfg.MinGap, cfg.MaxGap); at+cfg.MaxHold <= cfg.Duration; at += between(cfg.MinGap, cfg.MaxGap) {
 		n := rng.IntN(total)
 		var k Kind
@@ -121,6 +127,14 @@ func Schedule(cfg ScheduleConfig) []Fault {
 			} else {
 				f.Hold = between(cfg.MinHold, cfg.MaxHold)
 				nodeFreeAt = at + f.Hold
+			}
+		}
+		if k == KillLeader {
+			if at-lastLeaderKill < leaderKillSpacing {
+				// The standby has not taken over yet: kill a proxy.
+				f.Kind = KillProxy
+			} else {
+				lastLeaderKill = at
 			}
 		}
 		out = append(out, f)

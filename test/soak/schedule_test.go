@@ -26,6 +26,7 @@ func TestScheduleOverlapsButCutsOneNodeAtATime(t *testing.T) {
 	kinds := map[Kind]int{}
 	overlapped := 0
 	var cutUntil time.Duration
+	lastLeaderKill := -time.Hour
 	for _, f := range s {
 		kinds[f.Kind]++
 		if f.At < cutUntil {
@@ -33,6 +34,12 @@ func TestScheduleOverlapsButCutsOneNodeAtATime(t *testing.T) {
 			if f.Kind.nodeFault() {
 				t.Fatalf("%s at %s starts while a node is cut off until %s", f, f.At, cutUntil)
 			}
+		}
+		if f.Kind == KillLeader {
+			if f.At-lastLeaderKill < leaderKillSpacing {
+				t.Errorf("leader killed at %s and %s", lastLeaderKill, f.At)
+			}
+			lastLeaderKill = f.At
 		}
 		if f.Kind.nodeFault() {
 			if f.Hold < 5*time.Second || f.Hold >= 20*time.Second {

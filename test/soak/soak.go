@@ -34,14 +34,15 @@ type Config struct {
 	// ScheduleConfig); defaults 3 s, 12 s, 5 s, 20 s.
 	MinGap, MaxGap, MinHold, MaxHold time.Duration
 	// FailoverBound is how long the address of a node cut off may stay in
-	// a status (counted from the cut, or from the API server's return if
-	// later); default 6 s, what e2e allows a blackholed node on a loaded
-	// 2-core machine. LeaderBound is added when a controller was killed
-	// within the lease duration before or during the cut; default 20 s
-	// (deploy/base's 15 s Lease and a start).
+	// a status; default 6 s, what e2e allows a blackholed node on a loaded
+	// 2-core machine. It runs from the later of the cut, the API server's
+	// return and the end of the leader gap: LeaderBound after the leader
+	// was killed; default 20 s (deploy/base's 15 s Lease, the standby's
+	// 2 s retry period and its start).
 	FailoverBound, LeaderBound time.Duration
 	// HealBound is how long a healed node may take to be back in the
-	// daemonset Service's status; default 60 s.
+	// daemonset Service's status, from the later of its heal, the API
+	// server's return and the end of the leader gap; default 60 s.
 	HealBound time.Duration
 	// Logf reports progress; default none.
 	Logf func(format string, args ...any)
@@ -102,9 +103,13 @@ type Result struct {
 	Faults  map[Kind]int
 	Skipped int
 	// Checks counts the invariant evaluations.
-	Checks   int
-	Clients  []ClientResult
-	Failures []Failure
+	Checks int
+	// Failovers are how long each cut node's address took to leave each
+	// Service's status that had it; Returns how long a healed node took
+	// to be back in the daemonset Service's status.
+	Failovers, Returns []time.Duration
+	Clients            []ClientResult
+	Failures           []Failure
 }
 
 func (r *Result) String() string {
@@ -115,7 +120,8 @@ func (r *Result) String() string {
 		fmt.Fprintf(&b, "%s %d, ", k, r.Faults[k])
 		total += r.Faults[k]
 	}
-	fmt.Fprintf(&b, "%d in all (%d skipped); %d invariant checks", total, r.Skipped, r.Checks)
+	fmt.Fprintf(&b, "%d in all (%d skipped); %d invariant checks; failovers %s; returns after a heal %s", total, r.Skipped, r.Checks,
+		spread(r.Failovers), spread(r.Returns))
 	for _, c := range r.Clients {
 		fmt.Fprintf(&b, "; client of %s: %d sent, %d failed (%d in a fault's window)", c.Service, c.Sent, c.Failed, c.InWindow)
 	}
@@ -165,7 +171,8 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Result, error) {
 	s.settle(runCtx)
 	stopRun()
 	<-checked
-	res := &Result{Seed: cfg.Seed, Duration: cfg.Duration, Faults: s.injected, Skipped: s.skipped, Checks: s.checks}
+	res := &Result{Seed: cfg.Seed, Duration: cfg.Duration, Faults: s.injected, Skipped: s.skipped, Checks: s.checks,
+		Failovers: s.failovers, Returns: s.returns}
 	res.Clients = s.judgeClients(clients)
 	s.checkLeaks(ctx)
 	res.Failures = s.failures
@@ -201,4 +208,14 @@ func (s *state) startClients(ctx context.Context) (map[string]*traffic.Client, e
 		}
 	}
 	return out, nil
+}
+
+// spread summarises ds: how many, median and largest.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	return fmt.Sprintf("%d (median %s, max %s)", len(ds), ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 }

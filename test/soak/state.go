@@ -27,8 +27,17 @@ type state struct {
 	// being restarted.
 	apiUp   time.Time
 	apiDown bool
-	// controllerKilled is when a controller was last killed.
-	controllerKilled time.Time
+	// leaderKilled is when the leading controller was last killed: no
+	// controller writes a status until the standby takes the Lease.
+	leaderKilled time.Time
+	// pending: the Services that published a cut node's address when it
+	// was cut, by "node/service", with the cut's time, until the address
+	// leaves; back: the same for a healed node until it is back in the
+	// daemonset Service's status.
+	pending, back map[string]time.Time
+	// Failovers and Returns are how long addresses took to leave after a
+	// cut and to come back after a heal.
+	failovers, returns []time.Duration
 	// absent: Services deleted and not yet re-created; published:
 	// Services whose status had addresses since their creation.
 	absent, published map[string]bool
@@ -46,7 +55,7 @@ type state struct {
 func newState(e *env, cfg Config) *state {
 	return &state{e: e, cfg: cfg, recorders: map[string]*scenario.StatusRecorder{},
 		cut: map[string]time.Time{}, healed: map[string]time.Time{}, absent: map[string]bool{},
-		published: map[string]bool{}, reported: map[string]bool{}, injected: map[Kind]int{}}
+		published: map[string]bool{}, pending: map[string]time.Time{}, back: map[string]time.Time{}, reported: map[string]bool{}, injected: map[Kind]int{}}
 }
 
 // since is the offset of t in the run.
