@@ -89,7 +89,7 @@ func (s *state) checkOnce(now time.Time) {
 		}
 		for node, since := range cut {
 			ip := s.e.nodeIP[node]
-			s.measure(s.pending, node, svc.Name, since, last, !slices.Contains(last.IPs, ip), "left", &s.failovers)
+			s.measure(s.pending, node, svc.Name, since, ws, func(ips []string) bool { return !slices.Contains(ips, ip) }, "left", &s.failovers)
 			start := from(since)
 			if !apiDown && now.Sub(start) > s.cfg.FailoverBound && slices.Contains(last.IPs, ip) {
 				s.fail(fmt.Sprintf("%s/%s/%s/%d", InvStaleAddress, svc.Name, node, since.UnixNano()), InvStaleAddress,
@@ -102,7 +102,7 @@ func (s *state) checkOnce(now time.Time) {
 		}
 		for node, at := range healed {
 			ip := s.e.nodeIP[node]
-			s.measure(s.back, node, svc.Name, at, last, slices.Contains(last.IPs, ip), "back in", &s.returns)
+			s.measure(s.back, node, svc.Name, at, ws, func(ips []string) bool { return slices.Contains(ips, ip) }, "back in", &s.returns)
 			start := from(at)
 			if now.Sub(start) > s.cfg.HealBound && !slices.Contains(last.IPs, ip) {
 				s.fail(fmt.Sprintf("%s/%s/%s/%d", InvHealedBack, svc.Name, node, at.UnixNano()), InvHealedBack,
@@ -114,28 +114,36 @@ func (s *state) checkOnce(now time.Time) {
 }
 
 // measure records, once per episode (a cut or a heal of node at t), how
-// long Service svc took until done held for its status: it adds the time
-// to out and logs it.
-func (s *state) measure(episodes map[string]time.Time, node, svc string, t time.Time, last scenario.StatusWrite, done bool, what string, out *[]time.Duration) {
+// long Service svc took until done held for a write of its status ws: it
+// adds the time to out and logs it. An episode whose first check finds
+// done already (the Service never had the address, or it came back at
+// once) is not measured.
+func (s *state) measure(episodes map[string]time.Time, node, svc string, t time.Time, ws []scenario.StatusWrite, done func([]string) bool, what string, out *[]time.Duration) {
 	key := node + "/" + svc
 	s.mu.Lock()
 	seen, ok := episodes[key]
-	if !ok || !seen.Equal(t) {
-		episodes[key] = t
-		if done {
-			// Done at the episode's start: the address was not there.
+	first := !ok || !seen.Equal(t)
+	episodes[key] = t
+	measuredKey := fmt.Sprintf("measured/%s/%d", key, t.UnixNano())
+	if first {
+		if done(ws[len(ws)-1].IPs) {
+			s.reported[measuredKey] = true
+		}
+		s.mu.Unlock()
+		return
+	}
+	if s.reported[measuredKey] {
+		s.mu.Unlock()
+		return
+	}
+	for _, w := range ws {
+		if w.At.After(t) && !w.Deleted && done(w.IPs) {
+			s.reported[measuredKey] = true
+			*out = append(*out, w.At.Sub(t))
 			s.mu.Unlock()
+			s.event("%s %s %s/%s's status %s after +%s", node, what, Namespace, svc, w.At.Sub(t).Round(time.Millisecond), s.since(t))
 			return
 		}
-		seen = t
-	}
-	measured := s.reported["measured/"+key+"/"+fmt.Sprint(t.UnixNano())]
-	if done && !measured && !(seen.IsZero()) && last.At.After(t) {
-		s.reported["measured/"+key+"/"+fmt.Sprint(t.UnixNano())] = true
-		*out = append(*out, last.At.Sub(t))
-		s.mu.Unlock()
-		s.event("%s %s %s/%s's status %s after +%s", node, what, Namespace, svc, last.At.Sub(t).Round(time.Millisecond), s.since(t))
-		return
 	}
 	s.mu.Unlock()
 }
