@@ -14,7 +14,8 @@ import (
 // minutes of overlapping faults, every invariant checked throughout, then
 // every Service deleted and nothing left. `make soak` runs the long form.
 func TestSoak(t *testing.T) {
-	c := cluster.ForTest(t, cluster.Options{Nodes: 4})
+	// It waits longer for a machine other tests share, as the install tests do.
+	c := cluster.ForTest(t, cluster.Options{Nodes: 4, WaitForMachine: 20 * time.Minute})
 	res, err := soak.Run(t.Context(), c, soak.Config{Seed: 1, Duration: 2 * time.Minute,
 		Base: filepath.Join("..", "..", "deploy", "base"), Logf: t.Logf})
 	if err != nil {
