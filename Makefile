@@ -23,7 +23,7 @@ RELEASE_DEBIAN_ARCHS := arm64 armhf
 
 .PHONY: release release-check release-reproducible release-prepare
 .PHONY: conformance
-.PHONY: all build generate manifests verify-manifests image-binary test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers bench-scale clean
+.PHONY: all build generate manifests verify-manifests image-binary test unit fuzz e2e lint deps bench bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers bench-scale soak clean
 
 all: build
 
@@ -139,6 +139,12 @@ deps:
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
+
+## soak: the randomized fault soak (test/soak, docs/soak.md) for an hour on pulselb installed from deploy/base,
+## with a random seed it prints first (root). SOAK_FLAGS="-seed N -duration 10m" replays or shortens a run.
+SOAK_FLAGS ?=
+soak: deps
+	cd test && $(GO) run ./cmd/pulselb-soak $(SOAK_FLAGS)
 
 ## bench: pulselb against its anchors, side by side (root); results go to docs/benchmarks.md.
 bench: bench-prober bench-proxy bench-dns bench-failover bench-controller bench-planned bench-probers bench-scale

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 const (
@@ -267,30 +268,17 @@ func proxyDeployments(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	return l.Items
 }
 
+// listPods returns the pods in ns matching selector (scenario.ListPods).
 func listPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, selector string) []corev1.Pod {
 	t.Helper()
-	l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return nil
-	}
-	return l.Items
+	return scenario.ListPods(ctx, cs, ns, selector)
 }
 
-// readyPods returns the Running and Ready pods in ns matching selector.
+// readyPods returns the Running and Ready pods in ns matching selector
+// (scenario.ReadyPods).
 func readyPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, selector string) []corev1.Pod {
 	t.Helper()
-	var out []corev1.Pod
-	for _, p := range listPods(ctx, t, cs, ns, selector) {
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
-			continue
-		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
+	return scenario.ReadyPods(ctx, cs, ns, selector)
 }
 
 func waitPodsRunningIn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, selector string, n int) {

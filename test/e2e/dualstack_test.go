@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 const annotationAddressType = "pulselb.io/address-type"
@@ -41,7 +42,7 @@ func TestDualStack(t *testing.T) {
 	addrs := nodeAddresses(ctx, t, cs)
 
 	createBackend(ctx, t, cs, "web", 2, []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}})
-	rec := recordStatus(ctx, t, cs, "shop", "web")
+	rec := scenario.RecordStatus(ctx, cs, "shop", "web")
 	createDualStackLB(ctx, t, cs, "web", 80, nil, corev1.IPFamilyPolicyPreferDualStack, corev1.IPv6Protocol, corev1.IPv4Protocol)
 
 	proxyNodes := func(svc string) []string {
@@ -119,7 +120,7 @@ func TestDualStack(t *testing.T) {
 					if res.Service == "shop/web" && res.Node == n && !slices.Contains([]string{
 						net.JoinHostPort(addrs[n].internal[corev1.IPv4Protocol], "80"),
 						net.JoinHostPort(addrs[n].internal[corev1.IPv6Protocol], "80")}, res.Address) {
-						t.Errorf("report %s probed %s's port at %s, not one of its own addresses", r.name, n, res.Address)
+						t.Errorf("report %s probed %s's port at %s, not one of its own addresses", r.Name, n, res.Address)
 					}
 				}
 			}
@@ -219,7 +220,7 @@ func TestDualStack(t *testing.T) {
 		published(t, "web", 60*time.Second, webWant, true)
 		victim := webNodes[0]
 		gone := []string{addrs[victim].external[corev1.IPv4Protocol], addrs[victim].external[corev1.IPv6Protocol]}
-		writesBefore := rec.count()
+		writesBefore := rec.Count()
 		start := time.Now()
 		if err := c.NodeBlackhole(ctx, victim); err != nil {
 			t.Fatal(err)
@@ -231,11 +232,11 @@ func TestDualStack(t *testing.T) {
 		}()
 		poll(ctx, t, 15*time.Second, "both addresses of "+victim+" gone from shop/web's status", func() bool {
 			ctl.alive(t)
-			last := rec.last()
+			last := rec.Last()
 			return !slices.Contains(last, gone[0]) && !slices.Contains(last, gone[1])
 		})
 		for _, ip := range gone {
-			dropped := rec.firstWithout(ip, start).Sub(start)
+			dropped := rec.FirstWithout(ip, start).Sub(start)
 			t.Logf("blackholed %s: %s left the status %s after the fault", victim, ip, dropped.Round(time.Millisecond))
 			// The bound of TestHealth's IPv4 failover on the same machine.
 			if dropped > 6*time.Second {
@@ -244,9 +245,9 @@ func TestDualStack(t *testing.T) {
 		}
 		after, _ := published(t, "web", 60*time.Second, webWant, true)
 		t.Logf("a proxy on another node published after %s: %v", time.Since(start).Round(time.Millisecond), after)
-		for _, w := range rec.since(writesBefore) {
-			if len(w.ips) == 0 {
-				t.Errorf("status written empty at %s", w.at.Format(time.RFC3339Nano))
+		for _, w := range rec.Since(writesBefore) {
+			if len(w.IPs) == 0 {
+				t.Errorf("status written empty at %s", w.At.Format(time.RFC3339Nano))
 			}
 		}
 	})
@@ -334,7 +335,7 @@ func createDualStackLB(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 
 // upVotesAt counts the reports saying port of service on node is Up when
 // probed at ip.
-func upVotesAt(reports []probeReport, service string, port int32, node, ip string) int {
+func upVotesAt(reports []scenario.ProbeReport, service string, port int32, node, ip string) int {
 	want := net.JoinHostPort(ip, fmt.Sprint(port))
 	n := 0
 	for _, r := range reports {
@@ -398,7 +399,7 @@ func TestIPv6Only(t *testing.T) {
 	}
 	ctl := startController(t, c, freeLoopbackPort(t), "--probe-reports=true")
 	createBackend(ctx, t, cs, "web", 2, []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}})
-	rec := recordStatus(ctx, t, cs, "shop", "web")
+	rec := scenario.RecordStatus(ctx, cs, "shop", "web")
 	createHealthLB(ctx, t, cs, "web", nil, []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}})
 
 	webUp := func(t *testing.T, timeout time.Duration) []string {
@@ -415,7 +416,7 @@ func TestIPv6Only(t *testing.T) {
 			}
 			want := []string{nodeIP[nodes[0]], nodeIP[nodes[1]]}
 			slices.Sort(want)
-			if !slices.Equal(rec.last(), want) {
+			if !slices.Equal(rec.Last(), want) {
 				return false
 			}
 			reports := listReports(ctx, t, dyn)
@@ -426,7 +427,7 @@ func TestIPv6Only(t *testing.T) {
 	var nodes []string
 	t.Run("Published", func(t *testing.T) {
 		nodes = webUp(t, 90*time.Second)
-		for _, ip := range rec.last() {
+		for _, ip := range rec.Last() {
 			url := "http://" + net.JoinHostPort(ip, "80") + "/"
 			poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
 				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
@@ -452,14 +453,14 @@ func TestIPv6Only(t *testing.T) {
 		}()
 		poll(ctx, t, 15*time.Second, ip+" ("+victim+") gone from shop/web's status", func() bool {
 			ctl.alive(t)
-			return !slices.Contains(rec.last(), ip)
+			return !slices.Contains(rec.Last(), ip)
 		})
-		dropped := rec.firstWithout(ip, start).Sub(start)
+		dropped := rec.FirstWithout(ip, start).Sub(start)
 		t.Logf("blackholed %s: %s left the status %s after the fault", victim, ip, dropped.Round(time.Millisecond))
 		if dropped > 6*time.Second {
 			t.Errorf("failover took %s, want at most 6s", dropped)
 		}
 		after := webUp(t, 60*time.Second)
-		t.Logf("proxies on %v published after %s: %v", after, time.Since(start).Round(time.Millisecond), rec.last())
+		t.Logf("proxies on %v published after %s: %v", after, time.Since(start).Round(time.Millisecond), rec.Last())
 	})
 }

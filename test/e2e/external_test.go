@@ -27,6 +27,7 @@ import (
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // TestExternalVantages runs an external vantage (`pulselb prober
@@ -62,7 +63,7 @@ func TestExternalVantages(t *testing.T) {
 	}
 	createExternalLB(ctx, t, cs, "web-adv", adv, 80)
 	createExternalLB(ctx, t, cs, "web-req", req, 81)
-	recAdv, recReq := recordStatus(ctx, t, cs, "shop", "web-adv"), recordStatus(ctx, t, cs, "shop", "web-req")
+	recAdv, recReq := scenario.RecordStatus(ctx, cs, "shop", "web-adv"), scenario.RecordStatus(ctx, cs, "shop", "web-req")
 
 	extIP := map[string]string{}
 	for _, n := range c.Nodes() {
@@ -98,7 +99,7 @@ func TestExternalVantages(t *testing.T) {
 		t.Helper()
 		poll(ctx, t, timeout, "both Services published on every node's ExternalIP and reachable from outside", func() bool {
 			vantage.alive(t)
-			return slices.Equal(recAdv.last(), all) && slices.Equal(recReq.last(), all) &&
+			return slices.Equal(recAdv.Last(), all) && slices.Equal(recReq.Last(), all) &&
 				reason("web-adv") == "True/Reachable" && reason("web-req") == "True/Reachable"
 		})
 	}
@@ -106,7 +107,7 @@ func TestExternalVantages(t *testing.T) {
 		steady(t, 120*time.Second)
 		var marked bool
 		for _, r := range listReports(ctx, t, dyn) {
-			if r.name == "external-vps" {
+			if r.Name == "external-vps" {
 				marked = true
 			}
 		}
@@ -136,9 +137,9 @@ func TestExternalVantages(t *testing.T) {
 			}
 		}()
 		poll(ctx, t, 15*time.Second, ip+" gone from web-req's status", func() bool {
-			return !slices.Contains(recReq.last(), ip)
+			return !slices.Contains(recReq.Last(), ip)
 		})
-		gone := recReq.firstWithout(ip, start)
+		gone := recReq.FirstWithout(ip, start)
 		t.Logf("%s left web-req's status %s after the path broke", ip, gone.Sub(start).Round(10*time.Millisecond))
 		svc, err := cs.CoreV1().Services("shop").Get(ctx, "web-req", metav1.GetOptions{})
 		if err != nil {
@@ -158,12 +159,12 @@ func TestExternalVantages(t *testing.T) {
 		if got := reason("web-adv"); got != "False/Unreachable" {
 			t.Errorf("web-adv condition %s, want False/Unreachable", got)
 		}
-		if !slices.Equal(recAdv.last(), all) {
-			t.Errorf("advisory web-adv publishes %v, want every address %v", recAdv.last(), all)
+		if !slices.Equal(recAdv.Last(), all) {
+			t.Errorf("advisory web-adv publishes %v, want every address %v", recAdv.Last(), all)
 		}
-		for _, w := range recAdv.since(0) {
-			if !slices.Equal(w.ips, all) && w.at.After(start) {
-				t.Errorf("advisory web-adv published %v at %s", w.ips, w.at)
+		for _, w := range recAdv.Since(0) {
+			if !slices.Equal(w.IPs, all) && w.At.After(start) {
+				t.Errorf("advisory web-adv published %v at %s", w.IPs, w.At)
 			}
 		}
 	})
@@ -188,7 +189,7 @@ func TestExternalVantages(t *testing.T) {
 			return reason("web-req") == "False/ExternalVantagesCutOff" && reason("web-adv") == "False/ExternalVantagesCutOff"
 		})
 		holds(ctx, t, time.Now().Add(3*time.Second), "both Services publishing every address", func() bool {
-			return slices.Equal(recAdv.last(), all) && slices.Equal(recReq.last(), all)
+			return slices.Equal(recAdv.Last(), all) && slices.Equal(recReq.Last(), all)
 		})
 
 		// Then from everything, the API server too: its Lease lapses.
@@ -209,7 +210,7 @@ func TestExternalVantages(t *testing.T) {
 			t.Errorf("condition message %q does not say the status follows in-cluster verdicts", c.Message)
 		}
 		holds(ctx, t, time.Now().Add(3*time.Second), "both Services publishing every address", func() bool {
-			return slices.Equal(recAdv.last(), all) && slices.Equal(recReq.last(), all)
+			return slices.Equal(recAdv.Last(), all) && slices.Equal(recReq.Last(), all)
 		})
 	})
 	t.Run("VantageBack", func(t *testing.T) {

@@ -2,25 +2,23 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
+	"errors"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // Names the health scenarios share with pulselb; the test module does not
@@ -55,7 +53,7 @@ func TestHealth(t *testing.T) {
 	ctl := startController(t, c, freeLoopbackPort(t), "--probe-reports=true")
 
 	createBackend(ctx, t, cs, "web", 2, []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}})
-	rec := recordStatus(ctx, t, cs, "shop", "web")
+	rec := scenario.RecordStatus(ctx, cs, "shop", "web")
 	createHealthLB(ctx, t, cs, "web", nil, []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}})
 
 	nodeIP := c.NodeIPs()
@@ -83,14 +81,14 @@ func TestHealth(t *testing.T) {
 			if len(nodes) != 2 {
 				return false
 			}
-			ips = rec.last()
+			ips = rec.Last()
 			want := []string{nodeIP[nodes[0]], nodeIP[nodes[1]]}
 			slices.Sort(want)
 			if !slices.Equal(ips, want) {
 				return false
 			}
 			for _, n := range nodes {
-				if upVotes(listReports(ctx, t, dyn), "shop/web", 80, n) < 2 {
+				if scenario.UpVotes(listReports(ctx, t, dyn), "shop/web", 80, n) < 2 {
 					return false
 				}
 			}
@@ -110,7 +108,7 @@ func TestHealth(t *testing.T) {
 	t.Run("NodeBlackholed", func(t *testing.T) {
 		victim := proxyNodes()[0]
 		ip := nodeIP[victim]
-		writesBefore := rec.count()
+		writesBefore := rec.Count()
 		start := time.Now()
 		if err := c.NodeBlackhole(ctx, victim); err != nil {
 			t.Fatal(err)
@@ -127,9 +125,9 @@ func TestHealth(t *testing.T) {
 		defer heal()
 		poll(ctx, t, 15*time.Second, ip+" ("+victim+") gone from shop/web's status", func() bool {
 			ctl.alive(t)
-			return !slices.Contains(rec.last(), ip)
+			return !slices.Contains(rec.Last(), ip)
 		})
-		dropped := rec.firstWithout(ip, start).Sub(start)
+		dropped := rec.FirstWithout(ip, start).Sub(start)
 		t.Logf("blackholed %s: its IP left the status %s after the fault", victim, dropped.Round(time.Millisecond))
 		// The benchmark (test/bench/failover) holds the 3 s target on a
 		// quiet machine; here the bound only catches a broken pipeline on
@@ -150,9 +148,9 @@ func TestHealth(t *testing.T) {
 		if _, ok := node.Labels[labelUnhealthy]; !ok {
 			t.Errorf("node %s not labelled %s", victim, labelUnhealthy)
 		}
-		for _, w := range rec.since(writesBefore) {
-			if len(w.ips) == 0 {
-				t.Errorf("status written empty at %s", w.at.Format(time.RFC3339Nano))
+		for _, w := range rec.Since(writesBefore) {
+			if len(w.IPs) == 0 {
+				t.Errorf("status written empty at %s", w.At.Format(time.RFC3339Nano))
 			}
 		}
 		heal()
@@ -178,11 +176,11 @@ func TestHealth(t *testing.T) {
 			if err != nil || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].RestartCount < 1 {
 				return false
 			}
-			left := rec.firstWithout(ip, start)
-			return !left.IsZero() && slices.Contains(rec.last(), ip)
+			left := rec.FirstWithout(ip, start)
+			return !left.IsZero() && slices.Contains(rec.Last(), ip)
 		})
 		t.Logf("killed the proxy of %s on %s: IP left after %s, back after %s", victim.Name, victim.Spec.NodeName,
-			rec.firstWithout(ip, start).Sub(start).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+			rec.FirstWithout(ip, start).Sub(start).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	})
 
 	t.Run("BrokenProxyRestarted", func(t *testing.T) {
@@ -203,7 +201,7 @@ func TestHealth(t *testing.T) {
 			return err != nil || p.DeletionTimestamp != nil
 		})
 		t.Logf("broken proxy %s on %s deleted after %s", victim.Name, victim.Spec.NodeName, time.Since(start).Round(time.Millisecond))
-		if rec.firstWithout(ip, start).IsZero() {
+		if rec.FirstWithout(ip, start).IsZero() {
 			t.Errorf("%s never left the status while its proxy was broken", ip)
 		}
 		if !hasEventOn(ctx, t, cs, "shop", "web", "ProxyRestarted") {
@@ -218,7 +216,7 @@ func TestHealth(t *testing.T) {
 			back := slices.ContainsFunc(readyPods(ctx, t, cs, systemNamespace, proxyAppSelector+","+labelServiceName+"=web"), func(p corev1.Pod) bool {
 				return p.Name != victim.Name && p.Spec.NodeName == victim.Spec.NodeName
 			})
-			return back && slices.Contains(rec.last(), ip)
+			return back && slices.Contains(rec.Last(), ip)
 		})
 		t.Logf("replacement back on %s after %s", victim.Spec.NodeName, time.Since(start).Round(time.Millisecond))
 	})
@@ -253,7 +251,7 @@ func TestHealth(t *testing.T) {
 			poll(ctx, t, 30*time.Second, "the prober on "+lone+" seeing every beacon Up again", func() bool {
 				up, all := 0, 0
 				for _, r := range listReports(ctx, t, dyn) {
-					if r.name != lone {
+					if r.Name != lone {
 						continue
 					}
 					for _, res := range r.Status.Beacons {
@@ -267,17 +265,17 @@ func TestHealth(t *testing.T) {
 			})
 		}()
 		podsBefore := podNames(listPods(ctx, t, cs, systemNamespace, proxyAppSelector))
-		writesBefore := rec.count()
+		writesBefore := rec.Count()
 		var down int
 		poll(ctx, t, 20*time.Second, "the prober on "+lone+" reporting every target and beacon Down", func() bool {
 			ctl.alive(t)
-			if got := rec.last(); !slices.Equal(got, before) {
+			if got := rec.Last(); !slices.Equal(got, before) {
 				t.Fatalf("status changed to %v (was %v) while only the prober on %s was cut off", got, before, lone)
 			}
 			down = 0
 			all := 0
 			for _, r := range listReports(ctx, t, dyn) {
-				if r.name != lone {
+				if r.Name != lone {
 					continue
 				}
 				for _, res := range append(r.Status.Results, r.Status.Beacons...) {
@@ -291,9 +289,9 @@ func TestHealth(t *testing.T) {
 		})
 		// A few more evaluations with the lone Down votes in.
 		holds(ctx, t, time.Now().Add(3*time.Second), "the status while only the prober on "+lone+" is cut off", func() bool {
-			return slices.Equal(rec.last(), before)
+			return slices.Equal(rec.Last(), before)
 		})
-		t.Logf("prober on %s cut off: reports %d targets and beacons Down; status writes meanwhile: %d", lone, down, rec.count()-writesBefore)
+		t.Logf("prober on %s cut off: reports %d targets and beacons Down; status writes meanwhile: %d", lone, down, rec.Count()-writesBefore)
 		if podsAfter := podNames(listPods(ctx, t, cs, systemNamespace, proxyAppSelector)); !slices.Equal(podsAfter, podsBefore) {
 			t.Errorf("proxy pods changed from %v to %v: a single prober caused a migration", podsBefore, podsAfter)
 		}
@@ -304,9 +302,9 @@ func TestHealth(t *testing.T) {
 		for _, n := range nodes.Items {
 			t.Errorf("node %s labelled %s by a single prober", n.Name, labelUnhealthy)
 		}
-		for _, w := range rec.since(writesBefore) {
-			if !slices.Equal(w.ips, before) {
-				t.Errorf("status written with %v at %s, want %v unchanged", w.ips, w.at.Format(time.RFC3339Nano), before)
+		for _, w := range rec.Since(writesBefore) {
+			if !slices.Equal(w.IPs, before) {
+				t.Errorf("status written with %v at %s, want %v unchanged", w.IPs, w.At.Format(time.RFC3339Nano), before)
 			}
 		}
 	})
@@ -349,7 +347,7 @@ func TestHealth(t *testing.T) {
 		}()
 		waitPodsRunningIn(ctx, t, cs, "shop", "app=web", 3)
 		restartsBefore := countEvents(ctx, t, cs, "shop", "web", "ProxyRestarted")
-		writesBefore := rec.count()
+		writesBefore := rec.Count()
 		if err := c.NodeBlackhole(ctx, victim); err != nil {
 			t.Fatal(err)
 		}
@@ -376,11 +374,11 @@ func TestHealth(t *testing.T) {
 		// Long enough for a proxy wrongly blamed to be dropped and
 		// restarted (restartAfterDown), from the cut.
 		holds(ctx, t, start.Add(restartAfterDown+10*time.Second), "shop/web's addresses while a backend's node is cut off", func() bool {
-			return slices.Equal(rec.last(), before)
+			return slices.Equal(rec.Last(), before)
 		})
-		for _, w := range rec.since(writesBefore) {
-			if !slices.Equal(w.ips, before) {
-				t.Errorf("status written with %v at +%s, want %v unchanged", w.ips, w.at.Sub(start).Round(10*time.Millisecond), before)
+		for _, w := range rec.Since(writesBefore) {
+			if !slices.Equal(w.IPs, before) {
+				t.Errorf("status written with %v at +%s, want %v unchanged", w.IPs, w.At.Sub(start).Round(10*time.Millisecond), before)
 			}
 		}
 		if n := countEvents(ctx, t, cs, "shop", "web", "ProxyRestarted") - restartsBefore; n != 0 {
@@ -424,7 +422,7 @@ func TestHealth(t *testing.T) {
 				return false
 			}
 			cond := findCondition(svc.Status.Conditions, conditionHealthy)
-			if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "AllDown" || !slices.Equal(ingressOf(svc), before) {
+			if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "AllDown" || !slices.Equal(scenario.IngressOf(svc), before) {
 				return false
 			}
 			allDownAt = cond.LastTransitionTime.Time
@@ -450,7 +448,7 @@ func TestHealth(t *testing.T) {
 	t.Run("FlappingTarget", func(t *testing.T) {
 		webUp(t, 60*time.Second)
 		node := proxyNodes()[0]
-		writesBefore := rec.count()
+		writesBefore := rec.Count()
 		const flapFor = 12 * time.Second
 		rule := []string{"PREROUTING", "-p", "tcp", "-d", nodeIP[node], "--dport", "80", "-j", "DROP"}
 		flips := 0
@@ -469,7 +467,7 @@ func TestHealth(t *testing.T) {
 		if flips%2 == 1 {
 			_, _ = c.Exec(ctx, node, append([]string{"iptables", "-w", "-t", "raw", "-D"}, rule...)...)
 		}
-		writes := rec.count() - writesBefore
+		writes := rec.Count() - writesBefore
 		t.Logf("port 80 on %s flapped %d times in %s: %d status writes", node, flips, flapFor, writes)
 		// Without hysteresis every flip could be a write; rise/fall 2 and
 		// the quorum keep it to a handful.
@@ -506,11 +504,11 @@ func TestHealth(t *testing.T) {
 		}
 		createHealthLB(ctx, t, cs, "protos", annotations, ports)
 		want := map[int32]string{8081: "http", 8443: "https", 8444: "tls", 3306: "mysql", 8082: "tcp", 5353: "udp", 5354: "dns"}
-		var seen map[int32]probeResult
+		var seen map[int32]scenario.ProbeResult
 		expectUp := []int32{8081, 8443, 8444, 8082, 5353}
 		poll(ctx, t, 60*time.Second, "ProbeReports concluding about every port of shop/protos, the echo backend's ports Up", func() bool {
 			ctl.alive(t)
-			seen = map[int32]probeResult{}
+			seen = map[int32]scenario.ProbeResult{}
 			for _, r := range listReports(ctx, t, dyn) {
 				for _, res := range r.Status.Results {
 					// One vantage's result per port; an Up one if any.
@@ -565,9 +563,9 @@ func TestHealth(t *testing.T) {
 		// Down target's reason changes, at the latest at the next
 		// comparison (10 s), so the first Down (refused while the proxy
 		// started) may still show.
-		var mysql probeResult
+		var mysql scenario.ProbeResult
 		poll(ctx, t, 30*time.Second, "the mysql port reported Down after connecting (no greeting)", func() bool {
-			mysql = probeResult{}
+			mysql = scenario.ProbeResult{}
 			for _, r := range listReports(ctx, t, dyn) {
 				for _, res := range r.Status.Results {
 					if res.Service == "shop/protos" && res.Port == 3306 && !strings.HasPrefix(res.Outcome, "L4") {
@@ -623,118 +621,6 @@ func createHealthLB(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating service %s: %v", name, err)
 	}
-}
-
-// statusWrite is one observed version of a Service's status.
-type statusWrite struct {
-	at  time.Time
-	ips []string
-	// conds is each condition as type=status/reason.
-	conds []string
-}
-
-// statusRecorder watches one Service and keeps every version of its
-// ingress list it sees (a write that changes only conditions counts too).
-type statusRecorder struct {
-	mu     sync.Mutex
-	writes []statusWrite
-	lastRV string
-}
-
-func recordStatus(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string) *statusRecorder {
-	t.Helper()
-	r := &statusRecorder{}
-	go func() {
-		rv := ""
-		for ctx.Err() == nil {
-			w, err := cs.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
-			if err != nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			for e := range w.ResultChan() {
-				svc, ok := e.Object.(*corev1.Service)
-				if !ok || e.Type == watch.Error {
-					rv = ""
-					break
-				}
-				rv = svc.ResourceVersion
-				r.observe(svc)
-			}
-			w.Stop()
-		}
-	}()
-	return r
-}
-
-// observe records svc when its status differs from the last one seen.
-func (r *statusRecorder) observe(svc *corev1.Service) {
-	st, _ := json.Marshal(svc.Status)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if string(st) == r.lastRV {
-		return
-	}
-	r.lastRV = string(st)
-	var conds []string
-	for _, c := range svc.Status.Conditions {
-		conds = append(conds, fmt.Sprintf("%s=%s/%s %q", strings.TrimPrefix(c.Type, "pulselb.io/"), c.Status, c.Reason, c.Message))
-	}
-	r.writes = append(r.writes, statusWrite{at: time.Now(), ips: ingressOf(svc), conds: conds})
-}
-
-func (r *statusRecorder) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.writes)
-}
-
-func (r *statusRecorder) last() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.writes) == 0 {
-		return nil
-	}
-	return r.writes[len(r.writes)-1].ips
-}
-
-// last0 returns the addresses of the i-th write seen, counting from 1 (the
-// status before, for writes since(i)); nil when i is 0.
-func (r *statusRecorder) last0(i int) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if i <= 0 || i > len(r.writes) {
-		return nil
-	}
-	return r.writes[i-1].ips
-}
-
-func (r *statusRecorder) since(i int) []statusWrite {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.writes[min(i, len(r.writes)):])
-}
-
-// firstWithout returns when the status was first seen without ip after
-// start; zero if never.
-func (r *statusRecorder) firstWithout(ip string, start time.Time) time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, w := range r.writes {
-		if w.at.After(start) && !slices.Contains(w.ips, ip) {
-			return w.at
-		}
-	}
-	return time.Time{}
-}
-
-func ingressOf(svc *corev1.Service) []string {
-	var out []string
-	for _, in := range svc.Status.LoadBalancer.Ingress {
-		out = append(out, in.IP)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func findCondition(conds []metav1.Condition, typ string) *metav1.Condition {
@@ -795,62 +681,13 @@ func installProbers(t *testing.T, c *cluster.Cluster) dynamic.Interface {
 	return dyn
 }
 
-// probeResult is the part of a ProbeReport result the scenarios read.
-type probeResult struct {
-	Service  string `json:"service"`
-	Port     int32  `json:"port"`
-	Protocol string `json:"protocol"`
-	Node     string `json:"node"`
-	// Address is the node's address the result was probed on (one per
-	// IP family of a dual-stack Service).
-	Address string `json:"address"`
-	State   string `json:"state"`
-	Outcome string `json:"outcome"`
-	Message string `json:"message"`
-	// CertNotAfter is read as the API server stored it: a field missing
-	// from the CRD's schema would have been pruned.
-	CertNotAfter *metav1.Time `json:"certNotAfter"`
-}
-
-type probeReport struct {
-	name   string
-	Status struct {
-		Results []probeResult `json:"results"`
-		Beacons []probeResult `json:"beacons"`
-	} `json:"status"`
-}
-
-func listReports(ctx context.Context, t *testing.T, dyn dynamic.Interface) []probeReport {
+// listReports returns the ProbeReports; nil when they cannot be listed
+// (the callers poll).
+func listReports(ctx context.Context, t *testing.T, dyn dynamic.Interface) []scenario.ProbeReport {
 	t.Helper()
-	l, err := dyn.Resource(deploy.ProbeReports).Namespace(systemNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil
+	reports, err := scenario.ListReports(ctx, dyn, systemNamespace)
+	if errors.Is(err, scenario.ErrDecoding) {
+		t.Fatal(err)
 	}
-	var out []probeReport
-	for _, u := range l.Items {
-		b, err := json.Marshal(u.Object)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r probeReport
-		if err := json.Unmarshal(b, &r); err != nil {
-			t.Fatalf("decoding ProbeReport %s: %v", u.GetName(), err)
-		}
-		r.name = u.GetName()
-		out = append(out, r)
-	}
-	return out
-}
-
-// upVotes counts the reports saying port of service on node is Up.
-func upVotes(reports []probeReport, service string, port int32, node string) int {
-	n := 0
-	for _, r := range reports {
-		for _, res := range r.Status.Results {
-			if res.Service == service && res.Port == port && res.Node == node && res.State == "Up" {
-				n++
-			}
-		}
-	}
-	return n
+	return reports
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // installedZone is the DNS zone of deploy/base (the chart's default).
@@ -25,58 +26,16 @@ var probeReportResource = schema.GroupVersionResource{Group: "pulselb.io", Versi
 
 // installBase applies deploy/base as `kubectl apply -k` would (built with
 // kustomize, CRDs first) and waits for 2 controller and one prober per node
-// running. The simulator runs images whose name contains "pulselb" (the
-// base's ghcr.io/pulselb/pulselb) as the pulselb binary of this checkout,
-// with the pod's own service-account token: the components run with the
-// permissions the manifests give them, not as admin.
+// running (scenario.InstallBase).
 func installBase(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	objs, err := deploy.Build(filepath.Join("..", "..", "deploy", "base"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range objs {
-		for _, ctr := range unstructuredSlice(o.Object, "spec", "template", "spec", "containers") {
-			if img, _ := ctr["image"].(string); !strings.Contains(img, "pulselb") {
-				t.Fatalf("%s %s runs image %q: the simulator runs pulselb only for images named pulselb", o.GetKind(), o.GetName(), img)
-			}
-		}
+	if err := scenario.InstallBase(ctx, c, objs, 90*time.Second); err != nil {
+		t.Fatalf("pulselb did not start: %v: %s", err, describePods(ctx, c.Client, systemNamespace))
 	}
-	a, err := deploy.NewApplier(c.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Install(ctx, objs); err != nil {
-		t.Fatalf("installing deploy/base: %v", err)
-	}
-	nodes := len(c.Nodes())
-	poll(ctx, t, 90*time.Second, fmt.Sprintf("2 controllers and %d probers running and ready", nodes), func() bool {
-		return len(readyPods(ctx, t, c.Client, systemNamespace, "app.kubernetes.io/name=pulselb-controller")) == 2 &&
-			len(readyPods(ctx, t, c.Client, systemNamespace, "app.kubernetes.io/name=pulselb-prober")) == nodes
-	})
-	if t.Failed() {
-		t.Fatalf("pulselb did not start: %s", describePods(ctx, c.Client, systemNamespace))
-	}
-}
-
-// unstructuredSlice returns the list of maps at path in obj.
-func unstructuredSlice(obj map[string]any, path ...string) []map[string]any {
-	var cur any = obj
-	for _, p := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = m[p]
-	}
-	l, _ := cur.([]any)
-	var out []map[string]any
-	for _, e := range l {
-		if m, ok := e.(map[string]any); ok {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // TestInstall installs pulselb from deploy/base into a 3-node cluster and
@@ -303,9 +262,9 @@ func leaderNodeBlackholed(ctx context.Context, t *testing.T, c *cluster.Cluster,
 	}
 	victim := leader.Spec.NodeName
 	victimIP := c.NodeIPs()[victim]
-	rec := recordStatus(ctx, t, cs, ns, "everywhere")
-	poll(ctx, t, 10*time.Second, "the status recorder's first observation", func() bool { return rec.count() > 0 })
-	before := rec.count()
+	rec := scenario.RecordStatus(ctx, cs, ns, "everywhere")
+	poll(ctx, t, 10*time.Second, "the status recorder's first observation", func() bool { return rec.Count() > 0 })
+	before := rec.Count()
 
 	if err := c.NodeBlackhole(ctx, victim); err != nil {
 		t.Fatal(err)
@@ -322,9 +281,9 @@ func leaderNodeBlackholed(ctx context.Context, t *testing.T, c *cluster.Cluster,
 	}
 	defer heal()
 	poll(ctx, t, 30*time.Second, victimIP+" ("+victim+", the leader's node) gone from "+ns+"/everywhere's status", func() bool {
-		return !rec.firstWithout(victimIP, start).IsZero()
+		return !rec.FirstWithout(victimIP, start).IsZero()
 	})
-	dropped := rec.firstWithout(victimIP, start).Sub(start)
+	dropped := rec.FirstWithout(victimIP, start).Sub(start)
 	t.Logf("leader's node %s (%s) left status.loadBalancer.ingress %s after it was blackholed (the Lease lasts 15s)",
 		victim, victimIP, dropped.Round(10*time.Millisecond))
 	// The failover bound on a loaded 2-core machine; the Lease lapsing
@@ -345,26 +304,26 @@ func leaderNodeBlackholed(ctx context.Context, t *testing.T, c *cluster.Cluster,
 	// (10s) and exits; meanwhile it writes nothing, as it cannot reach the
 	// API server. Stay cut off past that.
 	time.Sleep(max(0, 15*time.Second-time.Since(start)))
-	during := rec.since(before)
+	during := rec.Since(before)
 	heal()
 	healedAt := time.Now()
 	poll(ctx, t, 90*time.Second, victimIP+" back in "+ns+"/everywhere's status", func() bool {
-		return slices.Contains(rec.last(), victimIP)
+		return slices.Contains(rec.Last(), victimIP)
 	})
 	t.Logf("back: %s is in the status again %s after the heal", victim, time.Since(healedAt).Round(10*time.Millisecond))
 	// Settle: the returning leader must not write once it is back.
 	time.Sleep(10 * time.Second)
-	all := rec.since(before)
+	all := rec.Since(before)
 	for _, w := range all {
-		t.Logf("  status at +%s: %v %v", w.at.Sub(start).Round(10*time.Millisecond), w.ips, w.conds)
+		t.Logf("  status at +%s: %v %v", w.At.Sub(start).Round(10*time.Millisecond), w.IPs, w.Conds)
 	}
 	// Conditions may change more often (the DaemonSet's pod leaves the
 	// failed node and comes back, and ProxiesScheduled lists the nodes);
 	// the addresses, which DNS follows, must change once each way.
-	if n := addressChanges(rec.last0(before), during); n != 1 {
+	if n := addressChanges(rec.Nth(before), during); n != 1 {
 		t.Errorf("the addresses changed %d times while the leader's node was cut off, want 1 (the node dropped)", n)
 	}
-	if n := addressChanges(rec.last0(before), all); n != 2 {
+	if n := addressChanges(rec.Nth(before), all); n != 2 {
 		t.Errorf("the addresses changed %d times from the blackhole to 10s after the node came back, want 2 (dropped, back)", n)
 	}
 	t.Logf("new leader: %s", newLeader)
@@ -375,13 +334,13 @@ func leaderNodeBlackholed(ctx context.Context, t *testing.T, c *cluster.Cluster,
 
 // addressChanges counts the writes in ws whose addresses differ from the
 // write before (from for the first).
-func addressChanges(from []string, ws []statusWrite) int {
+func addressChanges(from []string, ws []scenario.StatusWrite) int {
 	n := 0
 	for _, w := range ws {
-		if !slices.Equal(w.ips, from) {
+		if !slices.Equal(w.IPs, from) {
 			n++
 		}
-		from = w.ips
+		from = w.IPs
 	}
 	return n
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // kubeletFailoverTarget bounds how long a blackholed proxy node's IP may
@@ -190,7 +191,7 @@ func TestKubeletInstall(t *testing.T) {
 		poll(ctx, t, 60*time.Second, "shop/web:80 Up in both vantages' reports on every proxy node", func() bool {
 			reports := listReports(ctx, t, dyn)
 			for _, ip := range ingress {
-				if upVotes(reports, "shop/web", 80, nodeOf[ip]) < 2 {
+				if scenario.UpVotes(reports, "shop/web", 80, nodeOf[ip]) < 2 {
 					return false
 				}
 			}
@@ -199,7 +200,7 @@ func TestKubeletInstall(t *testing.T) {
 		defer func() {
 			if t.Failed() {
 				for _, r := range listReports(ctx, t, dyn) {
-					t.Logf("report %s: %+v", r.name, r.Status.Results)
+					t.Logf("report %s: %+v", r.Name, r.Status.Results)
 				}
 			}
 		}()
@@ -422,8 +423,8 @@ func TestOverlayBaseOverridesOnlyTheImage(t *testing.T) {
 	for i := range base {
 		b, o := base[i], over[i] // changed in place: built for this test only
 		for _, ctrs := range [][2][]map[string]any{
-			{unstructuredSlice(b.Object, "spec", "template", "spec", "containers"), unstructuredSlice(o.Object, "spec", "template", "spec", "containers")},
-			{unstructuredSlice(b.Object, "spec", "template", "spec", "initContainers"), unstructuredSlice(o.Object, "spec", "template", "spec", "initContainers")},
+			{scenario.UnstructuredSlice(b.Object, "spec", "template", "spec", "containers"), scenario.UnstructuredSlice(o.Object, "spec", "template", "spec", "containers")},
+			{scenario.UnstructuredSlice(b.Object, "spec", "template", "spec", "initContainers"), scenario.UnstructuredSlice(o.Object, "spec", "template", "spec", "initContainers")},
 		} {
 			for j := range ctrs[1] {
 				if img := ctrs[1][j]["image"]; img != cluster.PulselbImage {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // TestLeaseUpgrade rolls the prober DaemonSet from report heartbeats
@@ -56,7 +57,7 @@ func TestLeaseUpgrade(t *testing.T) {
 	ctl := startController(t, c, freeLoopbackPort(t), "--probe-reports=true")
 
 	createBackend(ctx, t, cs, "web", 2, []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}})
-	rec := recordStatus(ctx, t, cs, "shop", "web")
+	rec := scenario.RecordStatus(ctx, cs, "shop", "web")
 	createHealthLB(ctx, t, cs, "web", nil, []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}})
 	nodeIP := c.NodeIPs()
 	proxyNodes := func() []string {
@@ -76,10 +77,10 @@ func TestLeaseUpgrade(t *testing.T) {
 		}
 		published = []string{nodeIP[nodes[0]], nodeIP[nodes[1]]}
 		slices.Sort(published)
-		return slices.Equal(rec.last(), published) && upVotes(listReports(ctx, t, dyn), "shop/web", 80, nodes[0]) >= 2 &&
-			upVotes(listReports(ctx, t, dyn), "shop/web", 80, nodes[1]) >= 2
+		return slices.Equal(rec.Last(), published) && scenario.UpVotes(listReports(ctx, t, dyn), "shop/web", 80, nodes[0]) >= 2 &&
+			scenario.UpVotes(listReports(ctx, t, dyn), "shop/web", 80, nodes[1]) >= 2
 	})
-	writesBefore := rec.count()
+	writesBefore := rec.Count()
 	// Verdict Events on shop/web: those of its start-up (a proxy probed
 	// before it serves) are not the upgrade's.
 	verdictEvents := func() int {
@@ -115,9 +116,9 @@ func TestLeaseUpgrade(t *testing.T) {
 		ctl.alive(t)
 		return time.Now().After(quiet)
 	})
-	for _, w := range rec.since(writesBefore) {
-		if !slices.Equal(w.ips, published) {
-			t.Errorf("status written with %v at %s during the upgrade, want %v throughout", w.ips, w.at.Format(time.RFC3339Nano), published)
+	for _, w := range rec.Since(writesBefore) {
+		if !slices.Equal(w.IPs, published) {
+			t.Errorf("status written with %v at %s during the upgrade, want %v throughout", w.IPs, w.At.Format(time.RFC3339Nano), published)
 		}
 	}
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -150,9 +151,9 @@ func TestLeaseUpgrade(t *testing.T) {
 	}()
 	poll(ctx, t, 15*time.Second, ip+" ("+victim+") gone from shop/web's status", func() bool {
 		ctl.alive(t)
-		return !slices.Contains(rec.last(), ip)
+		return !slices.Contains(rec.Last(), ip)
 	})
-	dropped := rec.firstWithout(ip, start).Sub(start)
+	dropped := rec.FirstWithout(ip, start).Sub(start)
 	t.Logf("blackholed %s after the upgrade: its IP left the status %s after the fault", victim, dropped.Round(time.Millisecond))
 	if dropped > 6*time.Second {
 		t.Errorf("failover took %s, want at most 6s", dropped)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/planned"
+	"github.com/pulselb/pulselb/test/scenario"
 	"github.com/pulselb/pulselb/test/traffic"
 )
 
@@ -143,13 +144,13 @@ func TestPlannedChanges(t *testing.T) {
 	})
 
 	t.Run("LeaderKilledAndProbersRolled", func(t *testing.T) {
-		recs := map[string]*statusRecorder{}
+		recs := map[string]*scenario.StatusRecorder{}
 		for _, s := range []planned.ServiceConfig{plannedWeb, plannedNoDelay} {
-			recs[s.Name] = recordStatus(ctx, t, c.Client, planned.AppNamespace, s.Name)
+			recs[s.Name] = scenario.RecordStatus(ctx, c.Client, planned.AppNamespace, s.Name)
 		}
 		// The recorders' first observation is the current status.
 		poll(ctx, t, 10*time.Second, "the status recorders started", func() bool {
-			return recs[plannedWeb.Name].count() > 0 && recs[plannedNoDelay.Name].count() > 0
+			return recs[plannedWeb.Name].Count() > 0 && recs[plannedNoDelay.Name].Count() > 0
 		})
 		reports := measure(t, func(ctx context.Context) error {
 			if err := env.KillLeader(ctx); err != nil {
@@ -158,8 +159,8 @@ func TestPlannedChanges(t *testing.T) {
 			return env.RollProbers(ctx)
 		})
 		for name, rec := range recs {
-			for _, w := range rec.since(1) {
-				t.Errorf("%s: status written at %s (ingress %v); a leader change and a prober rollout must write none", name, w.at.Format(time.RFC3339Nano), w.ips)
+			for _, w := range rec.Since(1) {
+				t.Errorf("%s: status written at %s (ingress %v); a leader change and a prober rollout must write none", name, w.At.Format(time.RFC3339Nano), w.IPs)
 			}
 		}
 		if r := reports[plannedNoDelay.Name]; reports != nil && r.Failed > 0 {
@@ -275,8 +276,8 @@ func testPortChanged(ctx context.Context, t *testing.T, env *planned.Env, s plan
 			t.Fatalf("before the change: %v", err)
 		}
 	}
-	rec := recordStatus(ctx, t, env.Client, planned.AppNamespace, s.Name)
-	poll(ctx, t, 10*time.Second, "the status recorder started", func() bool { return rec.count() > 0 })
+	rec := scenario.RecordStatus(ctx, env.Client, planned.AppNamespace, s.Name)
+	poll(ctx, t, 10*time.Second, "the status recorder started", func() bool { return rec.Count() > 0 })
 
 	changed := time.Now()
 	if err := env.ChangePort(ctx, s.Name, port); err != nil {
@@ -302,9 +303,9 @@ func testPortChanged(ctx context.Context, t *testing.T, env *planned.Env, s plan
 		t.Error(err)
 	}
 	time.Sleep(5 * time.Second)
-	for _, w := range rec.since(0) {
-		if !slices.Equal(w.ips, before) {
-			t.Errorf("status at +%s: ingress %v, want %v throughout", w.at.Sub(changed).Round(time.Millisecond), w.ips, before)
+	for _, w := range rec.Since(0) {
+		if !slices.Equal(w.IPs, before) {
+			t.Errorf("status at +%s: ingress %v, want %v throughout", w.At.Sub(changed).Round(time.Millisecond), w.IPs, before)
 		}
 	}
 	for _, ip := range before {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // TestSmoke is the harness' own scenario: a ClusterIP Service in front of a
@@ -438,21 +439,12 @@ func waitPodsRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 	})
 }
 
-// poll checks cond every 200 ms until it holds, failing t after timeout.
+// poll checks cond every 200 ms until it holds, failing t after timeout
+// (scenario.Poll).
 func poll(ctx context.Context, t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-tick.C:
-		}
+	if err := scenario.Poll(ctx, timeout, what, cond); err != nil {
+		t.Fatal(err)
 	}
 }
 

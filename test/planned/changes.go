@@ -22,6 +22,7 @@ import (
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // drainOptions are the drains' bounds: kubectl drain's mechanism, a
@@ -88,7 +89,7 @@ func (e *Env) RollProxies(ctx context.Context, image string) error {
 	e.image = image
 	return e.waitFor(ctx, 5*time.Minute, "every proxy pod running "+image, func() (bool, error) {
 		for _, s := range e.Config.Services {
-			pods := e.listPods(ctx, SystemNamespace, proxySelector(s.Name))
+			pods := scenario.ListPods(ctx, e.Client, SystemNamespace, proxySelector(s.Name))
 			if len(pods) == 0 {
 				return false, nil
 			}
@@ -226,7 +227,7 @@ func (e *Env) RollProbers(ctx context.Context) error {
 		if err != nil {
 			return false, nil
 		}
-		return daemonSetRolledOut(ds, gen) && len(e.listPods(ctx, SystemNamespace, "app.kubernetes.io/name="+deploy.ProberName)) == int(ds.Status.DesiredNumberScheduled), nil
+		return daemonSetRolledOut(ds, gen) && len(scenario.ListPods(ctx, e.Client, SystemNamespace, "app.kubernetes.io/name="+deploy.ProberName)) == int(ds.Status.DesiredNumberScheduled), nil
 	})
 }
 
@@ -261,7 +262,7 @@ func (e *Env) DeleteService(ctx context.Context, name string) error {
 		return fmt.Errorf("deleting service %s: %w", name, err)
 	}
 	return e.waitFor(ctx, 2*time.Minute, "service "+name+"'s proxies gone", func() (bool, error) {
-		return len(e.listPods(ctx, SystemNamespace, proxySelector(name))) == 0, nil
+		return len(scenario.ListPods(ctx, e.Client, SystemNamespace, proxySelector(name))) == 0, nil
 	})
 }
 
@@ -352,6 +353,6 @@ func (e *Env) WaitProxiesRolled(ctx context.Context, name string, timeout time.D
 		}
 		st := d.Status
 		rolled := st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == want && st.Replicas == want && st.AvailableReplicas == want
-		return rolled && len(e.listPods(ctx, SystemNamespace, proxySelector(name))) == int(want), nil
+		return rolled && len(scenario.ListPods(ctx, e.Client, SystemNamespace, proxySelector(name))) == int(want), nil
 	})
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 	"github.com/pulselb/pulselb/test/traffic"
 )
 
@@ -149,7 +150,7 @@ func Setup(ctx context.Context, c *cluster.Cluster, cfg Config) (*Env, error) {
 		return nil, err
 	}
 	if err := e.waitFor(ctx, 90*time.Second, fmt.Sprintf("%d prober pods ready", len(nodes)), func() (bool, error) {
-		return len(e.readyPods(ctx, SystemNamespace, "app.kubernetes.io/name="+deploy.ProberName)) == len(nodes), nil
+		return len(scenario.ReadyPods(ctx, e.Client, SystemNamespace, "app.kubernetes.io/name="+deploy.ProberName)) == len(nodes), nil
 	}); err != nil {
 		return nil, err
 	}
@@ -321,34 +322,6 @@ func (e *Env) waitFor(ctx context.Context, timeout time.Duration, what string, c
 	}
 }
 
-func (e *Env) listPods(ctx context.Context, ns, selector string) []corev1.Pod {
-	l, err := e.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return nil
-	}
-	return l.Items
-}
-
-// readyPods returns the Running, Ready pods in ns that are not terminating.
-func (e *Env) readyPods(ctx context.Context, ns, selector string) []corev1.Pod {
-	var out []corev1.Pod
-	for _, p := range e.listPods(ctx, ns, selector) {
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // proxySelector selects the proxy pods of a Service.
 func proxySelector(svc string) string {
 	return labelProxyApp + "," + labelServiceNS + "=" + AppNamespace + "," + labelServiceName + "=" + svc
@@ -357,7 +330,7 @@ func proxySelector(svc string) string {
 // ProxyNodesOf returns the nodes of a Service's ready proxies, sorted.
 func (e *Env) ProxyNodesOf(ctx context.Context, svc string) []string {
 	var out []string
-	for _, p := range e.readyPods(ctx, SystemNamespace, proxySelector(svc)) {
+	for _, p := range scenario.ReadyPods(ctx, e.Client, SystemNamespace, proxySelector(svc)) {
 		out = append(out, p.Spec.NodeName)
 	}
 	slices.Sort(out)
@@ -408,7 +381,7 @@ func (e *Env) Ingress(ctx context.Context, svc string) ([]string, error) {
 // replicas proxies ready, none terminating, its status listing exactly
 // their nodes, and every DNS server answering the same.
 func (e *Env) settled(ctx context.Context, svc string, replicas int) (string, error) {
-	all := e.listPods(ctx, SystemNamespace, proxySelector(svc))
+	all := scenario.ListPods(ctx, e.Client, SystemNamespace, proxySelector(svc))
 	nodes := e.ProxyNodesOf(ctx, svc)
 	if len(nodes) != replicas || len(all) != replicas {
 		return fmt.Sprintf("%d proxy pods, %d of them ready, want %d", len(all), len(nodes), replicas), nil

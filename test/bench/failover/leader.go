@@ -17,6 +17,7 @@ import (
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 const (
@@ -54,7 +55,7 @@ func (b *bench) leaderPhase(ctx context.Context, ctl *cluster.PulselbProcess, n 
 	if err != nil {
 		return nil, nil, err
 	}
-	b.rec = record(ctx, b.cs, appNS, everywhere)
+	b.rec = scenario.RecordStatus(ctx, b.cs, appNS, everywhere)
 	if _, err := b.cs.CoreV1().Services(appNS).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: everywhere, Annotations: map[string]string{"pulselb.io/proxy-mode": "daemonset"}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: web.Spec.Selector,
@@ -95,7 +96,7 @@ func (b *bench) leaderVictim(ctx context.Context, ofLeader bool) (node, role str
 		return n, "the leader's node", err
 	}
 	busy := map[string]bool{}
-	for _, p := range listPods(ctx, b.cs, systemNS, controllerApp) {
+	for _, p := range scenario.ListPods(ctx, b.cs, systemNS, controllerApp) {
 		busy[p.Spec.NodeName] = true
 	}
 	for _, n := range b.c.Nodes() {
@@ -134,8 +135,8 @@ func (b *bench) blackholeNode(ctx context.Context, victim string) (time.Duration
 	if err := b.c.NodeBlackhole(ctx, victim); err != nil {
 		return 0, err
 	}
-	err := poll(ctx, 60*time.Second, ip+" gone from the status", func() bool { return !b.rec.firstWithout(ip, start).IsZero() })
-	d := b.rec.firstWithout(ip, start).Sub(start)
+	err := scenario.PollEvery(ctx, 50*time.Millisecond, 60*time.Second, ip+" gone from the status", func() bool { return !b.rec.FirstWithout(ip, start).IsZero() })
+	d := b.rec.FirstWithout(ip, start).Sub(start)
 	// Stay cut off past the renew deadline (10s), so a cut-off leader
 	// gives up, as it would in a real outage.
 	time.Sleep(max(0, 12*time.Second-time.Since(start)))
@@ -155,12 +156,12 @@ func (b *bench) steadyEverywhere(ctx context.Context) error {
 	}
 	slices.Sort(want)
 	var missing string
-	err := poll(ctx, 180*time.Second, "shop/everywhere on every node, two controllers ready, one leading", func() bool {
-		if got := b.rec.last(); !slices.Equal(got, want) {
+	err := scenario.PollEvery(ctx, 50*time.Millisecond, 180*time.Second, "shop/everywhere on every node, two controllers ready, one leading", func() bool {
+		if got := b.rec.Last(); !slices.Equal(got, want) {
 			missing = fmt.Sprintf("status %v, want %v", got, want)
 			return false
 		}
-		if n := len(readyPods(ctx, b.cs, systemNS, controllerApp)); n != 2 {
+		if n := len(scenario.ReadyPods(ctx, b.cs, systemNS, controllerApp)); n != 2 {
 			missing = fmt.Sprintf("%d controllers ready", n)
 			return false
 		}

@@ -38,7 +38,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,23 +46,20 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 const (
@@ -188,7 +184,7 @@ type bench struct {
 	c   *cluster.Cluster
 	cs  kubernetes.Interface
 	dyn dynamic.Interface
-	rec *recorder
+	rec *scenario.StatusRecorder
 	// ips maps node names to InternalIPs, ips6 to IPv6 InternalIPs (with
 	// -dual-stack).
 	ips, ips6 map[string]string
@@ -206,8 +202,8 @@ func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
 	if err := deploy.InstallProbers(ctx, b.cs, systemNS); err != nil {
 		return nil, err
 	}
-	if err := poll(ctx, 90*time.Second, "4 prober pods ready", func() bool {
-		return len(readyPods(ctx, cs, systemNS, "app.kubernetes.io/name="+deploy.ProberName)) == 4
+	if err := scenario.PollEvery(ctx, 50*time.Millisecond, 90*time.Second, "4 prober pods ready", func() bool {
+		return len(scenario.ReadyPods(ctx, cs, systemNS, "app.kubernetes.io/name="+deploy.ProberName)) == 4
 	}); err != nil {
 		return nil, err
 	}
@@ -234,7 +230,7 @@ func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
 	}, metav1.CreateOptions{}); err != nil {
 		return ctl, fmt.Errorf("creating the svclb DaemonSet: %w", err)
 	}
-	b.rec = record(ctx, cs, appNS, "web")
+	b.rec = scenario.RecordStatus(ctx, cs, appNS, "web")
 	if _, err := cs.CoreV1().Services(appNS).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: labels,
@@ -250,7 +246,7 @@ func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
 // each probed Up by at least two probers, and no node is labelled
 // unhealthy.
 func (b *bench) steady(ctx context.Context) error {
-	return poll(ctx, 120*time.Second, "shop/web on 2 proxies probed Up", func() bool {
+	return scenario.PollEvery(ctx, 50*time.Millisecond, 120*time.Second, "shop/web on 2 proxies probed Up", func() bool {
 		nodes := b.proxyNodes(ctx)
 		if len(nodes) != 2 {
 			return false
@@ -260,12 +256,12 @@ func (b *bench) steady(ctx context.Context) error {
 			want = append(want, b.ips6[nodes[0]], b.ips6[nodes[1]])
 		}
 		slices.Sort(want)
-		if !slices.Equal(b.rec.last(), want) {
+		if !slices.Equal(b.rec.Last(), want) {
 			return false
 		}
-		reports := b.reports(ctx)
+		reports, _ := scenario.ListReports(ctx, b.dyn, systemNS)
 		for _, n := range nodes {
-			if upVotes(reports, "shop/web", 80, n) < 2 {
+			if scenario.UpVotes(reports, "shop/web", 80, n) < 2 {
 				return false
 			}
 		}
@@ -276,7 +272,7 @@ func (b *bench) steady(ctx context.Context) error {
 
 func (b *bench) proxyNodes(ctx context.Context) []string {
 	var out []string
-	for _, p := range readyPods(ctx, b.cs, systemNS, proxyApp) {
+	for _, p := range scenario.ReadyPods(ctx, b.cs, systemNS, proxyApp) {
 		out = append(out, p.Spec.NodeName)
 	}
 	slices.Sort(out)
@@ -293,12 +289,12 @@ func (b *bench) blackholeTrial(ctx context.Context) (d, d6 time.Duration, err er
 	if err := b.c.NodeBlackhole(ctx, victim); err != nil {
 		return 0, 0, err
 	}
-	err = poll(ctx, 30*time.Second, ip+" gone from the status", func() bool {
-		return !b.rec.firstWithout(ip, start).IsZero() && (ip6 == "" || !b.rec.firstWithout(ip6, start).IsZero())
+	err = scenario.PollEvery(ctx, 50*time.Millisecond, 30*time.Second, ip+" gone from the status", func() bool {
+		return !b.rec.FirstWithout(ip, start).IsZero() && (ip6 == "" || !b.rec.FirstWithout(ip6, start).IsZero())
 	})
-	d = b.rec.firstWithout(ip, start).Sub(start)
+	d = b.rec.FirstWithout(ip, start).Sub(start)
 	if ip6 != "" {
-		d6 = b.rec.firstWithout(ip6, start).Sub(start)
+		d6 = b.rec.FirstWithout(ip6, start).Sub(start)
 	}
 	if herr := b.c.NodeHeal(ctx, victim); herr != nil {
 		return 0, 0, errors.Join(err, herr)
@@ -327,12 +323,12 @@ func (b *bench) downTrial(ctx context.Context) (probed, readiness time.Duration,
 			err = b.steady(ctx)
 		}
 	}()
-	if err := poll(ctx, 30*time.Second, ip+" gone from the status", func() bool { return !b.rec.firstWithout(ip, start).IsZero() }); err != nil {
+	if err := scenario.PollEvery(ctx, 50*time.Millisecond, 30*time.Second, ip+" gone from the status", func() bool { return !b.rec.FirstWithout(ip, start).IsZero() }); err != nil {
 		return 0, 0, err
 	}
-	probed = b.rec.firstWithout(ip, start).Sub(start)
-	err = poll(ctx, *grace+60*time.Second, "the svclb pod on "+victim+" NotReady", func() bool {
-		for _, p := range listPods(ctx, b.cs, appNS, "app="+svcLBApp) {
+	probed = b.rec.FirstWithout(ip, start).Sub(start)
+	err = scenario.PollEvery(ctx, 50*time.Millisecond, *grace+60*time.Second, "the svclb pod on "+victim+" NotReady", func() bool {
+		for _, p := range scenario.ListPods(ctx, b.cs, appNS, "app="+svcLBApp) {
 			if p.Spec.NodeName != victim {
 				continue
 			}
@@ -348,48 +344,6 @@ func (b *bench) downTrial(ctx context.Context) (probed, readiness time.Duration,
 	return probed, readiness, err
 }
 
-func (b *bench) reports(ctx context.Context) []report {
-	l, err := b.dyn.Resource(deploy.ProbeReports).Namespace(systemNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil
-	}
-	var out []report
-	for _, u := range l.Items {
-		data, err := json.Marshal(u.Object)
-		if err != nil {
-			continue
-		}
-		var r report
-		if json.Unmarshal(data, &r) == nil {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-type report struct {
-	Status struct {
-		Results []struct {
-			Service string `json:"service"`
-			Port    int32  `json:"port"`
-			Node    string `json:"node"`
-			State   string `json:"state"`
-		} `json:"results"`
-	} `json:"status"`
-}
-
-func upVotes(reports []report, service string, port int32, node string) int {
-	n := 0
-	for _, r := range reports {
-		for _, res := range r.Status.Results {
-			if res.Service == service && res.Port == port && res.Node == node && res.State == "Up" {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 func (b *bench) startController(ctx context.Context) (*cluster.PulselbProcess, error) {
 	logPath := filepath.Join(b.c.Dir, "logs", "pulselb-controller.log")
 	logf, err := os.Create(logPath)
@@ -403,120 +357,4 @@ func (b *bench) startController(ctx context.Context) (*cluster.PulselbProcess, e
 	}
 	log.Printf("pulselb controller running, log %s", logPath)
 	return p, nil
-}
-
-// recorder keeps every version of a Service's ingress list seen on a watch.
-type recorder struct {
-	mu      sync.Mutex
-	writes  []statusWrite
-	lastKey string
-}
-
-type statusWrite struct {
-	at  time.Time
-	ips []string
-}
-
-func record(ctx context.Context, cs kubernetes.Interface, ns, name string) *recorder {
-	r := &recorder{}
-	go func() {
-		rv := ""
-		for ctx.Err() == nil {
-			w, err := cs.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
-			if err != nil {
-				if apierrors.IsGone(err) {
-					rv = ""
-				}
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			for e := range w.ResultChan() {
-				svc, ok := e.Object.(*corev1.Service)
-				if !ok || e.Type == watch.Error {
-					rv = ""
-					break
-				}
-				rv = svc.ResourceVersion
-				var ips []string
-				for _, in := range svc.Status.LoadBalancer.Ingress {
-					ips = append(ips, in.IP)
-				}
-				slices.Sort(ips)
-				r.observe(ips)
-			}
-			w.Stop()
-		}
-	}()
-	return r
-}
-
-func (r *recorder) observe(ips []string) {
-	now := time.Now()
-	key := strings.Join(ips, ",")
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.writes) > 0 && key == r.lastKey {
-		return
-	}
-	r.lastKey = key
-	r.writes = append(r.writes, statusWrite{at: now, ips: ips})
-}
-
-func (r *recorder) last() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.writes) == 0 {
-		return nil
-	}
-	return r.writes[len(r.writes)-1].ips
-}
-
-func (r *recorder) firstWithout(ip string, start time.Time) time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, w := range r.writes {
-		if w.at.After(start) && !slices.Contains(w.ips, ip) {
-			return w.at
-		}
-	}
-	return time.Time{}
-}
-
-func listPods(ctx context.Context, cs kubernetes.Interface, ns, selector string) []corev1.Pod {
-	l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return nil
-	}
-	return l.Items
-}
-
-func readyPods(ctx context.Context, cs kubernetes.Interface, ns, selector string) []corev1.Pod {
-	var out []corev1.Pod
-	for _, p := range listPods(ctx, cs, ns, selector) {
-		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
-			continue
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
-
-// poll checks cond every 50 ms until it holds or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
 }

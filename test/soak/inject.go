@@ -1,0 +1,184 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulselb/pulselb/test/scenario"
+)
+
+// errNoTarget is a fault that found nothing to hit.
+var errNoTarget = errors.New("no target")
+
+// inject runs fault f to its end (a node fault through its hold and heal).
+func (s *state) inject(ctx context.Context, f Fault) {
+	start := time.Now()
+	s.event("start %s", f)
+	err := s.run(ctx, f)
+	s.mu.Lock()
+	if err != nil {
+		s.skipped++
+	} else {
+		s.injected[f.Kind]++
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.event("%s: %v", f.Kind, err)
+	} else if f.Kind.nodeFault() {
+		s.event("healed %s (%s)", f.Node, f.Kind)
+	}
+	if f.Kind != EditService && f.Kind != RecreateService {
+		s.window(start, time.Now(), f.Kind == KillLeader || f.Kind == KillStandby || f.Kind == RestartAPIServer)
+	}
+}
+
+func (s *state) run(ctx context.Context, f Fault) error {
+	c, sys := s.e.c, scenario.SystemNamespace
+	switch f.Kind {
+	case Blackhole, NodeDown:
+		return s.cutNode(ctx, f)
+	case KillProxy:
+		pods := scenario.ListPods(ctx, c.Client, "", labelServiceNS+"="+Namespace)
+		var names []string
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				names = append(names, p.Namespace+"/"+p.Name)
+			}
+		}
+		if len(names) == 0 {
+			return errNoTarget
+		}
+		slices.Sort(names)
+		pick := names[f.Pick%len(names)]
+		ns, name, _ := strings.Cut(pick, "/")
+		s.event("kill -9 proxy %s", pick)
+		return c.KillContainer(ns, name, "proxy")
+	case KillProber:
+		for _, p := range scenario.ListPods(ctx, c.Client, sys, scenario.ProberSelector) {
+			if p.Spec.NodeName == f.Node {
+				return c.KillContainer(sys, p.Name, "prober")
+			}
+		}
+		return errNoTarget
+	case KillLeader, KillStandby:
+		leader, others := s.e.leader(ctx)
+		victim := leader
+		if f.Kind == KillStandby {
+			victim = ""
+			if len(others) > 0 {
+				victim = others[f.Pick%len(others)]
+			}
+		}
+		if victim == "" {
+			return errNoTarget
+		}
+		if f.Kind == KillLeader {
+			s.mu.Lock()
+			s.leaderKilled = time.Now()
+			s.mu.Unlock()
+		}
+		s.event("kill -9 controller %s", victim)
+		return c.KillContainer(sys, victim, "controller")
+	case RestartAPIServer:
+		s.mu.Lock()
+		s.apiDown = true
+		s.mu.Unlock()
+		err := c.RestartAPIServer(ctx)
+		s.mu.Lock()
+		s.apiDown, s.apiUp = false, time.Now()
+		s.mu.Unlock()
+		return err
+	case EditService:
+		return s.editChurn(ctx)
+	case RecreateService:
+		return s.recreateChurn(ctx)
+	}
+	return fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+// cutNode cuts f.Node off for f.Hold and heals it.
+func (s *state) cutNode(ctx context.Context, f Fault) error {
+	c := s.e.c
+	cut, heal := c.NodeBlackhole, c.NodeHeal
+	if f.Kind == NodeDown {
+		cut, heal = c.NodeDown, c.NodeUp
+	}
+	if err := cut(ctx, f.Node); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cut[f.Node] = time.Now()
+	delete(s.healed, f.Node)
+	s.mu.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-time.After(f.Hold):
+	}
+	// Heal even when the run is cut short.
+	err := heal(context.WithoutCancel(ctx), f.Node)
+	s.mu.Lock()
+	delete(s.cut, f.Node)
+	s.healed[f.Node] = time.Now()
+	s.mu.Unlock()
+	return err
+}
+
+// editChurn moves the churn Service to its other port and replica count.
+func (s *state) editChurn(ctx context.Context) error {
+	svcs := s.e.c.Client.CoreV1().Services(Namespace)
+	svc, err := svcs.Get(ctx, churn, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	port, replicas := int32(churnPort+1), "3"
+	if svc.Spec.Ports[0].Port != churnPort {
+		port, replicas = churnPort, "2"
+	}
+	svc.Spec.Ports[0].Port = port
+	svc.Annotations[annotationRepl] = replicas
+	if _, err := svcs.Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	s.event("%s/%s now port %d, %s replicas", Namespace, churn, port, replicas)
+	return nil
+}
+
+// recreateChurn deletes the churn Service, waits until it is gone and
+// creates it again.
+func (s *state) recreateChurn(ctx context.Context) error {
+	svcs := s.e.c.Client.CoreV1().Services(Namespace)
+	s.mu.Lock()
+	s.absent[churn], s.published[churn] = true, false
+	s.mu.Unlock()
+	if err := svcs.Delete(ctx, churn, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := scenario.Poll(ctx, time.Minute, churn+" deleted", func() bool {
+		_, err := svcs.Get(ctx, churn, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}); err != nil {
+		return err
+	}
+	var err error
+	for _, svc := range services {
+		if svc.Name == churn {
+			// Retried while the API server restarts.
+			err = scenario.Poll(ctx, time.Minute, churn+" created again", func() bool {
+				err := s.e.createService(ctx, svc)
+				return err == nil || apierrors.IsAlreadyExists(errors.Unwrap(err))
+			})
+		}
+	}
+	s.mu.Lock()
+	delete(s.absent, churn)
+	s.mu.Unlock()
+	return err
+}

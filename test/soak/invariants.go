@@ -1,0 +1,276 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulselb/pulselb/test/scenario"
+	"github.com/pulselb/pulselb/test/traffic"
+)
+
+// The invariants, as named in a Failure.
+const (
+	// InvStatusEmpty: a published Service's status is never empty while
+	// some proxy node is not cut off.
+	InvStatusEmpty = "status-never-empty"
+	// InvStaleAddress: no status holds the address of a node cut off for
+	// longer than the failover bound (plus the leader bound when a
+	// controller was killed around it).
+	InvStaleAddress = "no-stale-address"
+	// InvHealedBack: a healed node is back in the daemonset Service's
+	// status within the heal bound.
+	InvHealedBack = "healed-node-back"
+	// InvSettled: after the last fault every Service is published on its
+	// full set of proxy nodes again.
+	InvSettled = "settled-after-faults"
+	// InvClientLoss: clients lose requests only in the window after an
+	// unplanned fault.
+	InvClientLoss = "client-loss-only-after-faults"
+	// InvNoLeak: deleting every Service leaves no proxy workload, PDB or
+	// ProbeReport entry.
+	InvNoLeak = "nothing-leaks"
+)
+
+// check evaluates the status invariants every 250 ms until ctx ends.
+func (s *state) check(ctx context.Context) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.checkOnce(time.Now())
+	}
+}
+
+func (s *state) checkOnce(now time.Time) {
+	s.mu.Lock()
+	cut, healed := maps.Clone(s.cut), maps.Clone(s.healed)
+	apiDown := s.apiDown
+	// A bound runs from the later of its event, the API server's return
+	// and the end of the leader gap after the leader was killed.
+	from := func(t time.Time) time.Time {
+		t = later(t, s.apiUp)
+		if !s.leaderKilled.IsZero() {
+			t = later(t, s.leaderKilled.Add(s.cfg.LeaderBound))
+		}
+		return t
+	}
+	s.checks++
+	s.mu.Unlock()
+	healthy := len(s.e.proxyNodes) - len(cut)
+	for _, svc := range services {
+		s.mu.Lock()
+		absent := s.absent[svc.Name]
+		s.mu.Unlock()
+		ws := s.recorders[svc.Name].Since(0)
+		if absent || len(ws) == 0 || ws[len(ws)-1].Deleted {
+			continue
+		}
+		last := ws[len(ws)-1]
+		s.mu.Lock()
+		published := s.published[svc.Name]
+		if len(last.IPs) > 0 {
+			s.published[svc.Name] = true
+		}
+		s.mu.Unlock()
+		key := fmt.Sprintf("%s/%s/%d", InvStatusEmpty, svc.Name, len(ws))
+		if published && len(last.IPs) == 0 && healthy > 0 {
+			s.fail(key, InvStatusEmpty, fmt.Sprintf("%s/%s has no address since +%s while %d proxy nodes are healthy; conditions %v",
+				Namespace, svc.Name, s.since(last.At), healthy, last.Conds))
+		}
+		for node, since := range cut {
+			ip := s.e.nodeIP[node]
+			s.measure(s.pending, node, svc.Name, since, ws, func(ips []string) bool { return !slices.Contains(ips, ip) }, "left", &s.failovers)
+			start := from(since)
+			if !apiDown && now.Sub(start) > s.cfg.FailoverBound && slices.Contains(last.IPs, ip) {
+				s.fail(fmt.Sprintf("%s/%s/%s/%d", InvStaleAddress, svc.Name, node, since.UnixNano()), InvStaleAddress,
+					fmt.Sprintf("%s/%s still publishes %s (%s), cut off since +%s, %s after the bound's start +%s (bound %s); status %v",
+						Namespace, svc.Name, ip, node, s.since(since), now.Sub(start).Round(time.Millisecond), s.since(start), s.cfg.FailoverBound, last.IPs))
+			}
+		}
+		if !svc.DaemonSet {
+			continue
+		}
+		for node, at := range healed {
+			ip := s.e.nodeIP[node]
+			s.measure(s.back, node, svc.Name, at, ws, func(ips []string) bool { return slices.Contains(ips, ip) }, "back in", &s.returns)
+			start := from(at)
+			if now.Sub(start) > s.cfg.HealBound && !slices.Contains(last.IPs, ip) {
+				s.fail(fmt.Sprintf("%s/%s/%s/%d", InvHealedBack, svc.Name, node, at.UnixNano()), InvHealedBack,
+					fmt.Sprintf("%s (%s), healed at +%s, is not back in %s/%s's status %s after the bound's start +%s (bound %s); status %v",
+						node, ip, s.since(at), Namespace, svc.Name, now.Sub(start).Round(time.Millisecond), s.since(start), s.cfg.HealBound, last.IPs))
+			}
+		}
+	}
+}
+
+// measure records, once per episode (a cut or a heal of node at t), how
+// long Service svc took until done held for a write of its status ws: it
+// adds the time to out and logs it. An episode whose first check finds
+// done already (the Service never had the address, or it came back at
+// once) is not measured.
+func (s *state) measure(episodes map[string]time.Time, node, svc string, t time.Time, ws []scenario.StatusWrite, done func([]string) bool, what string, out *[]time.Duration) {
+	key := node + "/" + svc
+	s.mu.Lock()
+	seen, ok := episodes[key]
+	first := !ok || !seen.Equal(t)
+	episodes[key] = t
+	measuredKey := fmt.Sprintf("measured/%s/%d", key, t.UnixNano())
+	if first {
+		if done(ws[len(ws)-1].IPs) {
+			s.reported[measuredKey] = true
+		}
+		s.mu.Unlock()
+		return
+	}
+	if s.reported[measuredKey] {
+		s.mu.Unlock()
+		return
+	}
+	for _, w := range ws {
+		if w.At.After(t) && !w.Deleted && done(w.IPs) {
+			s.reported[measuredKey] = true
+			*out = append(*out, w.At.Sub(t))
+			s.mu.Unlock()
+			s.event("%s %s %s/%s's status %s after +%s", node, what, Namespace, svc, w.At.Sub(t).Round(time.Millisecond), s.since(t))
+			return
+		}
+	}
+	s.mu.Unlock()
+}
+
+// settle waits, after the last fault, for every Service to be published
+// on its full set of proxy nodes (2, or every proxy node in daemonset
+// mode; the churn Service may be at 3).
+func (s *state) settle(ctx context.Context) {
+	for _, svc := range services {
+		var got []string
+		err := scenario.Poll(ctx, 2*time.Minute, svc.Name+" settled", func() bool {
+			got = s.e.ingress(ctx, svc.Name)
+			switch {
+			case svc.DaemonSet:
+				return len(got) == len(s.e.proxyNodes)
+			case svc.Name == churn:
+				return len(got) >= 2
+			}
+			return len(got) == 2
+		})
+		if err != nil {
+			s.fail(InvSettled+"/"+svc.Name, InvSettled, fmt.Sprintf("%s/%s: %v; status %v", Namespace, svc.Name, err, got))
+		}
+	}
+	s.event("settled")
+}
+
+// judgeClients stops the clients and fails every request lost outside
+// the windows after unplanned faults.
+func (s *state) judgeClients(clients map[string]*traffic.Client) []ClientResult {
+	var out []ClientResult
+	for _, svc := range services {
+		cl := clients[svc.Name]
+		if cl == nil {
+			continue
+		}
+		rep, _ := cl.Stop()
+		res := ClientResult{Service: svc.Name, Sent: rep.Sent}
+		var outside []traffic.Request
+		for _, r := range rep.Requests {
+			if r.OK {
+				continue
+			}
+			res.Failed++
+			if s.inWindow(r.At) {
+				res.InWindow++
+			} else {
+				outside = append(outside, r)
+			}
+		}
+		if len(outside) > 0 {
+			var ex []string
+			for _, r := range outside[:min(5, len(outside))] {
+				ex = append(ex, fmt.Sprintf("+%s to %s: %s", s.since(r.At), r.Addr, r.Err))
+			}
+			s.fail(InvClientLoss+"/"+svc.Name, InvClientLoss, fmt.Sprintf("the client of %s/%s lost %d requests outside every fault's window, first: %s",
+				Namespace, svc.Name, len(outside), strings.Join(ex, "; ")))
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+func (s *state) inWindow(t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.windows {
+		if !t.Before(w[0]) && !t.After(w[1]) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkLeaks deletes every Service and waits for their proxies, PDBs and
+// ProbeReport entries to go.
+func (s *state) checkLeaks(ctx context.Context) {
+	cs := s.e.c.Client
+	for _, svc := range services {
+		if err := cs.CoreV1().Services(Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil {
+			s.fail(InvNoLeak+"/delete/"+svc.Name, InvNoLeak, fmt.Sprintf("deleting %s: %v", svc.Name, err))
+		}
+	}
+	sel := metav1.ListOptions{LabelSelector: labelServiceNS + "=" + Namespace}
+	var left []string
+	err := scenario.Poll(ctx, 90*time.Second, "nothing left of the deleted Services", func() bool {
+		left = nil
+		if l, err := cs.AppsV1().Deployments("").List(ctx, sel); err == nil {
+			for _, o := range l.Items {
+				left = append(left, "Deployment "+o.Namespace+"/"+o.Name)
+			}
+		}
+		if l, err := cs.AppsV1().DaemonSets("").List(ctx, sel); err == nil {
+			for _, o := range l.Items {
+				left = append(left, "DaemonSet "+o.Namespace+"/"+o.Name)
+			}
+		}
+		if l, err := cs.PolicyV1().PodDisruptionBudgets("").List(ctx, sel); err == nil {
+			for _, o := range l.Items {
+				left = append(left, "PodDisruptionBudget "+o.Namespace+"/"+o.Name)
+			}
+		}
+		for _, p := range scenario.ListPods(ctx, cs, "", sel.LabelSelector) {
+			left = append(left, "Pod "+p.Namespace+"/"+p.Name)
+		}
+		reports, err := scenario.ListReports(ctx, s.e.dyn, scenario.SystemNamespace)
+		if err != nil {
+			left = append(left, err.Error())
+		}
+		for _, r := range reports {
+			for _, res := range slices.Concat(r.Status.Results, r.Status.Beacons) {
+				if strings.HasPrefix(res.Service, Namespace+"/") {
+					left = append(left, fmt.Sprintf("ProbeReport %s entry %s:%d on %s", r.Name, res.Service, res.Port, res.Node))
+				}
+			}
+		}
+		return len(left) == 0
+	})
+	if err != nil {
+		s.fail(InvNoLeak, InvNoLeak, fmt.Sprintf("%v: %s", err, strings.Join(left, ", ")))
+	}
+	s.event("every Service deleted; leak check done")
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,143 @@
+package soak
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Kind is a kind of fault.
+type Kind string
+
+// The faults the soak injects.
+const (
+	// Blackhole drops every packet of a proxy node (heartbeats go on) for
+	// the fault's hold, then heals it.
+	Blackhole Kind = "blackhole"
+	// NodeDown takes a proxy node's link down and stops its heartbeats for
+	// the hold, then brings it up.
+	NodeDown Kind = "node-down"
+	// KillProxy kills (SIGKILL) the proxy container of one proxy pod.
+	KillProxy Kind = "kill-proxy"
+	// KillProber kills the prober container on one node.
+	KillProber Kind = "kill-prober"
+	// KillLeader kills the leading controller's container.
+	KillLeader Kind = "kill-leader"
+	// KillStandby kills the controller container that does not lead.
+	KillStandby Kind = "kill-standby"
+	// RestartAPIServer stops the API server and starts it again.
+	RestartAPIServer Kind = "apiserver-restart"
+	// EditService changes the churn Service's port and replica count.
+	EditService Kind = "edit-service"
+	// RecreateService deletes the churn Service and creates it again.
+	RecreateService Kind = "recreate-service"
+)
+
+// nodeFault reports whether k cuts a node off for its hold.
+func (k Kind) nodeFault() bool { return k == Blackhole || k == NodeDown }
+
+// weights are how often each kind is drawn, out of their sum.
+var weights = []struct {
+	kind   Kind
+	weight int
+}{
+	{Blackhole, 5}, {NodeDown, 2}, {KillProxy, 3}, {KillProber, 2}, {KillLeader, 2},
+	{KillStandby, 1}, {RestartAPIServer, 1}, {EditService, 2}, {RecreateService, 1},
+}
+
+// Fault is one fault of a schedule.
+type Fault struct {
+	// At is when it starts, from the start of the run.
+	At time.Duration
+	Kind
+	// Node is the proxy node of a node fault or KillProber.
+	Node string
+	// Pick chooses among the candidates found when the fault runs (which
+	// proxy pod): the Pick-th of them, modulo their number, in name order.
+	Pick int
+	// Hold is how long a node fault lasts before its heal.
+	Hold time.Duration
+}
+
+func (f Fault) String() string {
+	switch {
+	case f.Kind.nodeFault():
+		return fmt.Sprintf("%s %s for %s", f.Kind, f.Node, f.Hold)
+	case f.Kind == KillProber:
+		return fmt.Sprintf("%s on %s", f.Kind, f.Node)
+	case f.Kind == KillProxy:
+		return fmt.Sprintf("%s #%d", f.Kind, f.Pick)
+	}
+	return string(f.Kind)
+}
+
+// ScheduleConfig shapes a schedule.
+type ScheduleConfig struct {
+	Seed     uint64
+	Duration time.Duration
+	// Nodes are the proxy nodes faults may hit.
+	Nodes []string
+	// MinGap and MaxGap bound the time between two faults' starts;
+	// MinHold and MaxHold a node fault's hold.
+	MinGap, MaxGap   time.Duration
+	MinHold, MaxHold time.Duration
+}
+
+// leaderKillSpacing is the least time between two KillLeader faults:
+// deploy/base's 15 s Lease, the standby's take-over and as long again with
+// a leader, so that killed leaders do not leave the run leaderless.
+const leaderKillSpacing = 45 * time.Second
+
+// Schedule draws the faults of a run from cfg.Seed: the same
+// configuration gives the same schedule. Faults overlap (a fault may start
+// while a node is cut off), but at most one node is cut off at a time, so
+// a quorum of probers always sees every other node; none starts later
+// than cfg.Duration minus the longest hold, so every node is healed before
+// the run ends. Two leader kills are leaderKillSpacing apart at least.
+func Schedule(cfg ScheduleConfig) []Fault {
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	total := 0
+	for _, w := range weights {
+		total += w.weight
+	}
+	between := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	}
+	var out []Fault
+	var nodeFreeAt time.Duration
+	lastLeaderKill := time.Duration(-1 << 62)
+	for at := between(cfg.MinGap, cfg.MaxGap); at+cfg.MaxHold <= cfg.Duration; at += between(cfg.MinGap, cfg.MaxGap) {
+		n := rng.IntN(total)
+		var k Kind
+		for _, w := range weights {
+			if n < w.weight {
+				k = w.kind
+				break
+			}
+			n -= w.weight
+		}
+		f := Fault{At: at, Kind: k, Node: cfg.Nodes[rng.IntN(len(cfg.Nodes))], Pick: rng.IntN(1000)}
+		if k.nodeFault() {
+			if at < nodeFreeAt {
+				// A node is cut off already: kill a proxy instead.
+				f.Kind = KillProxy
+			} else {
+				f.Hold = between(cfg.MinHold, cfg.MaxHold)
+				nodeFreeAt = at + f.Hold
+			}
+		}
+		if k == KillLeader {
+			if at-lastLeaderKill < leaderKillSpacing {
+				// The standby has not taken over yet: kill a proxy.
+				f.Kind = KillProxy
+			} else {
+				lastLeaderKill = at
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
