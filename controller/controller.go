@@ -136,9 +136,13 @@ type Controller struct {
 	external map[cache.ObjectName]status.External
 	// vantages remembers the vantage assignment of the targets judged.
 	vantages contract.VantageMemo
-	// externalSettings holds the settings of the Services judgeExternal
-	// reads on every evaluation, parsed once per change.
-	externalSettings contract.ParseCache
+	// targetSettings holds the settings of the Services the health
+	// worker reads (listTargets, judgeExternal), parsed once per change.
+	targetSettings contract.ParseCache
+	// judged holds the targets of the last round of verdicts (Judged);
+	// judgedListeners are told of each round (onJudged), guarded by mu.
+	judged          atomic.Pointer[[]healthTarget]
+	judgedListeners []func()
 
 	mu      sync.Mutex
 	managed map[cache.ObjectName]bool

@@ -46,7 +46,7 @@ func (c *Controller) judgeExternal(idx status.Reports, targets []healthTarget) {
 			if err != nil {
 				continue
 			}
-			settings, _ := c.externalSettings.Parse(svc) // sync reports the problems
+			settings, _ := c.targetSettings.Parse(svc) // sync reports the problems
 			if settings.ExternalVantages == contract.ExternalOff {
 				continue
 			}
@@ -54,7 +54,6 @@ func (c *Controller) judgeExternal(idx status.Reports, targets []healthTarget) {
 			down += len(e.Down)
 			next[key] = e
 		}
-		c.externalSettings.Prune()
 	}
 	var usable, stale, cutOff int
 	for _, v := range vantages {
