@@ -12,7 +12,7 @@ import (
 
 // judgeExternal judges, for each served Service whose external-vantages is
 // not off, what the external vantages' reports in idx say about the nodes
-// of its proxies (targets, as healthTargets lists them), stores it for
+// of its proxies (targets, as listTargets lists them), stores it for
 // sync, and queues the Services whose view changed. Without external
 // vantages it parses no Service.
 func (c *Controller) judgeExternal(idx status.Reports, targets []healthTarget) {

@@ -54,7 +54,7 @@ func TestListTargets(t *testing.T) {
 		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
 	})
 	gone := svc("gone", func(s *corev1.Service) { s.DeletionTimestamp = &now; s.Finalizers = []string{"x"} })
-	other := svc("other", func(s *corev1.Service) { s.Spec.LoadBalancerClass = new(string); *s.Spec.LoadBalancerClass = "example.com/other" })
+	other := svc("other", func(s *corev1.Service) { s.Spec.LoadBalancerClass = new("example.com/other") })
 	services := map[types.NamespacedName]*corev1.Service{}
 	for _, s := range []*corev1.Service{web, gone, other} {
 		services[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = s
@@ -159,8 +159,10 @@ func TestListTargetsPortRange(t *testing.T) {
 	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
 	in := TargetInput{
-		Service:  func(types.NamespacedName) (*corev1.Service, bool) { return s, true },
-		Settings: func(*corev1.Service) Settings { return Settings{Probes: []Probe{{Port: PortKey{Protocol: corev1.ProtocolTCP, Port: 70000}}}} },
+		Service: func(types.NamespacedName) (*corev1.Service, bool) { return s, true },
+		Settings: func(*corev1.Service) Settings {
+			return Settings{Probes: []Probe{{Port: PortKey{Protocol: corev1.ProtocolTCP, Port: 70000}}}}
+		},
 		Nodes:    []*corev1.Node{targetNode("n1", "10.0.0.1")},
 		Proxies:  []*corev1.Pod{targetPod("web-1", "n1", ProxySelector(s))},
 		Vantages: 3,
