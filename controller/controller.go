@@ -139,21 +139,19 @@ type Controller struct {
 	external map[cache.ObjectName]status.External
 	// vantages remembers the vantage assignment of the targets judged.
 	vantages contract.VantageMemo
-	// externalSettings holds the settings of the Services judgeExternal
-	// reads on every evaluation, parsed once per change.
-	externalSettings contract.ParseCache
+	// targetSettings holds the settings of the Services the health
+	// worker reads (listTargets, judgeExternal), parsed once per change.
+	targetSettings contract.ParseCache
+	// judged holds the targets of the last round of verdicts (Judged);
+	// judgedListeners are told of each round (onJudged), guarded by mu.
+	judged          atomic.Pointer[[]healthTarget]
+	judgedListeners []func()
 
-	mu      sync.Mutex
-	managed map[cache.ObjectName]bool
-	// statusWritten is when each Service's status was last written, for
-	// statusSettle.
-	statusWritten map[cache.ObjectName]time.Time
-	// progressSince is when each unpublished Service's conditions were
-	// first held back as progress, for settling.
-	progressSince map[cache.ObjectName]time.Time
-	// firstAddress is when each unpublished Service first had an address
-	// to publish while other proxies of it were starting, for settling.
-	firstAddress map[cache.ObjectName]time.Time
+	mu sync.Mutex
+	// records holds what is remembered of each Service between its
+	// syncs; managedCount how many of them are served.
+	records      map[cache.ObjectName]*serviceRecord
+	managedCount int
 	// refusals are the nodes whose kubelet refused proxy pods' sysctls.
 	refusals refusals
 	// echoes are the resourceVersions of this controller's own writes of
@@ -229,12 +227,9 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: queueMetrics{cfg.Metrics}}),
-		managed:       map[cache.ObjectName]bool{},
-		statusWritten: map[cache.ObjectName]time.Time{},
-		progressSince: map[cache.ObjectName]time.Time{},
-		firstAddress:  map[cache.ObjectName]time.Time{},
-		echoes:        map[cache.ObjectName][]string{},
-		allowLists:    map[cache.ObjectName]allowListSince{},
+		records:    map[cache.ObjectName]*serviceRecord{},
+		echoes:     map[cache.ObjectName][]string{},
+		allowLists: map[cache.ObjectName]allowListSince{},
 	}
 
 	handlers := []struct {

@@ -53,10 +53,11 @@ const (
 const dashboardShare = 20
 
 // DashboardFeed builds the dashboard's State from the controller's
-// informer caches and hands it to a dashboard.Dashboard. It judges the
-// targets from the ProbeReports itself, with a status.Engine of its own
-// like the leader's, so that every replica shows health whether it leads
-// or not, and shows what the leader decides.
+// informer caches and hands it to a dashboard.Dashboard. It judges
+// nothing itself: it shows the targets and verdicts of the controller's
+// own round of verdicts (Controller.evaluate, which every replica runs,
+// leading or not), so that the page shows what the leader decides, with
+// the same flap damping, and the reports are judged once.
 type DashboardFeed struct {
 	c     *Controller
 	dash  *dashboard.Dashboard
@@ -65,12 +66,14 @@ type DashboardFeed struct {
 	dirty chan struct{}
 
 	// Owned by the goroutine calling build.
-	engine      status.Engine
 	shown       map[string]shown
 	transitions []dashboard.Transition
 	// parsed holds each Service's settings: a build reads every Service,
 	// and parses only those whose annotations or ports changed.
 	parsed contract.ParseCache
+	// listed holds the settings of the Services whose targets a build
+	// lists itself, without the health pipeline (listTargets).
+	listed contract.ParseCache
 }
 
 // shown is what the page shows about a target or beacon.
@@ -84,8 +87,8 @@ type shown struct {
 }
 
 // NewDashboardFeed returns a feed of d from c's caches. cluster and system
-// are the factories c was made from; their informers (and c's ProbeReport
-// informer) trigger rebuilds. Call Run.
+// are the factories c was made from; their informers, c's ProbeReport
+// informer and c's rounds of verdicts trigger rebuilds. Call Run.
 func NewDashboardFeed(c *Controller, cluster, system informers.SharedInformerFactory, d *dashboard.Dashboard, cfg DashboardConfig) (*DashboardFeed, error) {
 	if cfg.MinInterval <= 0 {
 		cfg.MinInterval = DefaultDashboardMinInterval
@@ -99,6 +102,7 @@ func NewDashboardFeed(c *Controller, cluster, system informers.SharedInformerFac
 		UpdateFunc: func(any, any) { f.poke() },
 		DeleteFunc: func(any) { f.poke() },
 	}
+	c.onJudged(f.poke)
 	infs := []cache.SharedIndexInformer{
 		cluster.Core().V1().Services().Informer(),
 		cluster.Core().V1().Nodes().Informer(),
@@ -198,11 +202,17 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		}
 	}
 	idx := c.reportIndex(now)
-	targets, err := c.healthTargets()
-	if err != nil {
-		return st, err
+	// The targets the controller judged last, and their verdicts; before
+	// the first round, or without the health pipeline, the targets alone.
+	judged, ok := c.judgedTargets()
+	targets := slices.Clone(judged)
+	if !ok {
+		targets, _, err = c.listTargets(&f.listed)
+		f.listed.Prune()
+		if err != nil {
+			return st, err
+		}
 	}
-	f.engine.Judge(idx, statusTargets(targets), now)
 
 	// Beacons first: a target's shown state depends on its node's.
 	slices.SortStableFunc(targets, func(a, b healthTarget) int {
@@ -239,7 +249,7 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 			vantages[v] = true
 		}
 		prev, seen := f.shown[t.Key]
-		j := f.engine.Verdict(t.Key)
+		j := c.verdicts.Verdict(t.Key)
 		reason := j.Summary()
 		if c.reports == nil {
 			j = status.Judgement{}

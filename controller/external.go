@@ -12,7 +12,7 @@ import (
 
 // judgeExternal judges, for each served Service whose external-vantages is
 // not off, what the external vantages' reports in idx say about the nodes
-// of its proxies (targets, as healthTargets lists them), stores it for
+// of its proxies (targets, as listTargets lists them), stores it for
 // sync, and queues the Services whose view changed. Without external
 // vantages it parses no Service.
 func (c *Controller) judgeExternal(idx status.Reports, targets []healthTarget) {
@@ -46,7 +46,7 @@ func (c *Controller) judgeExternal(idx status.Reports, targets []healthTarget) {
 			if err != nil {
 				continue
 			}
-			settings, _ := c.externalSettings.Parse(svc) // sync reports the problems
+			settings, _ := c.targetSettings.Parse(svc) // sync reports the problems
 			if settings.ExternalVantages == contract.ExternalOff {
 				continue
 			}
@@ -54,7 +54,6 @@ func (c *Controller) judgeExternal(idx status.Reports, targets []healthTarget) {
 			down += len(e.Down)
 			next[key] = e
 		}
-		c.externalSettings.Prune()
 	}
 	var usable, stale, cutOff int
 	for _, v := range vantages {

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
@@ -28,7 +29,6 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/trim"
 	"github.com/pulselb/pulselb/api/v1alpha1"
-	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/status"
 )
 
@@ -212,7 +212,8 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 	}
 	full := !h.listed || changed || (!h.startingEnds.IsZero() && !now.Before(h.startingEnds))
 	if full {
-		targets, ends, err := c.listTargets()
+		targets, ends, err := c.listTargets(&c.targetSettings)
+		c.targetSettings.Prune()
 		if err != nil {
 			h.listed = false // listed again next round
 			return err
@@ -234,6 +235,9 @@ func (c *Controller) evaluate(ctx context.Context, _ string) error {
 		c.judgeExternal(h.reports, h.targets)
 	}
 	c.noteFailing(h.reports, now, full, keys, flipped)
+	if full || len(changes) > 0 {
+		c.publishJudged(h.targets)
+	}
 	if c.cfg.Judged != nil {
 		c.cfg.Judged()
 	}
@@ -414,112 +418,115 @@ func (c *Controller) leaseRenewed(enqueue func()) cache.ResourceEventHandlerFunc
 	}
 }
 
-// healthTargets lists every target the quorum judges: each served
-// Service's served ports (contract.ServedPorts) on each node that has one
-// of its proxy pods, and the beacon of every node with a prober, each with
-// its vantages.
-func (c *Controller) healthTargets() ([]healthTarget, error) {
-	targets, _, err := c.listTargets()
-	return targets, err
+// publishJudged makes targets, judged by the round that just ended, what
+// judgedTargets returns, and tells the listeners (OnJudged).
+func (c *Controller) publishJudged(targets []healthTarget) {
+	c.judged.Store(&targets)
+	c.mu.Lock()
+	listeners := c.judgedListeners
+	c.mu.Unlock()
+	for _, l := range listeners {
+		l()
+	}
+}
+
+// judgedTargets returns the targets of the last round of verdicts that listed
+// them or changed a verdict, whose verdicts c.verdicts holds, and false
+// before the first round (or without the health pipeline). The slice is
+// shared: callers must not change it.
+func (c *Controller) judgedTargets() ([]healthTarget, bool) {
+	p := c.judged.Load()
+	if p == nil {
+		return nil, false
+	}
+	return *p, true
+}
+
+// onJudged calls l after each round of verdicts that listed the targets or
+// changed a verdict, on the health worker: l must not block.
+func (c *Controller) onJudged(l func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.judgedListeners = append(c.judgedListeners, l)
 }
 
 // listTargets is healthTargets, and also says when the first of the
 // targets that are Starting stops (zero when none is): until then, and
 // until a Service, pod, node or proxy workload changes, the targets stay
-// the same.
-func (c *Controller) listTargets() ([]healthTarget, time.Time, error) {
+// the same. The list is contract.ListTargets, the prober agents' too; the
+// controller adds which vantages a Service's allow-list admits yet
+// (probeAdmission) and which targets are Starting. settings parses the
+// Services: the caller's contract.ParseCache, pruned after each listing.
+func (c *Controller) listTargets(settings *contract.ParseCache) ([]healthTarget, time.Time, error) {
 	nodes, err := c.nodes.List(everything)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("listing nodes: %w", err)
-	}
-	zone := make(map[string]string, len(nodes))
-	ready := make(map[string]bool, len(nodes))
-	for _, n := range nodes {
-		zone[n.Name] = n.Labels[corev1.LabelTopologyZone]
-		ready[n.Name] = contract.NodeReady(n)
 	}
 	probers, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProberAppName}))
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("listing prober pods: %w", err)
 	}
-	cands := contract.Candidates(probers, ready, zone)
-	// Remembered between evaluations (every second, and on every report):
-	// afresh, 1,000 prober nodes and 5,000 targets cost 5 million hashes.
-	vantages := c.vantages.For(cands, c.cfg.Health.Vantages)
-
-	var out []healthTarget
-	for _, v := range cands {
-		out = append(out, healthTarget{Target: status.Target{Key: contract.BeaconKey(v.Node), Node: v.Node, Beacon: true,
-			Vantages: vantages(contract.BeaconKey(v.Node), v.Node, v.Zone)}})
-	}
 	proxies, err := c.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("listing proxy pods: %w", err)
 	}
+	list := contract.ListTargets(contract.TargetInput{
+		Selection: c.cfg.Services,
+		Service: func(n types.NamespacedName) (*corev1.Service, bool) {
+			svc, err := c.services.Services(n.Namespace).Get(n.Name)
+			return svc, err == nil
+		},
+		Settings: func(svc *corev1.Service) contract.Settings {
+			s, _ := settings.Parse(svc) // sync reports the problems
+			return s
+		},
+		Nodes: nodes, Probers: probers, Proxies: proxies,
+		Vantages: c.cfg.Health.Vantages,
+		// Remembered between evaluations (every second, and on every
+		// report): afresh, 1,000 prober nodes and 5,000 targets cost 5
+		// million hashes.
+		Memo: &c.vantages,
+	})
+
+	out := make([]healthTarget, 0, len(list.Beacons)+len(list.Ports))
+	for _, b := range list.Beacons {
+		out = append(out, healthTarget{Target: status.Target{Key: b.Key, Node: b.Node, Beacon: true, Vantages: b.Vantages}})
+	}
 	var ends time.Time
-	seen := map[string]int{}
-	// windows memoises startWindow per Service for this call, admission
-	// probeAdmission.
-	windows := map[cache.ObjectName]map[contract.PortKey]time.Duration{}
-	admission := map[cache.ObjectName]func(string) bool{}
+	// admission memoises probeAdmission per Service for this call.
+	admission := map[types.NamespacedName]func(string) bool{}
 	var proberAddrs map[string][]netip.Addr
 	now := c.now()
-	for _, p := range proxies {
-		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
-			continue
-		}
-		key, ok := contract.ServiceOf(p.Labels)
-		if !ok {
-			continue
-		}
-		svc, err := c.services.Services(key.Namespace).Get(key.Name)
-		if err != nil || !c.wants(svc) {
-			continue
-		}
-		name := cache.MetaObjectToName(svc)
+	for _, t := range list.Ports {
+		name := types.NamespacedName{Namespace: t.Service.Namespace, Name: t.Service.Name}
 		admits, ok := admission[name]
 		if !ok {
 			if proberAddrs == nil {
 				proberAddrs = proberAddrsByNode(probers)
 			}
-			admits = c.probeAdmission(svc, proberAddrs)
+			admits = c.probeAdmission(t.Service, proberAddrs)
 			admission[name] = admits
 		}
-		for _, sp := range contract.ServedPorts(svc) {
-			pk := contract.PortKeyOf(sp)
-			if !podHasPort(p, pk) {
-				// A proxy from before a port change, which its
-				// rollout replaces: it was never meant to serve pk.
-				continue
-			}
-			tk := pk.TargetKey(name.String(), p.Spec.NodeName)
-			end := proxyStartEnd(p, now, func() time.Duration {
-				if windows[name] == nil {
-					windows[name] = startWindows(svc)
-				}
-				return windows[name][pk]
-			})
-			starting := now.Before(end)
-			if starting && (ends.IsZero() || end.Before(ends)) {
+		vs := t.Vantages
+		if admits != nil {
+			vs = slices.DeleteFunc(slices.Clone(vs), func(v string) bool { return !admits(v) })
+		}
+		// A target is starting only while every pod serving it is.
+		window := time.Duration(t.Probe.Rise)*t.Probe.Interval + proxyStartMargin
+		starting := true
+		for _, p := range t.Pods {
+			end := proxyStartEnd(p, now, window)
+			if !now.Before(end) {
+				starting = false
+			} else if ends.IsZero() || end.Before(ends) {
 				ends = end
 			}
-			if i, ok := seen[tk]; ok {
-				// A target is starting only while every pod serving it is.
-				out[i].Starting = out[i].Starting && starting
-				continue
-			}
-			seen[tk] = len(out)
-			vs := vantages(tk, p.Spec.NodeName, zone[p.Spec.NodeName])
-			if admits != nil {
-				vs = slices.DeleteFunc(slices.Clone(vs), func(v string) bool { return !admits(v) })
-			}
-			out = append(out, healthTarget{
-				Target: status.Target{Key: tk, Node: p.Spec.NodeName, Vantages: vs,
-					Starting: starting},
-				service: name,
-				port:    pk,
-			})
 		}
+		out = append(out, healthTarget{
+			Target:  status.Target{Key: t.Key, Node: t.Node, Vantages: vs, Starting: starting},
+			service: cache.ObjectName(name),
+			port:    t.Probe.Port,
+		})
 	}
 	return out, ends, nil
 }
@@ -528,7 +535,7 @@ func (c *Controller) listTargets() ([]healthTarget, time.Time, error) {
 // template does for each port of its Service when it was made; true for a
 // pod that declares no host port at all.
 func podHasPort(p *corev1.Pod, pk contract.PortKey) bool {
-	held := placement.HostPorts(p)
+	held := contract.HostPorts(p)
 	return len(held) == 0 || slices.Contains(held, pk)
 }
 
@@ -545,9 +552,9 @@ const (
 
 // proxyStartEnd returns when proxy pod p stops starting, as it is at now
 // (a change of its conditions changes it), and so whether it still is;
-// window returns, when asked, how long after its containers are ready it
-// still counts as starting.
-func proxyStartEnd(p *corev1.Pod, now time.Time, window func() time.Duration) time.Time {
+// window is how long after its containers are ready it still counts as
+// starting.
+func proxyStartEnd(p *corev1.Pod, now time.Time, window time.Duration) time.Time {
 	limit := p.CreationTimestamp.Add(proxyStartLimit)
 	if !now.Before(limit) {
 		return limit
@@ -566,21 +573,10 @@ func proxyStartEnd(p *corev1.Pod, now time.Time, window func() time.Duration) ti
 	if ready == nil {
 		return limit
 	}
-	if end := ready.LastTransitionTime.Add(window()); end.Before(limit) {
+	if end := ready.LastTransitionTime.Add(window); end.Before(limit) {
 		return end
 	}
 	return limit
-}
-
-// startWindows returns, for each port of svc, how long after its proxy's
-// containers are ready the port still counts as starting.
-func startWindows(svc *corev1.Service) map[contract.PortKey]time.Duration {
-	settings, _ := contract.Parse(svc) // sync reports the problems
-	out := map[contract.PortKey]time.Duration{}
-	for _, pr := range settings.Probes {
-		out[pr.Port] = time.Duration(pr.Rise)*pr.Interval + proxyStartMargin
-	}
-	return out
 }
 
 // statusTargets returns what the quorum judges of targets.

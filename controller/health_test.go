@@ -919,3 +919,9 @@ func TestPortNotInProxyNotJudged(t *testing.T) {
 		t.Errorf("ingress %v, want both proxy nodes kept", ips)
 	}
 }
+
+// healthTargets lists the targets a round of verdicts judges.
+func (c *Controller) healthTargets() ([]healthTarget, error) {
+	targets, _, err := c.listTargets(&contract.ParseCache{})
+	return targets, err
+}

@@ -256,11 +256,7 @@ func (c *Controller) updateStatus(ctx context.Context, svc *corev1.Service, r st
 		return nil, fmt.Errorf("updating status: %w", err)
 	}
 	c.wroteService(svc)
-	c.mu.Lock()
-	c.statusWritten[key] = c.now()
-	delete(c.progressSince, key)
-	delete(c.firstAddress, key)
-	c.mu.Unlock()
+	c.statusWrote(key, c.now())
 	c.metrics.writes.WithLabelValues("services/status", "update").Inc()
 	klog.FromContext(ctx).Info("Updated load balancer status", "nodes", r.Nodes, "ingress", len(r.LoadBalancer.Ingress))
 	return svc, nil
@@ -340,63 +336,105 @@ const statusSettle = 2 * time.Second
 // invalid setting) is written at once.
 const progressLag = 2 * time.Minute
 
-// settling returns how long to wait before writing r's status over svc's:
-// zero when the addresses change (but for a new Service's first ones,
-// which wait up to statusSettle for its other proxies starting), or when
-// the last status write was statusSettle ago and the conditions are not a
-// new Service's progress still within progressLag.
+// serviceRecord is what the controller remembers of a served Service
+// between its syncs, for settle; guarded by Controller.mu.
+type serviceRecord struct {
+	// managed is set while the Service is served (setManaged).
+	managed bool
+	// statusWritten is when its status was last written.
+	statusWritten time.Time
+	// progressSince is when its conditions were first held back as
+	// progress while it had no address.
+	progressSince time.Time
+	// firstAddress is when it first had an address to publish while
+	// other proxies of it were starting.
+	firstAddress time.Time
+}
+
+// settling returns how long to wait before writing r's status over svc's
+// (settle), and remembers when the wait began.
 func (c *Controller) settling(key cache.ObjectName, svc *corev1.Service, r status.Result) time.Duration {
-	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	rec := c.record(key)
+	wait, next := settle(*rec, svc, r, c.now())
+	*rec = next
+	return wait
+}
+
+// settle returns how long to wait at now before writing r's status over
+// svc's, given what was recorded of the Service, and the record with the
+// times its waits began: zero when the addresses change (but for a new
+// Service's first ones, which wait up to statusSettle for its other
+// proxies starting), or when the last status write was statusSettle ago
+// and the conditions are not a new Service's progress still within
+// progressLag.
+func settle(rec serviceRecord, svc *corev1.Service, r status.Result, now time.Time) (time.Duration, serviceRecord) {
 	if !equality.Semantic.DeepEqual(svc.Status.LoadBalancer, r.LoadBalancer) {
 		if len(svc.Status.LoadBalancer.Ingress) > 0 || len(r.LoadBalancer.Ingress) == 0 || r.Starting == 0 ||
 			!status.Progressing(svc.Status.Conditions) {
-			return 0
+			return 0, rec
 		}
 		// A Service's first addresses, with more proxies starting (not
 		// one whose proxies are all down: its return is written at
-		// once):
-		// they usually become ready within a second of each other, and
-		// publishing them together saves a write of the Service and one
-		// of its status.
-		since, ok := c.firstAddress[key]
-		if !ok {
-			since = now
-			c.firstAddress[key] = now
+		// once): they usually become ready within a second of each
+		// other, and publishing them together saves a write of the
+		// Service and one of its status.
+		if rec.firstAddress.IsZero() {
+			rec.firstAddress = now
 		}
-		return max(0, since.Add(statusSettle).Sub(now))
+		return max(0, rec.firstAddress.Add(statusSettle).Sub(now)), rec
 	}
 	if len(svc.Status.LoadBalancer.Ingress) == 0 && status.Progressing(r.Conditions) {
-		since, ok := c.progressSince[key]
-		if !ok {
-			since = now
-			c.progressSince[key] = now
+		if rec.progressSince.IsZero() {
+			rec.progressSince = now
 		}
-		if wait := since.Add(progressLag).Sub(now); wait > 0 {
-			return wait
+		if wait := rec.progressSince.Add(progressLag).Sub(now); wait > 0 {
+			return wait, rec
 		}
 	}
-	last, ok := c.statusWritten[key]
-	if !ok {
-		return 0
+	if rec.statusWritten.IsZero() {
+		return 0, rec
 	}
-	return max(0, last.Add(statusSettle).Sub(now))
+	return max(0, rec.statusWritten.Add(statusSettle).Sub(now)), rec
+}
+
+// record returns key's record, made when missing; c.mu must be held.
+func (c *Controller) record(key cache.ObjectName) *serviceRecord {
+	rec := c.records[key]
+	if rec == nil {
+		rec = &serviceRecord{}
+		c.records[key] = rec
+	}
+	return rec
+}
+
+// statusWrote records that key's status was written at now: the waits
+// for its first addresses and its progress are over.
+func (c *Controller) statusWrote(key cache.ObjectName, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec := c.record(key)
+	rec.statusWritten, rec.progressSince, rec.firstAddress = now, time.Time{}, time.Time{}
 }
 
 func (c *Controller) setManaged(key cache.ObjectName, on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if on {
-		c.managed[key] = true
+		rec := c.record(key)
+		if !rec.managed {
+			rec.managed = true
+			c.managedCount++
+		}
 	} else {
-		delete(c.managed, key)
-		delete(c.statusWritten, key)
-		delete(c.progressSince, key)
-		delete(c.firstAddress, key)
+		if rec := c.records[key]; rec != nil && rec.managed {
+			c.managedCount--
+		}
+		delete(c.records, key)
 		delete(c.echoes, key)
 		c.refusals.forget(key)
 		c.endpointGaps.forget(key)
 	}
-	c.metrics.managedServices.Set(float64(len(c.managed)))
+	c.metrics.managedServices.Set(float64(c.managedCount))
 }

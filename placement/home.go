@@ -152,7 +152,7 @@ func Homes(in HomeInput) []Home {
 		}
 		podNodes = append(podNodes, n)
 		on, hash := at(n), p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
-		for _, pk := range HostPorts(p) {
+		for _, pk := range contract.HostPorts(p) {
 			if p.DeletionTimestamp != nil {
 				on.terminated[pk] = hash
 			} else {
@@ -173,7 +173,7 @@ func Homes(in HomeInput) []Home {
 			continue
 		}
 		if p.DeletionTimestamp != nil {
-			for _, pk := range HostPorts(p) {
+			for _, pk := range contract.HostPorts(p) {
 				at(p.Spec.NodeName).terminated[pk] = ""
 			}
 			continue
@@ -181,7 +181,7 @@ func Homes(in HomeInput) []Home {
 		if taken[p.Spec.NodeName] == nil {
 			taken[p.Spec.NodeName] = map[contract.PortKey]bool{}
 		}
-		for _, pk := range HostPorts(p) {
+		for _, pk := range contract.HostPorts(p) {
 			taken[p.Spec.NodeName][pk] = true
 		}
 	}
@@ -203,7 +203,7 @@ func Homes(in HomeInput) []Home {
 		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
 	})
 	for _, p := range gated {
-		hash, ports := p.Labels[appsv1.DefaultDeploymentUniqueLabelKey], HostPorts(p)
+		hash, ports := p.Labels[appsv1.DefaultDeploymentUniqueLabelKey], contract.HostPorts(p)
 		free, freeing, busy := "", "", false
 		for _, n := range homes {
 			on := at(n)
@@ -287,24 +287,6 @@ func PinPatch(node, hostname string) ([]byte, error) {
 	return b, nil
 }
 
-// HostPorts returns the host ports proxy pod p holds.
-func HostPorts(p *corev1.Pod) []contract.PortKey {
-	var out []contract.PortKey
-	for _, c := range p.Spec.Containers {
-		for _, cp := range c.Ports {
-			if cp.HostPort == 0 {
-				continue
-			}
-			proto := cp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			out = append(out, contract.PortKey{Protocol: proto, Port: cp.HostPort})
-		}
-	}
-	return out
-}
-
 // ReplacedInPlace returns the published nodes whose proxy is being
 // replaced in place by one of other host ports (a Service whose ports
 // changed, 80 to 81): such a node runs a Ready proxy of the Service on none
@@ -320,7 +302,7 @@ func ReplacedInPlace(pods []*corev1.Pod, published, eligible []string, ports []c
 		if n == "" || !slices.Contains(published, n) || !slices.Contains(eligible, n) || !contract.PodReady(p) {
 			continue
 		}
-		held := HostPorts(p)
+		held := contract.HostPorts(p)
 		if len(held) == 0 || slices.ContainsFunc(held, func(pk contract.PortKey) bool { return slices.Contains(ports, pk) }) {
 			continue
 		}

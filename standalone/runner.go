@@ -664,36 +664,9 @@ func (r *Runner) evaluate(ctx context.Context) {
 	var services []dashboard.Service
 	certs := r.certExpiries()
 	for _, svc := range cfg.Services {
-		prev := r.publishedHosts[svc.Name]
-		health := make(map[string]status.Health, len(svc.Hosts))
-		all := make([]string, len(svc.Hosts))
-		for i, h := range svc.Hosts {
-			was, ok := prev[h.Name]
-			nv := status.NodeVerdicts{Ports: map[contract.PortKey]status.Judgement{}, Published: ok && slices.Equal(was, h.Addresses)}
-			for _, p := range svc.Ports {
-				nv.Ports[p.PortKey()] = r.engine.Verdict(Key(svc.Name, p, h.Name))
-			}
-			health[h.Name] = status.NodeHealth(nv, svc.PublishWhen)
-			all[i] = h.Name
-		}
-		healthy := status.Healthy(all, health, r.failingOpen[svc.Name])
-		pub, failOpen := status.Publish(healthy, all, svc.AllDown)
-		r.failingOpen[svc.Name] = failOpen
-		allDown := ""
-		if len(healthy) == 0 {
-			allDown = svc.AllDown
-		}
-		hosts := map[string][]netip.Addr{}
-		var ips []netip.Addr
-		for _, h := range svc.Hosts {
-			if slices.Contains(pub, h.Name) {
-				hosts[h.Name] = h.Addresses
-				ips = append(ips, h.Addresses...)
-			}
-		}
-		r.publishedHosts[svc.Name] = hosts
-		slices.SortFunc(ips, netip.Addr.Compare)
-		ips = slices.Compact(ips)
+		plan := planPublish(svc, r.engine.Verdict, r.publishedHosts[svc.Name], r.failingOpen[svc.Name])
+		r.publishedHosts[svc.Name], r.failingOpen[svc.Name] = plan.hosts, plan.failOpen
+		ips := plan.ips
 		r.metrics.published.WithLabelValues(svc.Name).Set(float64(len(ips)))
 		ttl := cmp.Or(svc.TTL, cfg.DNS.TTL)
 		ds := dnsexport.Service{Name: svc.Name, Hostnames: svc.Hostnames, IPs: ips, TTL: ttl}
@@ -701,7 +674,7 @@ func (r *Runner) evaluate(ctx context.Context) {
 			ds.Ports = append(ds.Ports, dnsexport.Port{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
 		}
 		zone = append(zone, ds)
-		services = append(services, r.dashboardService(cfg, svc, ips, len(healthy) > 0, allDown, idx, vantages, certs))
+		services = append(services, r.dashboardService(cfg, svc, ips, plan.healthy, plan.allDown, idx, vantages, certs))
 	}
 	for name := range r.publishedHosts {
 		if !slices.ContainsFunc(cfg.Services, func(s Service) bool { return s.Name == name }) {
@@ -742,6 +715,54 @@ func (r *Runner) evaluate(ctx context.Context) {
 	r.lastProblems = msgs
 	r.dash.Update(state)
 	r.flushState(ctx)
+}
+
+// publishPlan is what a round publishes of one Service (planPublish).
+type publishPlan struct {
+	// hosts are the published hosts' addresses, by host; ips all of
+	// them, sorted, each once.
+	hosts map[string][]netip.Addr
+	ips   []netip.Addr
+	// healthy says some host is healthy; failOpen that the Service
+	// publishes every host because none is (status.Publish); allDown is
+	// its all-down policy when no host is healthy, else empty.
+	healthy  bool
+	failOpen bool
+	allDown  string
+}
+
+// planPublish decides what svc publishes from the verdicts of its ports
+// (verdict, by Key), the hosts it published before (prev) and whether it
+// was failing open: the rules of the cluster (status.NodeHealth,
+// status.Healthy, status.Publish). It changes nothing; evaluate applies
+// it.
+func planPublish(svc Service, verdict func(key string) status.Judgement, prev map[string][]netip.Addr, failingOpen bool) publishPlan {
+	health := make(map[string]status.Health, len(svc.Hosts))
+	all := make([]string, len(svc.Hosts))
+	for i, h := range svc.Hosts {
+		was, ok := prev[h.Name]
+		nv := status.NodeVerdicts{Ports: map[contract.PortKey]status.Judgement{}, Published: ok && slices.Equal(was, h.Addresses)}
+		for _, p := range svc.Ports {
+			nv.Ports[p.PortKey()] = verdict(Key(svc.Name, p, h.Name))
+		}
+		health[h.Name] = status.NodeHealth(nv, svc.PublishWhen)
+		all[i] = h.Name
+	}
+	healthy := status.Healthy(all, health, failingOpen)
+	pub, failOpen := status.Publish(healthy, all, svc.AllDown)
+	plan := publishPlan{hosts: map[string][]netip.Addr{}, healthy: len(healthy) > 0, failOpen: failOpen}
+	if !plan.healthy {
+		plan.allDown = svc.AllDown
+	}
+	for _, h := range svc.Hosts {
+		if slices.Contains(pub, h.Name) {
+			plan.hosts[h.Name] = h.Addresses
+			plan.ips = append(plan.ips, h.Addresses...)
+		}
+	}
+	slices.SortFunc(plan.ips, netip.Addr.Compare)
+	plan.ips = slices.Compact(plan.ips)
+	return plan
 }
 
 // flushState writes the verdicts to the state file when they changed.

@@ -861,3 +861,53 @@ func TestRestartForgetsMovedHost(t *testing.T) {
 		t.Errorf("b, unchanged, is %s after the restart, want its saved Up", v)
 	}
 }
+
+// TestPlanPublish: what a Service publishes from its verdicts, without a
+// Runner: the healthy hosts, every host when none is (publish-all, until
+// one is Up again), nothing with publish-none.
+func TestPlanPublish(t *testing.T) {
+	port := Port{Name: "http", Port: 80, Protocol: "TCP"}
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	svc := Service{Name: "web", PublishWhen: contract.PublishAllPorts, AllDown: contract.AllDownPublishAll, Ports: []Port{port},
+		Hosts: []Host{{Name: "a", Addresses: []netip.Addr{a}}, {Name: "b", Addresses: []netip.Addr{b}}}}
+	verdicts := func(states map[string]status.Verdict) func(string) status.Judgement {
+		return func(key string) status.Judgement {
+			for host, v := range states {
+				if key == Key("web", port, host) {
+					return status.Judgement{Verdict: v}
+				}
+			}
+			return status.Judgement{}
+		}
+	}
+	up, down := status.VerdictUp, status.VerdictDown
+	prev := map[string][]netip.Addr{"a": {a}, "b": {b}}
+	for _, tc := range []struct {
+		name        string
+		states      map[string]status.Verdict
+		allDown     string
+		failingOpen bool
+		want        []netip.Addr
+		healthy     bool
+		failOpen    bool
+	}{
+		{name: "both up", states: map[string]status.Verdict{"a": up, "b": up}, want: []netip.Addr{a, b}, healthy: true},
+		{name: "b down", states: map[string]status.Verdict{"a": up, "b": down}, want: []netip.Addr{a}, healthy: true},
+		{name: "all down: publish-all", states: map[string]status.Verdict{"a": down, "b": down}, want: []netip.Addr{a, b}, failOpen: true},
+		{name: "all down: publish-none", states: map[string]status.Verdict{"a": down, "b": down}, allDown: contract.AllDownPublishNone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := svc
+			if tc.allDown != "" {
+				s.AllDown = tc.allDown
+			}
+			plan := planPublish(s, verdicts(tc.states), prev, tc.failingOpen)
+			if !slices.Equal(plan.ips, tc.want) || plan.healthy != tc.healthy || plan.failOpen != tc.failOpen {
+				t.Errorf("published %v healthy %v failing open %v, want %v %v %v", plan.ips, plan.healthy, plan.failOpen, tc.want, tc.healthy, tc.failOpen)
+			}
+			if wantAllDown := map[bool]string{true: "", false: s.AllDown}[tc.healthy]; plan.allDown != wantAllDown {
+				t.Errorf("all-down %q, want %q", plan.allDown, wantAllDown)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -251,10 +252,20 @@ func (s Settings) Probe(k PortKey) (Probe, bool) {
 	return Probe{}, false
 }
 
+// parses counts the calls of Parse (ParseCount).
+var parses atomic.Uint64
+
+// ParseCount returns how many times Parse has run in this process. Tests
+// and benchmarks read it to hold the rule that a Service is parsed once per
+// change of its settings by each consumer that reads every Service
+// (ParseCache), however many Services there are.
+func ParseCount() uint64 { return parses.Load() }
+
 // Parse reads a Service's pulselb annotations. Every invalid value becomes
 // a Problem and its default is used, so one bad annotation never stops the
 // Service from being served.
 func Parse(svc *corev1.Service) (Settings, []Problem) {
+	parses.Add(1)
 	a := svc.Annotations
 	s := Settings{
 		Mode:          ModeDeployment,

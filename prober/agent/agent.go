@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -400,7 +401,8 @@ func (a *Agent) refresh(ctx context.Context) {
 }
 
 // targets returns the targets assigned to this node: the beacons and the
-// Service ports on other nodes whose vantages include it.
+// Service ports on other nodes whose vantages include it, from the one
+// target list the controller judges (contract.ListTargets).
 func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report.Target, error) {
 	defer a.parsed.Prune()
 	if a.cfg.External {
@@ -410,83 +412,63 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	ready, zone, addr := map[string]bool{}, map[string]string{}, map[string]netip.Addr{}
-	byName := map[string]*corev1.Node{}
-	for _, n := range nodes {
-		byName[n.Name] = n
-		zone[n.Name] = n.Labels[corev1.LabelTopologyZone]
-		addr[n.Name] = nodeAddr(n)
-		ready[n.Name] = contract.NodeReady(n)
-	}
 	proberPods, err := a.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProberAppName}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing prober pods: %w", err)
 	}
-	cands := contract.Candidates(proberPods, ready, zone)
-	self := a.cfg.Node
-	vantages := a.cfg.VantageMemo.For(cands, a.cfg.Vantages)
-	mine := func(key, node string) bool {
-		return slices.Contains(vantages(key, node, zone[node]), self)
-	}
-
-	var out []prober.Target
-	meta := map[string]report.Target{}
-	for _, v := range cands {
-		key := contract.BeaconKey(v.Node)
-		if v.Node == self || !addr[v.Node].IsValid() || !mine(key, v.Node) {
-			continue
-		}
-		p, err := a.prober(key, string(probespec.TCP), "", addr[v.Node])
-		if err != nil {
-			return nil, nil, err
-		}
-		out = append(out, prober.Target{Key: key, Addr: netip.AddrPortFrom(addr[v.Node], a.cfg.BeaconPort), Protocol: probespec.TCP, Prober: p})
-		meta[key] = report.Target{Beacon: true, Node: v.Node, Protocol: probespec.TCP}
-	}
-
 	proxies, err := a.pods.List(labels.SelectorFromSet(labels.Set{contract.LabelAppName: contract.ProxyAppName}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing proxy pods: %w", err)
 	}
-	for _, pod := range proxies {
-		node := pod.Spec.NodeName
-		if node == "" || node == self || pod.DeletionTimestamp != nil || !addr[node].IsValid() {
+	list := contract.ListTargets(contract.TargetInput{
+		Selection: a.cfg.Services,
+		Service: func(n types.NamespacedName) (*corev1.Service, bool) {
+			svc, err := a.services.Services(n.Namespace).Get(n.Name)
+			return svc, err == nil
+		},
+		Settings: func(svc *corev1.Service) contract.Settings {
+			s, _ := a.parsed.Parse(svc) // the controller reports the problems
+			return s
+		},
+		Nodes: nodes, Probers: proberPods, Proxies: proxies,
+		Vantages: a.cfg.Vantages,
+		Memo:     a.cfg.VantageMemo,
+	})
+	self := a.cfg.Node
+
+	var out []prober.Target
+	meta := map[string]report.Target{}
+	for _, b := range list.Beacons {
+		if b.Node == self || !slices.Contains(b.Vantages, self) {
 			continue
 		}
-		name, ok := contract.ServiceOf(pod.Labels)
-		if !ok {
+		p, err := a.prober(b.Key, string(probespec.TCP), "", b.Addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, prober.Target{Key: b.Key, Addr: netip.AddrPortFrom(b.Addr, a.cfg.BeaconPort), Protocol: probespec.TCP, Prober: p})
+		meta[b.Key] = report.Target{Beacon: true, Node: b.Node, Protocol: probespec.TCP}
+	}
+	for _, t := range list.Ports {
+		if t.Node == self || !slices.Contains(t.Vantages, self) {
 			continue
 		}
-		svc, err := a.services.Services(name.Namespace).Get(name.Name)
-		if err != nil || !a.cfg.Services.Active(svc) {
-			continue
-		}
-		settings, _ := a.parsed.Parse(svc) // the controller reports the problems
-		for _, pr := range settings.Probes {
-			port := pr.Port
-			key := contract.TargetKey(name.String(), string(port.Protocol), port.Port, node)
-			if _, dup := meta[key]; dup || port.Port <= 0 || port.Port > 65535 || !mine(key, node) {
-				continue
+		pr, svc := t.Probe, t.Service
+		// One target per family the Service is published in, each on the
+		// node's own address of that family: a dual-stack Service's IPv6
+		// is probed over IPv6. The vantages are the same (assigned by
+		// key); the report carries both results under the same Service,
+		// port and node, told apart by address.
+		for i, ip := range t.Addrs {
+			key := t.AddrKey(i)
+			p, err := a.prober(key, pr.Text, svc.Namespace, ip)
+			if err != nil {
+				return nil, nil, err
 			}
-			// One target per family the Service is published in, each on
-			// the node's own address of that family: a dual-stack
-			// Service's IPv6 is probed over IPv6. The vantages are the
-			// same (assigned by key); the report carries both results
-			// under the same Service, port and node, told apart by address.
-			for i, ip := range familyAddrs(byName[node], svc.Spec.IPFamilies, addr[node]) {
-				tkey := key
-				if i > 0 {
-					tkey = key + "|" + ip.String()
-				}
-				p, err := a.prober(tkey, pr.Text, svc.Namespace, ip)
-				if err != nil {
-					return nil, nil, err
-				}
-				t := prober.Target{Key: tkey, Addr: netip.AddrPortFrom(ip, uint16(port.Port)), Protocol: pr.Spec.Protocol, Prober: p,
-					Interval: pr.Interval, Timeout: pr.Timeout, Rise: pr.Rise, Fall: pr.Fall}
-				out = append(out, t)
-				meta[tkey] = report.Target{Service: name.String(), Port: port.Port, PortProtocol: string(port.Protocol), Protocol: pr.Spec.Protocol, Node: node}
-			}
+			out = append(out, prober.Target{Key: key, Addr: netip.AddrPortFrom(ip, uint16(pr.Port.Port)), Protocol: pr.Spec.Protocol, Prober: p,
+				Interval: pr.Interval, Timeout: pr.Timeout, Rise: pr.Rise, Fall: pr.Fall})
+			meta[key] = report.Target{Service: svc.Namespace + "/" + svc.Name, Port: pr.Port.Port, PortProtocol: string(pr.Port.Protocol),
+				Protocol: pr.Spec.Protocol, Node: t.Node}
 		}
 	}
 	return out, meta, nil
@@ -583,29 +565,6 @@ func (a *Agent) write(ctx context.Context, st v1alpha1.ProbeReportStatus) error 
 	return nil
 }
 
-// nodeAddr is the address probers use for a node: its first InternalIP,
-// else its first ExternalIP.
-func nodeAddr(n *corev1.Node) netip.Addr {
-	return nodeAddrOf(n, "")
-}
-
-// nodeAddrOf is nodeAddr within one family (any when family is empty).
-func nodeAddrOf(n *corev1.Node, family corev1.IPFamily) netip.Addr {
-	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
-		for _, a := range n.Status.Addresses {
-			ip, err := netip.ParseAddr(a.Address)
-			if err != nil || a.Type != t {
-				continue
-			}
-			ip = ip.Unmap()
-			if family == "" || (family == corev1.IPv4Protocol) == ip.Is4() {
-				return ip
-			}
-		}
-	}
-	return netip.Addr{}
-}
-
 // nodeUpdateMatters reports whether an update can change the targets:
 // any update but a Node's that leaves what the targets read of a node as
 // it was (its addresses, its Ready condition and its zone label). The
@@ -648,25 +607,6 @@ func serviceUpdateMatters(oldObj, newObj any, external bool) bool {
 	return !equality.Semantic.DeepEqual(o.Spec, n.Spec) ||
 		!contract.SettingAnnotationsEqual(o.Annotations, n.Annotations) || !maps.Equal(o.Labels, n.Labels) ||
 		!o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !slices.Equal(o.Finalizers, n.Finalizers)
-}
-
-// familyAddrs returns the addresses a Service port on node n is probed on:
-// n's address in each of families, in their order (those n has), or def
-// when families is empty (a Service written before dual-stack) or n has
-// none of them.
-func familyAddrs(n *corev1.Node, families []corev1.IPFamily, def netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	if n != nil {
-		for _, f := range families {
-			if ip := nodeAddrOf(n, f); ip.IsValid() {
-				out = append(out, ip)
-			}
-		}
-	}
-	if len(out) == 0 {
-		out = []netip.Addr{def}
-	}
-	return out
 }
 
 // renewLease keeps the node's Lease renewed, every Heartbeat, until ctx is

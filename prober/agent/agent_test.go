@@ -795,3 +795,40 @@ func TestServiceUpdateMatters(t *testing.T) {
 		t.Error("a pod update does not matter")
 	}
 }
+
+// TestTargetsOnlyHeldPorts: after a Service's port changed from 80 to 81,
+// a proxy from before the change (holding host port 80) is not probed on
+// 81, which it does not serve and the controller does not judge there;
+// its successor on another node is. Before the one target list
+// (contract.ListTargets) the agent probed 81 on both.
+func TestTargetsOnlyHeldPorts(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	web := service("web", nil, corev1.ServicePort{Name: "http", Port: 81, Protocol: corev1.ProtocolTCP})
+	holding := func(p *corev1.Pod, port int32) *corev1.Pod {
+		p.Spec.Containers = []corev1.Container{{Name: "proxy", Ports: []corev1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP}}}}
+		return p
+	}
+	nodes := []string{"na", "nb", "nc", "nd"}
+	objs := []runtime.Object{web, holding(proxyPod(web, "na"), 80), holding(proxyPod(web, "nb"), 81)}
+	for i, n := range nodes {
+		objs = append(objs, node(n, fmt.Sprintf("10.0.0.%d", i+1), "z"), proberPod(n))
+	}
+	probed := map[string]bool{}
+	for _, self := range nodes {
+		a, _ := newAgent(t, ctx, self, Config{Vantages: 3}, objs...)
+		_, meta, err := a.targets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range meta {
+			if !m.Beacon {
+				probed[fmt.Sprintf("%s/%d on %s", m.PortProtocol, m.Port, m.Node)] = true
+			}
+		}
+	}
+	if want := map[string]bool{"TCP/81 on nb": true}; !maps.Equal(probed, want) {
+		t.Errorf("probed %v, want %v: na's proxy holds only the old port 80", probed, want)
+	}
+}
