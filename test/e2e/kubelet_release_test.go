@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/pulselb/pulselb/release"
@@ -30,10 +29,10 @@ type releaseImage struct {
 
 // readReleaseImage reads the image index of the release in
 // $PULSELB_RELEASE_DIR (`make e2e` sets it; the checkout's dist/ by
-// default). It fails t when there is none, when it is of another commit
-// than the checkout's HEAD (`make release` builds HEAD's tree, so
-// uncommitted changes are not in it), or when it has no image for this
-// machine's platform.
+// default). It fails t when there is none, when the checkout's pulselb
+// (anything but test/ and the docs) differs from the release's commit
+// (`make release` builds HEAD's tree, so uncommitted changes are not in
+// it), or when it has no image for this machine's platform.
 func readReleaseImage(t *testing.T) releaseImage {
 	t.Helper()
 	root := filepath.Join("..", "..")
@@ -59,12 +58,16 @@ func readReleaseImage(t *testing.T) releaseImage {
 	if r.images, err = a.Images(idx); err != nil {
 		t.Fatalf("reading %s: %v", r.path, err)
 	}
-	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	// The image is pulselb as of the release's commit: fail when the
+	// checkout's pulselb differs from it (the test harness and the docs
+	// aside), committed or not.
+	built := idx.Annotations["org.opencontainers.image.revision"]
+	diff, err := exec.Command("git", "-C", root, "diff", "--stat", built, "--", ".", ":(exclude)test", ":(exclude)docs", ":(exclude)*.md").CombinedOutput()
 	if err != nil {
-		t.Fatalf("git rev-parse HEAD: %v", err)
+		t.Fatalf("%s is the release of commit %q; comparing the checkout with it: %v %s", r.path, built, err, diff)
 	}
-	if built, want := idx.Annotations["org.opencontainers.image.revision"], strings.TrimSpace(string(head)); built != want {
-		t.Fatalf("%s is the release of commit %q, the checkout is at %s: run `make release` again", r.path, built, want)
+	if len(diff) > 0 {
+		t.Fatalf("%s is the release of commit %s, and the checkout differs from it:\n%s\ncommit and run `make release` again (it builds HEAD)", r.path, built, diff)
 	}
 	var platforms []string
 	for _, im := range r.images {
