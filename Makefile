@@ -106,12 +106,14 @@ fuzz:
 
 ## e2e: a real control plane built from k8s.io/kubernetes and simulated nodes in network namespaces
 ## (root; the first run builds test/.bin, about 15 minutes on 2 idle cores), including the install
-## from deploy/base under pulselb's own ServiceAccounts (TestInstall, TestRBAC).
+## from deploy/base under pulselb's own ServiceAccounts (TestInstall, TestRBAC) and, on real kubelets,
+## with the release's image index (TestKubeletInstall: hence `release`, which `make test` builds once
+## for release-check and e2e both).
 ## Then the install manifests: rendered chart and base validated by the harness API server, and
 ## deploy/base up to date.
-e2e: deps
+e2e: deps release
 	test -x $(COREDNS_BIN)/coredns || GOBIN=$(COREDNS_BIN) $(GO) install github.com/coredns/coredns@v1.15.0
-	$(MAKE) -C test e2e PULSELB_COREDNS=$(COREDNS_BIN)/coredns
+	$(MAKE) -C test e2e PULSELB_COREDNS=$(COREDNS_BIN)/coredns PULSELB_RELEASE_DIR=$(abspath $(DIST))
 	cd test && PULSELB_TEST_BIN=$(CURDIR)/test/.bin $(GO) test -count=1 -timeout 20m -v ./deploy/
 
 lint:

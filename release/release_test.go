@@ -135,14 +135,11 @@ func readImage(t *testing.T, dir string) *oci.Archive {
 // imageIndex returns the image index that index.json names.
 func imageIndex(t *testing.T, a *oci.Archive) (oci.Descriptor, oci.Index) {
 	t.Helper()
-	if len(a.Index.Manifests) != 1 || a.Index.Manifests[0].MediaType != oci.MediaIndex {
-		t.Fatalf("index.json names %+v, want one image index", a.Index.Manifests)
-	}
-	var idx oci.Index
-	if err := a.JSON(a.Index.Manifests[0], &idx); err != nil {
+	top, idx, err := a.ImageIndex()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return a.Index.Manifests[0], idx
+	return top, idx
 }
 
 func imageLabels(t *testing.T, dir string) map[string]string {

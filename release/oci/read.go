@@ -150,3 +150,59 @@ func (a *Archive) LayerFiles(d Descriptor) (map[string]File, error) {
 		files[h.Name] = f
 	}
 }
+
+// ImageIndex returns the one image index that index.json names, as a
+// multi-platform archive (WriteIndex) holds it, and its descriptor (which
+// carries the name, io.containerd.image.name).
+func (a *Archive) ImageIndex() (Descriptor, Index, error) {
+	if len(a.Index.Manifests) != 1 || a.Index.Manifests[0].MediaType != MediaIndex {
+		return Descriptor{}, Index{}, fmt.Errorf("index.json names %+v, want one image index", a.Index.Manifests)
+	}
+	var idx Index
+	if err := a.JSON(a.Index.Manifests[0], &idx); err != nil {
+		return Descriptor{}, Index{}, err
+	}
+	return a.Index.Manifests[0], idx, nil
+}
+
+// PlatformImage is one image of an image index, read back.
+type PlatformImage struct {
+	// Descriptor is the index's entry, with the platform the index gives.
+	Descriptor Descriptor
+	Manifest   Manifest
+	// Config says the platform the image itself declares.
+	Config Config
+}
+
+// ChainID is the chain ID of the image's layers, the identity of the
+// whole stack of them applied in order (OCI image specification, "Layer
+// ChainID"): containerd keeps an unpacked image's layers as the snapshot
+// of that name, under every container made from the image.
+func (im PlatformImage) ChainID() string {
+	var chain string
+	for i, diffID := range im.Config.RootFS.DiffIDs {
+		if i == 0 {
+			chain = diffID
+			continue
+		}
+		chain = newBlob([]byte(chain + " " + diffID)).digest
+	}
+	return chain
+}
+
+// Images returns the images of idx, one per platform, with their
+// manifests and configs.
+func (a *Archive) Images(idx Index) ([]PlatformImage, error) {
+	var out []PlatformImage
+	for _, d := range idx.Manifests {
+		im := PlatformImage{Descriptor: d}
+		if err := a.JSON(d, &im.Manifest); err != nil {
+			return nil, err
+		}
+		if err := a.JSON(im.Manifest.Config, &im.Config); err != nil {
+			return nil, err
+		}
+		out = append(out, im)
+	}
+	return out, nil
+}

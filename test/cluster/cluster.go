@@ -77,6 +77,13 @@ type Options struct {
 	// the harness' own (images.go), such as the images an upstream e2e
 	// spec names, under the exact names it uses.
 	KubeletImages []image.Image
+	// KubeletImageArchives are OCI image layout archives imported into
+	// every kubelet node as they are, with the content of every platform
+	// they hold (`ctr images import --all-platforms`), as a registry holds
+	// a multi-platform image: a kubelet running such an image gets the
+	// manifest of the node's platform from containerd, as from a pull.
+	// `make release` writes one (dist/pulselb-image.tar).
+	KubeletImageArchives []string
 	// ClusterDNS, when set, is the nameserver address kubelet nodes give
 	// pods with the ClusterFirst DNS policy (KubeletConfiguration
 	// clusterDNS); whoever sets it runs the server there.
@@ -280,7 +287,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return c, err
 		}
 		for i := 1; i <= opts.KubeletNodes; i++ {
-			if err := c.kubelet.addRealNode(runCtx, fmt.Sprintf("kubelet-%d", i), opts.Nodes+i, images); err != nil {
+			if err := c.kubelet.addRealNode(runCtx, fmt.Sprintf("kubelet-%d", i), opts.Nodes+i, images, opts.KubeletImageArchives); err != nil {
 				return c, err
 			}
 		}

@@ -37,6 +37,9 @@ const (
 // BridgeIP6 is the root namespace's IPv6 address on the nodes' bridge.
 const BridgeIP6 = bridgeIP6
 
+// ClientIP6 is the client namespace's IPv6 address, in clusters with IPv6.
+const ClientIP6 = clientIP6
+
 func nodeInternalIP6(n int) string { return fmt.Sprintf("fd00:198:18::1:%d", n) }
 func nodeExternalIP6(n int) string { return fmt.Sprintf("fd00:198:18::2:%d", n) }
 func nodePodCIDR6(n int) string    { return fmt.Sprintf("fd00:198:18:%d::/64", 100+n) }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,9 +70,10 @@ var kernelTunables = []string{"vm.overcommit_memory", "vm.panic_on_oom", "kernel
 const cgroupV1Root = "/sys/fs/cgroup"
 
 // addRealNode creates kubelet node name with index index: the namespace
-// node's network, then containerd, the images, and a kubelet that
-// registers the Node itself.
-func (k *kubelet) addRealNode(ctx context.Context, name string, index int, images []string) error {
+// node's network, then containerd, the images (the harness' own, then the
+// multi-platform archives with every platform's content), and a kubelet
+// that registers the Node itself.
+func (k *kubelet) addRealNode(ctx context.Context, name string, index int, images, multiPlatform []string) error {
 	c := k.c
 	n := &simNode{
 		name: name, index: index, ns: NodeNamespace(name),
@@ -124,9 +126,14 @@ func (k *kubelet) addRealNode(ctx context.Context, name string, index int, image
 	if err := k.startContainerd(ctx, n, rn); err != nil {
 		return err
 	}
-	for _, img := range images {
-		if _, err := output(ctx, filepath.Join(c.bin, "ctr"), "--address", rn.socket, "--namespace", "k8s.io",
-			"images", "import", "--local", img); err != nil {
+	for i, img := range append(slices.Clone(images), multiPlatform...) {
+		args := []string{"--address", rn.socket, "--namespace", "k8s.io", "images", "import", "--local"}
+		if i >= len(images) {
+			// Only the node's platform is unpacked; which manifest a
+			// container runs is the CRI's choice when it creates it.
+			args = append(args, "--all-platforms")
+		}
+		if _, err := output(ctx, filepath.Join(c.bin, "ctr"), append(args, img)...); err != nil {
 			return fmt.Errorf("importing %s into node %s: %w", filepath.Base(img), name, err)
 		}
 	}
@@ -607,6 +614,43 @@ func (c *Cluster) TagImage(ctx context.Context, src, dst string) error {
 		return errors.New("tagging images: the cluster has no kubelet nodes")
 	}
 	return nil
+}
+
+// ContainerImageLayers returns the chain ID of the image layers under the
+// root filesystem of container of pod, which runs on a kubelet node: the
+// parent of the snapshot that containerd's CRI made for the container (the
+// snapshot is named after the container's ID). Of a multi-platform image
+// it tells which platform's image the container was made from
+// (oci.PlatformImage.ChainID).
+func (c *Cluster) ContainerImageLayers(ctx context.Context, namespace, pod, container string) (string, error) {
+	p, err := c.kubelet.podLister.Pods(namespace).Get(pod)
+	if err != nil {
+		return "", fmt.Errorf("pod %s/%s: %w", namespace, pod, err)
+	}
+	n, err := c.kubelet.node(p.Spec.NodeName)
+	if err != nil || n.real == nil {
+		return "", fmt.Errorf("pod %s/%s is not on a kubelet node", namespace, pod)
+	}
+	var id string
+	for _, st := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+		if st.Name == container {
+			id = st.ContainerID
+		}
+	}
+	id, ok := strings.CutPrefix(id, "containerd://")
+	if !ok {
+		return "", fmt.Errorf("container %s of pod %s/%s has no containerd ID (%q)", container, namespace, pod, id)
+	}
+	out, err := output(ctx, filepath.Join(c.bin, "ctr"), "--address", n.real.socket, "--namespace", "k8s.io",
+		"snapshots", "--snapshotter", "overlayfs", "info", id)
+	if err != nil {
+		return "", fmt.Errorf("snapshot of container %s of pod %s/%s: %w", container, namespace, pod, err)
+	}
+	var info struct{ Parent string }
+	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Parent == "" {
+		return "", fmt.Errorf("snapshot of container %s of pod %s/%s: no parent in %q (%v)", container, namespace, pod, out, err)
+	}
+	return info.Parent, nil
 }
 
 // stop stops the kubelet, then containerd; their containers run on until

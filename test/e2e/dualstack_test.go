@@ -26,8 +26,9 @@ const annotationAddressType = "pulselb.io/address-type"
 // ExternalIPs in both families: probers, the ProbeReport CRD and the
 // controller with probe reports and DNS. shop/web is PreferDualStack with
 // IPv6 first; its status, probes, proxy rules, traffic, DNS records and
-// failover are checked in both families, then address-type per family and
-// a SingleStack IPv6 Service.
+// failover are checked in both families, and the PROXY protocol's client
+// address in both, then address-type per family and a SingleStack IPv6
+// Service.
 func TestDualStack(t *testing.T) {
 	c := cluster.ForTest(t, cluster.Options{Nodes: 4, ExternalIPs: true, WaitForMachine: 30 * time.Minute,
 		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}})
@@ -161,6 +162,14 @@ func TestDualStack(t *testing.T) {
 				return err == nil && strings.HasPrefix(name, "shop/web-")
 			})
 		}
+	})
+
+	// The header port with version 1, whose text form differs by family
+	// (TCP4, TCP6); TestPlanned checks version 2 over IPv4.
+	t.Run("ClientAddressInBothFamilies", func(t *testing.T) {
+		testClientAddress(ctx, t, cs, clientAddressCase{namespace: "shop", selector: map[string]string{"app": "web"},
+			backendPort: intstr.FromString("http"), version: "v1",
+			policy: corev1.IPFamilyPolicyRequireDualStack, families: []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}})
 	})
 
 	t.Run("DNSAnswersAAndAAAA", func(t *testing.T) {

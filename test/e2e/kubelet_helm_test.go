@@ -53,7 +53,7 @@ func TestKubeletHelmInstall(t *testing.T) {
 	}()
 
 	t.Run("ComponentsRunUnderTheirServiceAccounts", func(t *testing.T) {
-		kubeletComponentsRun(ctx, t, c, installed)
+		kubeletComponentsRun(ctx, t, c, installed, cluster.PulselbImage)
 	})
 	const webNS = "shop"
 	if err := c.CreateNamespaces(ctx, webNS); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -43,14 +44,22 @@ func overlayBase(t *testing.T, image string) []*unstructured.Unstructured {
 
 // TestKubeletInstall installs pulselb from deploy/base, with only the image
 // overridden, on three real kubelet nodes (containerd, runc, CNI bridge and
-// portmap), with the pulselb image built from this checkout as the
-// Dockerfile builds it. What the simulator cannot show: the image runs
-// (iptables works in it, as user 65532 and with the capabilities the pod
-// specs grant), hostPorts go through portmap, the proxy's rules are in the
+// portmap), with the release's multi-platform image: the image index that
+// `make release` writes (dist/pulselb-image.tar), imported into each node's
+// containerd with every platform's content, as a registry serves it, so
+// that the kubelet gets the image of the machine's platform from it as a
+// user's kubelet does from a pull. What the simulator cannot show: the
+// image runs (iptables works in it, as user 65532 and with the
+// capabilities the pod specs grant), it is the image of the node's
+// platform, hostPorts go through portmap, the proxy's rules are in the
 // pod's network namespace and not the node's.
 func TestKubeletInstall(t *testing.T) {
+	var rel releaseImage
+	if os.Geteuid() == 0 { // without root, ForTest skips the test
+		rel = readReleaseImage(t)
+	}
 	c := cluster.ForTest(t, cluster.Options{KubeletNodes: 3, WaitForMachine: 20 * time.Minute,
-		KubeletAllowedUnsafeSysctls: kubeletSysctlOptions(3)})
+		KubeletAllowedUnsafeSysctls: kubeletSysctlOptions(3), KubeletImageArchives: []string{rel.path}})
 	ctx := t.Context()
 	cs := c.Client
 	a, err := deploy.NewApplier(c.RESTConfig)
@@ -58,7 +67,7 @@ func TestKubeletInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	installed := time.Now()
-	if err := a.Install(ctx, overlayBase(t, cluster.PulselbImage)); err != nil {
+	if err := a.Install(ctx, overlayBase(t, rel.name)); err != nil {
 		t.Fatalf("installing deploy/base: %v", err)
 	}
 	defer func() {
@@ -69,7 +78,7 @@ func TestKubeletInstall(t *testing.T) {
 	}()
 
 	t.Run("ComponentsRunUnderTheirServiceAccounts", func(t *testing.T) {
-		kubeletComponentsRun(ctx, t, c, installed)
+		kubeletComponentsRun(ctx, t, c, installed, rel.name)
 	})
 
 	const ns = "shop"
@@ -135,6 +144,10 @@ func TestKubeletInstall(t *testing.T) {
 		}
 	})
 
+	t.Run("ImageOfTheMachinesPlatformFromTheIndex", func(t *testing.T) {
+		rel.runsOwnPlatform(ctx, t, c)
+	})
+
 	t.Run("ClientReachesBackendOverTCPAndUDP", func(t *testing.T) {
 		clientReachesWebOverTCPAndUDP(ctx, t, c, ingress)
 	})
@@ -149,7 +162,7 @@ func TestKubeletInstall(t *testing.T) {
 	})
 
 	t.Run("RollingUpgradeLosesNoRequest", func(t *testing.T) {
-		kubeletRollingUpgrade(ctx, t, c, a, ns)
+		kubeletRollingUpgrade(ctx, t, c, a, ns, rel.name)
 	})
 	// The upgrade may have moved proxies.
 	if ingress = ingressIPs(ctx, cs, ns, "web"); len(ingress) != 2 {
@@ -273,9 +286,9 @@ func proxyStartedInIptablesMode(t *testing.T, c *cluster.Cluster, p corev1.Pod) 
 
 // kubeletComponentsRun waits for pulselb's 2 controllers and 3 probers to
 // run and be ready (installed is when they were applied), each under its own
-// ServiceAccount, in the test image, run by containerd, and for one
-// controller to lead.
-func kubeletComponentsRun(ctx context.Context, t *testing.T, c *cluster.Cluster, installed time.Time) {
+// ServiceAccount, in image, run by containerd, and for one controller to
+// lead.
+func kubeletComponentsRun(ctx context.Context, t *testing.T, c *cluster.Cluster, installed time.Time, image string) {
 	t.Helper()
 	cs := c.Client
 	poll(ctx, t, 120*time.Second, "2 controllers and 3 probers running and ready", func() bool {
@@ -292,8 +305,8 @@ func kubeletComponentsRun(ctx context.Context, t *testing.T, c *cluster.Cluster,
 				t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, sa)
 			}
 			for _, st := range p.Status.ContainerStatuses {
-				if st.Image != cluster.PulselbImage && !strings.HasSuffix(st.Image, "/"+cluster.PulselbImage) {
-					t.Errorf("pod %s container %s runs image %q, want %s", p.Name, st.Name, st.Image, cluster.PulselbImage)
+				if st.Image != image && !strings.HasSuffix(st.Image, "/"+image) {
+					t.Errorf("pod %s container %s runs image %q, want %s", p.Name, st.Name, st.Image, image)
 				}
 				if !strings.HasPrefix(st.ContainerID, "containerd://") {
 					t.Errorf("pod %s container %s has ID %q: not run by containerd", p.Name, st.Name, st.ContainerID)

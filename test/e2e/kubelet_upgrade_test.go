@@ -33,10 +33,11 @@ const webDNSTTL = 5 * time.Second
 // holds each answer for the TTL. The kubelets roll the controller
 // Deployment and the prober DaemonSet, the new leader rolls the proxies
 // (hostPorts through portmap), and web, on pulselb's default drain delay,
-// must lose no request.
-func kubeletRollingUpgrade(ctx context.Context, t *testing.T, c *cluster.Cluster, a *deploy.Applier, ns string) {
+// must lose no request. installed is the image pulselb runs; upgradeImage
+// becomes a second name of it.
+func kubeletRollingUpgrade(ctx context.Context, t *testing.T, c *cluster.Cluster, a *deploy.Applier, ns, installed string) {
 	cs := c.Client
-	if err := c.TagImage(ctx, cluster.PulselbImage, upgradeImage); err != nil {
+	if err := c.TagImage(ctx, installed, upgradeImage); err != nil {
 		t.Fatal(err)
 	}
 	before := ingressIPs(ctx, cs, ns, "web")

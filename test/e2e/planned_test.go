@@ -174,8 +174,9 @@ func TestPlannedChanges(t *testing.T) {
 	})
 
 	t.Run("ClientAddress", func(t *testing.T) {
-		testClientAddress(ctx, t, c.Client, planned.AppNamespace, map[string]string{"app": planned.Backend},
-			intstr.FromString("http"), map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode})
+		testClientAddress(ctx, t, c.Client, clientAddressCase{namespace: planned.AppNamespace, selector: map[string]string{"app": planned.Backend},
+			backendPort: intstr.FromString("http"), version: "v2",
+			annotations: map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode}})
 	})
 
 	t.Run("AddressBeforeBackends", func(t *testing.T) {

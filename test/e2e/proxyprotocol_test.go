@@ -18,46 +18,67 @@ import (
 	"github.com/pulselb/pulselb/test/cluster"
 )
 
+// clientAddressCase says where testClientAddress makes its Service.
+type clientAddressCase struct {
+	// namespace, selector and backendPort name the echo backend, which
+	// answers with the client it sees.
+	namespace   string
+	selector    map[string]string
+	backendPort intstr.IntOrString
+	annotations map[string]string
+	// version is the PROXY protocol version of the header port: v1 or v2.
+	version string
+	// policy and families, when set, are the Service's ipFamilyPolicy
+	// and ipFamilies; its 2 proxy nodes publish an address in each family.
+	policy   corev1.IPFamilyPolicy
+	families []corev1.IPFamily
+}
+
 // testClientAddress checks pulselb.io/proxy-protocol on the harness: a
-// Service with one port that sends a PROXY protocol v2 header and one that
-// does not, both to the echo backend (svcNamespace's pods named by
-// selector, on backendPort), which answers with the client it sees. The
-// Service is published and Healthy: its http probes pass through the relay,
-// which gives them a header like any client's. Through every
-// published address the header port shows the client namespace's own
-// address and the other port answers too, from the proxy's; the ConfigValid
-// condition says which port the relay carries. Then sessionAffinity ClientIP,
-// which the proxies cannot honour per client, is reported (ConfigValid
-// False, an InvalidSpec Event) while the Service stays published.
-func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interface, svcNamespace string, selector map[string]string,
-	backendPort intstr.IntOrString, annotations map[string]string) {
+// Service with one port that sends a PROXY protocol header (tc.version) and
+// one that does not, both to the echo backend. The Service is published and
+// Healthy: its http probes pass through the relay, which gives them a
+// header like any client's. Through every published address, in each of
+// its IP families, the header port shows the client namespace's own address
+// of that family and the other port answers too, from the proxy's; the
+// ConfigValid condition says which port the relay carries. Then
+// sessionAffinity ClientIP, which the proxies cannot honour per client, is
+// reported (ConfigValid False, an InvalidSpec Event) while the Service
+// stays published.
+func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interface, tc clientAddressCase) {
 	const name, ppPort, plainPort = "client-address", 8093, 8094
+	svcNamespace := tc.namespace
 	ann := map[string]string{
-		"pulselb.io/proxy-protocol.pp": "v2",
+		"pulselb.io/proxy-protocol.pp": tc.version,
 		// An HTTP probe reads an answer: the backend must have taken the
 		// header the relay wrote on the probe's connection.
 		"pulselb.io/probe": "http",
 	}
-	for k, v := range annotations {
+	for k, v := range tc.annotations {
 		ann[k] = v
 	}
-	_, err := cs.CoreV1().Services(svcNamespace).Create(ctx, &corev1.Service{
+	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svcNamespace, Annotations: ann},
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeLoadBalancer,
-			Selector: selector,
+			Selector: tc.selector,
 			Ports: []corev1.ServicePort{
-				{Name: "pp", Port: ppPort, TargetPort: backendPort},
-				{Name: "plain", Port: plainPort, TargetPort: backendPort},
+				{Name: "pp", Port: ppPort, TargetPort: tc.backendPort},
+				{Name: "plain", Port: plainPort, TargetPort: tc.backendPort},
 			},
+			IPFamilies: tc.families,
 		},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	}
+	if tc.policy != "" {
+		svc.Spec.IPFamilyPolicy = &tc.policy
+	}
+	if _, err := cs.CoreV1().Services(svcNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Services(svcNamespace).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
 	})
+	published := 2 * max(1, len(tc.families))
 	var addrs []string
 	// Healthy True: published because its probes pass, not failing open.
 	poll(ctx, t, 90*time.Second, "the Service with proxy-protocol published and Healthy", func() bool {
@@ -67,23 +88,28 @@ func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 			return false
 		}
 		c := findCondition(s.Status.Conditions, "pulselb.io/Healthy")
-		return len(addrs) == 2 && c != nil && c.Status == metav1.ConditionTrue
+		return len(addrs) == published && c != nil && c.Status == metav1.ConditionTrue
 	})
-	client := rangesClientA
 	for _, a := range addrs {
 		ip := netip.MustParseAddr(a)
+		client := rangesClientA
+		if ip.Is6() {
+			client = netip.MustParseAddr(cluster.ClientIP6)
+		}
 		var body string
+		var err error
 		poll(ctx, t, 10*time.Second, "an answer on "+a+" port pp", func() bool {
 			body, err = httpBodyFrom(client, netip.AddrPortFrom(ip, ppPort))
 			return err == nil
 		})
-		if want := "client=" + client.String() + ":"; !strings.Contains(body, want) {
-			t.Errorf("%s port %d: the backend saw %q, want %q: the client's own address", a, ppPort, strings.TrimSpace(body), want)
+		seen := "client=" + net.JoinHostPort(client.String(), "")
+		if !strings.Contains(body, seen) {
+			t.Errorf("%s port %d: the backend saw %q, want %q: the client's own address", a, ppPort, strings.TrimSpace(body), seen)
 		}
 		body, err = httpBodyFrom(client, netip.AddrPortFrom(ip, plainPort))
 		if err != nil {
 			t.Errorf("%s port %d (no header): %v", a, plainPort, err)
-		} else if !strings.Contains(body, "client=") || strings.Contains(body, "client="+client.String()+":") {
+		} else if !strings.Contains(body, "client=") || strings.Contains(body, seen) {
 			t.Errorf("%s port %d (no header): the backend saw %q, want the proxy's address", a, plainPort, strings.TrimSpace(body))
 		}
 	}
@@ -91,7 +117,7 @@ func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("the userspace relay carries TCP:%d with a PROXY protocol v2 header; iptables rules carry TCP:%d", ppPort, plainPort)
+	want := fmt.Sprintf("the userspace relay carries TCP:%d with a PROXY protocol %s header; iptables rules carry TCP:%d", ppPort, tc.version, plainPort)
 	if c := findCondition(svc.Status.Conditions, "pulselb.io/ConfigValid"); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, want) {
 		t.Errorf("ConfigValid %+v, want True saying %q", c, want)
 	}
