@@ -235,7 +235,11 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 	// out with the next one, at the latest the next comparison (every
 	// Heartbeat), so a target whose backends serve different certificates
 	// does not turn every probe into a report write.
-	sc.OnChange = func(prober.Transition) { poke(a.dirty) }
+	logger := klog.FromContext(ctx)
+	sc.OnChange = func(tr prober.Transition) {
+		logTransition(logger, tr)
+		poke(a.dirty)
+	}
 	a.sched = prober.NewScheduler(sc)
 
 	trigger := cache.ResourceEventHandlerFuncs{
@@ -253,8 +257,22 @@ func New(ctx context.Context, cluster, system informers.SharedInformerFactory, r
 		}
 		a.synced = append(a.synced, inf.HasSynced)
 	}
-	klog.FromContext(ctx).V(2).Info("Set up prober agent", "node", cfg.Node, "external", cfg.External, "vantages", cfg.Vantages, "beaconPort", cfg.BeaconPort)
 	return a, nil
+}
+
+// logTransition logs a target's change of state: a target going Down or
+// coming back at default verbosity, so that a prober's log says which of its
+// targets failed, when, and why (the report keeps only the latest state);
+// a first Up, which every target reaches when probing starts, at V(2).
+func logTransition(logger klog.Logger, tr prober.Transition) {
+	if tr.From == prober.StateUnknown && tr.To == prober.StateUp {
+		logger = logger.V(2)
+	}
+	kv := []any{"target", tr.Key, "from", tr.From.String(), "to", tr.To.String(), "outcome", tr.Result.Outcome.String()}
+	if tr.Result.Err != nil {
+		kv = append(kv, "err", tr.Result.Err)
+	}
+	logger.Info("Probed target changed state", kv...)
 }
 
 func poke(ch chan struct{}) {
@@ -311,6 +329,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	// restarted prober's report says it probes again, and without a Lease
 	// it is the first heartbeat.
 	a.refresh(ctx)
+	logger.Info("Started prober", "node", a.cfg.Node, "external", a.cfg.External, "vantages", a.cfg.Vantages,
+		"beaconPort", a.cfg.BeaconPort, "targets", len(a.sched.Snapshot()))
 	write("start")
 	for {
 		select {

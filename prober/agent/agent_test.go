@@ -21,6 +21,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -290,6 +291,55 @@ func TestRunReportsRealProbes(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLogsAtDefaultVerbosity: at the default verbosity a prober's log says
+// that it started, and which of its targets went Down (with why) and came
+// back, but not every target's first Up.
+func TestLogsAtDefaultVerbosity(t *testing.T) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0), ktesting.BufferLogs(true)))
+	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), logger))
+	defer cancel()
+	proxyLn := acceptAndClose(t)
+	port := int32(netip.MustParseAddrPort(proxyLn.Addr().String()).Port())
+	web := service("web", map[string]string{contract.AnnotationProbeInterval: "100ms", contract.AnnotationRise: "1", contract.AnnotationFall: "1"},
+		corev1.ServicePort{Name: "http", Port: port, Protocol: corev1.ProtocolTCP})
+	a, reports := newAgent(t, ctx, "n2", Config{
+		BeaconPort:       1,
+		MinWriteInterval: 20 * time.Millisecond,
+		Scheduler:        prober.Config{Interval: 100 * time.Millisecond, Rise: 1, Fall: 1},
+	}, web, node("n1", "127.0.0.1", ""), node("n2", "127.0.0.2", ""), proberPod("n1"), proberPod("n2"), proxyPod(web, "n1"))
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+
+	key := contract.TargetKey("shop/web", "TCP", port, "n1")
+	state := func(want v1alpha1.State) func(*v1alpha1.ProbeReport) bool {
+		return func(r *v1alpha1.ProbeReport) bool {
+			res := resultsByTarget(r)[key]
+			return res != nil && res.State == want
+		}
+	}
+	waitReport(t, ctx, reports, "n2", "target Up", state(v1alpha1.StateUp))
+	proxyLn.Close()
+	waitReport(t, ctx, reports, "n2", "target Down", state(v1alpha1.StateDown))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	log := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	for _, want := range []string{
+		`INFO Started prober node="n2" external=false vantages=3 beaconPort=1 targets=2`,
+		`INFO Probed target changed state target="` + key + `" from="Up" to="Down" outcome="L4CON" err="connecting: dial tcp :0->` +
+			proxyLn.Addr().String() + `: connect: connection refused"`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log at verbosity 0 lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, `from="Unknown" to="Up"`) {
+		t.Errorf("the log at verbosity 0 has a first Up:\n%s", log)
 	}
 }
 
