@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -273,13 +274,33 @@ func (nw *network) setupPod(ctx context.Context, nodeNS string, n int, podNS, ho
 	return nil
 }
 
-// removePod deletes a pod namespace; its veth goes with it.
-func removePod(ctx context.Context, podNS string) error {
-	killNetnsPIDs(podNS)
-	if !netnsExists(podNS) {
-		return nil
+// removePod takes a pod namespace off its node and deletes it. The node's
+// end of the veth (hostVeth in namespace nodeNS) goes first, which destroys
+// the pair whatever still holds the namespace: `ip netns delete` only drops
+// its name, and a socket of a killed container keeps the namespace itself
+// alive (a connection still closing, say, when the node was cut off as it
+// was killed). Its eth0 would stay on the node's bridge with the pod's
+// address, answer ARP for the next pod given that address and reset that
+// pod's connections.
+func removePod(ctx context.Context, nodeNS, hostVeth, podNS string) error {
+	var errs []error
+	if hostVeth != "" && linkExistsIn(ctx, nodeNS, hostVeth) {
+		if err := run(ctx, "ip", "-n", nodeNS, "link", "delete", hostVeth); err != nil {
+			errs = append(errs, fmt.Errorf("taking pod namespace %s off its node: %w", podNS, err))
+		}
 	}
-	return run(ctx, "ip", "netns", "delete", podNS)
+	killNetnsPIDs(podNS)
+	if netnsExists(podNS) {
+		if err := run(ctx, "ip", "netns", "delete", podNS); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// linkExistsIn reports whether namespace ns has a link called name.
+func linkExistsIn(ctx context.Context, ns, name string) bool {
+	return run(ctx, "ip", "-n", ns, "link", "show", "dev", name) == nil
 }
 
 // ClientNamespace is the network namespace that stands for the world

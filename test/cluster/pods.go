@@ -24,16 +24,18 @@ import (
 
 // podRuntime is a pod running on a simulated node.
 type podRuntime struct {
-	k      *kubelet
-	key    string
-	uid    types.UID
-	node   *simNode
-	netns  string // the pod's namespace, or the node's for hostNetwork pods
-	ownNS  bool
-	ip     string
-	since  metav1.Time
-	cancel context.CancelFunc
-	done   chan struct{}
+	k     *kubelet
+	key   string
+	uid   types.UID
+	node  *simNode
+	netns string // the pod's namespace, or the node's for hostNetwork pods
+	ownNS bool
+	// hostVeth is the node's end of the veth of a pod with its own namespace.
+	hostVeth string
+	ip       string
+	since    metav1.Time
+	cancel   context.CancelFunc
+	done     chan struct{}
 	// terminating is closed when the pod's termination begins, kill when
 	// its grace period ends (see terminate.go).
 	terminating, kill chan struct{}
@@ -199,22 +201,23 @@ func (k *kubelet) startPod(ctx context.Context, n *simNode, pod *corev1.Pod) (*p
 		}
 		rt.ip, rt.ownNS = ip, true
 		id := strings.ReplaceAll(string(pod.UID), "-", "")
-		rt.netns = "plt-p-" + id[:12]
-		if err := k.c.net.setupPod(ctx, n.ns, n.index, rt.netns, "vp"+id[:10], ip); err != nil {
+		rt.netns, rt.hostVeth = "plt-p-"+id[:12], "vp"+id[:10]
+		if err := k.c.net.setupPod(ctx, n.ns, n.index, rt.netns, rt.hostVeth, ip); err != nil {
+			_ = removePod(ctx, n.ns, rt.hostVeth, rt.netns)
 			n.releaseIP(ip)
-			_ = removePod(ctx, rt.netns)
 			cancel()
 			return nil, err
 		}
 		if k.c.opts.hasIPv6() {
 			if err := setupPod6(ctx, n.index, rt.netns, ip); err != nil {
+				_ = removePod(ctx, n.ns, rt.hostVeth, rt.netns)
 				n.releaseIP(ip)
-				_ = removePod(ctx, rt.netns)
 				cancel()
 				return nil, err
 			}
 		}
 		if err := rt.mapHostPorts(ctx, pod); err != nil {
+			close(rt.done) // no container ran: stop must not wait for them
 			rt.stop(ctx)
 			return nil, err
 		}
@@ -292,7 +295,8 @@ func (rt *podRuntime) stop(ctx context.Context) {
 		_ = nsRun(ctx, rt.node.ns, r...)
 	}
 	if rt.ownNS {
-		if err := removePod(ctx, rt.netns); err != nil {
+		// The address is free again only once no namespace answers at it.
+		if err := removePod(ctx, rt.node.ns, rt.hostVeth, rt.netns); err != nil {
 			klog.FromContext(ctx).Error(err, "Removing pod network", "pod", rt.key)
 		}
 		rt.node.releaseIP(rt.ip)
