@@ -110,7 +110,15 @@ func kubeletForwardingSysctls(ctx context.Context, t *testing.T, c *cluster.Clus
 			ingress = ingressIPs(ctx, cs, ns, "fwd")
 			return len(ingress) == 2
 		})
-		pods := readyPods(ctx, t, cs, systemNamespace, selector)
+		// The status follows the probes, which find a node serving as soon
+		// as its proxy forwards; the pod's Ready condition follows the
+		// kubelet's readiness probe and the probed gate, up to a probe
+		// period later.
+		var pods []corev1.Pod
+		poll(ctx, t, 30*time.Second, "2 fwd proxy pods ready", func() bool {
+			pods = readyPods(ctx, t, cs, systemNamespace, selector)
+			return len(pods) == 2
+		})
 		if len(pods) != 2 {
 			t.Fatalf("%d fwd proxy pods ready, want 2", len(pods))
 		}
