@@ -102,12 +102,7 @@ func TestSyncLocalTrafficPolicy(t *testing.T) {
 			if err := c.sync(ctx, key(svc)); err != nil {
 				t.Fatal(err)
 			}
-			var deleted []string
-			for _, w := range f.writes() {
-				if name, ok := strings.CutPrefix(w, "delete pods "); ok {
-					deleted = append(deleted, strings.TrimPrefix(name, placement.Name(svc.Namespace, svc.Name)+"-"))
-				}
-			}
+			deleted := deletedProxyPods(f, svc)
 			if !slices.Equal(deleted, tt.wantDeleted) {
 				t.Errorf("deleted proxy pods on %q, want %q (writes %q)", deleted, tt.wantDeleted, f.writes())
 			}
@@ -209,16 +204,23 @@ func TestSyncLocalEndpointGap(t *testing.T) {
 				if err := c.sync(ctx, key(svc)); err != nil {
 					t.Fatal(err)
 				}
-				var deleted []string
-				for _, w := range f.writes() {
-					if name, ok := strings.CutPrefix(w, "delete pods "); ok {
-						deleted = append(deleted, strings.TrimPrefix(name, placement.Name(svc.Namespace, svc.Name)+"-"))
-					}
-				}
+				deleted := deletedProxyPods(f, svc)
 				if !slices.Equal(deleted, s.wantDeleted) {
 					t.Errorf("step %d (+%s): deleted proxy pods on %q, want %q", i, s.at, deleted, s.wantDeleted)
 				}
 			}
 		})
 	}
+}
+
+// deletedProxyPods returns the proxy pods of svc that f's client deleted,
+// each without the workload's name prefix.
+func deletedProxyPods(f *fixture, svc *corev1.Service) []string {
+	var deleted []string
+	for _, w := range f.writes() {
+		if name, ok := strings.CutPrefix(w, "delete pods "); ok {
+			deleted = append(deleted, strings.TrimPrefix(name, placement.Name(svc.Namespace, svc.Name)+"-"))
+		}
+	}
+	return deleted
 }
