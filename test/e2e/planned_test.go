@@ -62,10 +62,13 @@ func TestPlannedChanges(t *testing.T) {
 		for _, s := range []planned.ServiceConfig{plannedWeb, plannedNoDelay} {
 			r := reports[s.Name]
 			t.Logf("%s: %s", s.Name, r)
-			if s == plannedWeb {
-				for _, f := range r.Failures(5) {
-					t.Errorf("web: request to %s at +%s failed: %s", f.Addr, f.At.Sub(began).Round(time.Millisecond), f.Err)
+			for _, f := range r.Failures(5) {
+				report := t.Logf
+				if s == plannedWeb {
+					report = t.Errorf
 				}
+				report("%s: request to %s at +%s (%s) failed after %s: %s", s.Name, f.Addr, f.At.Sub(began).Round(time.Millisecond),
+					f.At.Format("15:04:05.000"), f.Took.Round(time.Millisecond), f.Err)
 			}
 		}
 		t.Logf("change and settling took %s", time.Since(began).Round(time.Millisecond))
