@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -160,5 +161,98 @@ func TestRemovedPodAnswersNoMore(t *testing.T) {
 		if err := connect(); err != nil {
 			t.Fatalf("connection %d to the next pod given %s: %v", i, ip, err)
 		}
+	}
+}
+
+// TestRemovedPodLeavesNoConnections: a connection the node DNATed to a
+// pod, whose SYN the pod never answered, stays in the node's conntrack
+// table in SYN_SENT for two minutes, and a new SYN from the same client
+// address and port follows it to the pod's old address, though the
+// hostPort now leads to another pod. removePod makes the node forget it.
+func TestRemovedPodLeavesNoConnections(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	ctx := t.Context()
+	const n, oldIP, nextIP, port = 62, "198.18.190.3", "198.18.190.4", "81"
+	node := fmt.Sprintf("plt-ctTest-%d", os.Getpid())
+	nw := &network{rec: newRecord(t.TempDir())}
+	if err := nw.addNetns(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = run(context.Background(), "ip", "netns", "delete", node) })
+	old, oldVeth := node+"-old", "vpctold"
+	next, nextVeth := node+"-next", "vpctnext"
+	for _, p := range [][2]string{{old, oldVeth}, {next, nextVeth}} {
+		t.Cleanup(func() { _ = removePod(context.Background(), node, p[1], p[0]) })
+	}
+	// hostPort maps the node's gateway address, port 81, to ip, as the
+	// harness maps a hostPort, for the node's own connections.
+	hostPort := func(op, ip string) []string {
+		rule := []string{"ip", "netns", "exec", node, "iptables", "-w", "-t", "nat", op, "OUTPUT"}
+		if op == "-R" {
+			rule = append(rule, "1")
+		}
+		return append(rule, "-d", nodePodGateway(n), "-p", "tcp", "--dport", port, "-j", "DNAT", "--to-destination", net.JoinHostPort(ip, port))
+	}
+	for _, s := range [][]string{
+		addBridge(node, "cbr0", n),
+		{"ip", "-n", node, "addr", "add", nodePodGateway(n) + "/24", "dev", "cbr0"},
+		{"ip", "-n", node, "link", "set", "cbr0", "up"},
+		hostPort("-A", oldIP),
+	} {
+		if err := run(ctx, s[0], s[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nw.setupPod(ctx, node, n, old, oldVeth, oldIP); err != nil {
+		t.Fatal(err)
+	}
+	// The old pod drops the SYN, as a pod killed with the SYN in flight
+	// never answers it.
+	if err := run(ctx, "ip", "netns", "exec", old, "iptables", "-w", "-A", "INPUT", "-p", "tcp", "--dport", port, "-j", "DROP"); err != nil {
+		t.Fatal(err)
+	}
+	// connect connects from the node, always from the same port, as a
+	// client that reuses its source port.
+	connect := func() error {
+		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		return RunInNamespace(node, func() error {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{Port: 40404}}
+			conn, err := d.DialContext(dctx, "tcp", net.JoinHostPort(nodePodGateway(n), port))
+			if err == nil {
+				conn.Close()
+			}
+			return err
+		})
+	}
+	if err := connect(); err == nil {
+		t.Fatal("the old pod answered a SYN it drops: the test no longer shows what it is about")
+	}
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", node, "conntrack", "-L", "-f", "ipv4", "--reply-src", oldIP).Output()
+	if err != nil || !strings.Contains(string(out), "SYN_SENT") {
+		t.Fatalf("the node tracks no unanswered connection to the old pod (%q, %v): the test no longer shows what it is about", out, err)
+	}
+
+	if err := removePod(ctx, node, oldVeth, old, oldIP); err != nil {
+		t.Fatal(err)
+	}
+	if err := nw.setupPod(ctx, node, n, next, nextVeth, nextIP); err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	if err := RunInNamespace(next, func() (err error) {
+		ln, err = net.Listen("tcp", ":"+port)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := run(ctx, hostPort("-R", nextIP)[0], hostPort("-R", nextIP)[1:]...); err != nil {
+		t.Fatal(err)
+	}
+	if err := connect(); err != nil {
+		t.Errorf("a connection from the same port, after the old pod was removed and the hostPort leads to the next pod: %v (want it to reach the next pod)", err)
 	}
 }

@@ -296,7 +296,7 @@ func (rt *podRuntime) stop(ctx context.Context) {
 	}
 	if rt.ownNS {
 		// The address is free again only once no namespace answers at it.
-		if err := removePod(ctx, rt.node.ns, rt.hostVeth, rt.netns); err != nil {
+		if err := removePod(ctx, rt.node.ns, rt.hostVeth, rt.netns, rt.podIPs()...); err != nil {
 			klog.FromContext(ctx).Error(err, "Removing pod network", "pod", rt.key)
 		}
 		rt.node.releaseIP(rt.ip)
