@@ -155,6 +155,9 @@ type result struct {
 	queues                           queueStats
 	setup                            time.Duration
 	timedOut                         int
+	// remade counts the proxy pods the controller deleted, which the
+	// benchmark made again (remaker), over the whole run of the size.
+	remade int
 	// agentProbes is the real agents' probes per second, agentRefreshes
 	// their target recomputations per agent per second.
 	agentProbes, agentRefreshes float64
@@ -183,6 +186,7 @@ func printResult(r result) {
 	fmt.Printf("  API server writes/s: %s\n", formatWrites(r.writes))
 	fmt.Printf("  controller: %s\n", r.queues)
 	fmt.Printf("  real agents: %.0f probes/s; %.2f target recomputations per agent per second\n", r.agentProbes, r.agentRefreshes)
+	fmt.Printf("  proxy pods the controller deleted (restarts of proxies it judged broken), made again by the benchmark: %d\n", r.remade)
 	if r.timedOut > 0 {
 		fmt.Printf("  %d of %d trials timed out after %s: their unfinished Services count as %s above\n", r.timedOut, len(r.trialMax), *trialTimeout, *trialTimeout)
 	}

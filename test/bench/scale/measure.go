@@ -16,15 +16,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
@@ -105,6 +102,8 @@ func measure(ctx context.Context, s size) (result, error) {
 		wg.Wait()
 	}()
 	wg.Go(func() { cheap.renew(ctx) })
+	remake := newRemaker(cs)
+	wg.Go(func() { remake.run(ctx) })
 
 	// Real agents, sharing informers and a vantage memo as in bench/probers.
 	agentReg := prometheus.NewRegistry()
@@ -171,7 +170,7 @@ func measure(ctx context.Context, s size) (result, error) {
 	services := 0
 	ctlLog := &verdictLog{path: ctl.LogPath}
 	for i, v := range cl.victims {
-		tr, err := trial(ctx, cs, cl, reports, statuses, votes, ctlLog, v)
+		tr, err := trial(ctx, cl, reports, remake, statuses, votes, ctlLog, v)
 		if err != nil {
 			return r, fmt.Errorf("trial %d (node %s): %w", i+1, nodeName(v), err)
 		}
@@ -240,6 +239,7 @@ func measure(ctx context.Context, s size) (result, error) {
 	a1 := agentCounters(agentReg)
 	r.agentProbes = (a1.probes - a0.probes) / r.window.Seconds()
 	r.agentRefreshes = (a1.refreshes - a0.refreshes) / r.window.Seconds() / float64(max(1, len(real)))
+	r.remade = remake.count()
 	return r, nil
 }
 
@@ -270,11 +270,12 @@ func (t trialResult) first() time.Duration { return slices.Min(t.perService) }
 func (t trialResult) last() time.Duration  { return slices.Max(t.perService) }
 
 // trial blackholes node v, times its Services' status writes, and heals it.
-func trial(ctx context.Context, cs kubernetes.Interface, cl *layout, reports *v1alpha1.Client, statuses *statusWatch, votes *voteWatch, ctlLog *verdictLog, v int) (trialResult, error) {
+func trial(ctx context.Context, cl *layout, reports *v1alpha1.Client, remake *remaker, statuses *statusWatch, votes *voteWatch, ctlLog *verdictLog, v int) (trialResult, error) {
 	tr := trialResult{vote: -1, verdict: -1, beaconVerdict: -1}
 	victim := cl.nodes[v]
 	svcs := cl.servicesOn(v)
 	ip := victim.ip
+	remake.hold(nodeName(v))
 	t0 := time.Now()
 	victim.blackhole()
 	err := waitFor(ctx, *trialTimeout, func() (bool, error) {
@@ -332,38 +333,10 @@ func trial(ctx context.Context, cs kubernetes.Interface, cl *layout, reports *v1
 	if err := victim.listen(ctx); err != nil {
 		return tr, err
 	}
-	// The controller may have deleted a proxy pod it judged broken (a port
-	// Down on a node whose beacon is Up); no ReplicaSet runs here to make
-	// another, so the benchmark does, on the same node.
-	for _, sv := range cl.servicesOnIndex(v) {
-		for k, i := range cl.proxies[sv] {
-			name := fmt.Sprintf("pulselb-%s-%d", serviceName(sv), k)
-			p, err := cs.CoreV1().Pods(systemNS).Get(ctx, name, metav1.GetOptions{})
-			if err == nil && p.DeletionTimestamp != nil {
-				// Deleted with a grace period, which no kubelet here ends.
-				err = cs.CoreV1().Pods(systemNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
-				if err == nil {
-					err = waitFor(ctx, 30*time.Second, func() (bool, error) {
-						_, err := cs.CoreV1().Pods(systemNS).Get(ctx, name, metav1.GetOptions{})
-						return apierrors.IsNotFound(err), nil
-					})
-				}
-				if err != nil {
-					return tr, fmt.Errorf("removing the deleted proxy pod %s: %w", name, err)
-				}
-				err = apierrors.NewNotFound(corev1.Resource("pods"), name)
-			}
-			if apierrors.IsNotFound(err) {
-				svc, err := cs.CoreV1().Services(benchNS).Get(ctx, serviceName(sv), metav1.GetOptions{})
-				if err != nil {
-					return tr, err
-				}
-				if err := createReadyPod(ctx, cs, name, nodeName(i), contract.ProxySelector(svc)); err != nil {
-					return tr, err
-				}
-				log.Printf("recreated proxy pod %s on %s", name, nodeName(i))
-			}
-		}
+	// The proxy pods the controller deleted while the node was cut off
+	// are made again now, as a ReplicaSet would.
+	if err := remake.release(ctx, nodeName(v)); err != nil {
+		return tr, fmt.Errorf("making the victim's deleted proxy pods again: %w", err)
 	}
 	if err := waitFor(ctx, *healTimeout, func() (bool, error) {
 		return statuses.allWith(svcs, ip), nil
