@@ -178,43 +178,128 @@ func (f *DashboardFeed) Run(ctx context.Context) error {
 	}
 }
 
-// build returns the State of every Service the controller serves.
+// build returns the State of every Service the controller serves: it
+// reads the caches into feedInputs, plans what to show (planFeed), and
+// stores the plan's shown states and transitions for the next build
+// (apply).
 func (f *DashboardFeed) build() (dashboard.State, error) {
 	defer f.parsed.Prune()
 	c := f.c
 	now := f.now()
 	st := dashboard.State{Role: "controller", Instance: f.cfg.Instance, GeneratedAt: now}
+	in, err := f.inputs(now)
+	if err != nil {
+		return st, err
+	}
+	plan := planFeed(in, f.shown)
+	st.ExternalVantages = in.external
+	st.Vantages = plan.vantages
+	st.Transitions = f.apply(plan)
 
+	svcs, err := c.services.List(everything)
+	if err != nil {
+		return st, fmt.Errorf("listing services: %w", err)
+	}
+	for _, svc := range svcs {
+		if !c.cfg.Services.Active(svc) {
+			continue
+		}
+		st.Services = append(st.Services, f.service(svc, plan.targets[cache.MetaObjectToName(svc)]))
+	}
+	slices.SortFunc(st.Services, func(a, b dashboard.Service) int { return strings.Compare(a.Name, b.Name) })
+	return st, nil
+}
+
+// feedInputs is what a build reads from the caches at now, for planFeed.
+type feedInputs struct {
+	now time.Time
+	// targets are the targets to show, beacons and Services' ports, in
+	// any order.
+	targets []healthTarget
+	// verdict returns a target's judgement by key; nil when the health
+	// checks are off.
+	verdict func(key string) status.Judgement
+	reports status.Reports
+	// external names the external vantages that report; outside holds
+	// the Services they probe (external-vantages not off).
+	external []string
+	outside  map[cache.ObjectName]bool
+	// nodeAddr holds each node's address; out says why a node's
+	// addresses are out of every status whatever the verdicts.
+	nodeAddr, out map[string]string
+}
+
+// inputs reads the caches into what planFeed needs at now.
+func (f *DashboardFeed) inputs(now time.Time) (feedInputs, error) {
+	c := f.c
+	in := feedInputs{now: now, nodeAddr: map[string]string{}, out: map[string]string{}}
 	nodes, err := c.nodes.List(everything)
 	if err != nil {
-		return st, fmt.Errorf("listing nodes: %w", err)
+		return in, fmt.Errorf("listing nodes: %w", err)
 	}
-	nodeAddr := make(map[string]string, len(nodes))
-	// out says why a node's addresses are out of every status whatever
-	// the verdicts.
-	out := map[string]string{}
 	for _, n := range nodes {
-		nodeAddr[n.Name] = nodeAddress(n)
+		in.nodeAddr[n.Name] = nodeAddress(n)
 		if _, ok := n.Labels[contract.LabelUnhealthy]; ok {
-			out[n.Name] = "node is labelled " + contract.LabelUnhealthy
+			in.out[n.Name] = "node is labelled " + contract.LabelUnhealthy
 		} else if r := leavingReason(n); r != "" {
-			out[n.Name] = r
+			in.out[n.Name] = r
 		}
 	}
-	idx := c.reportIndex(now)
+	in.reports = c.reportIndex(now)
+	if c.reports != nil {
+		in.verdict = c.verdicts.Verdict
+	}
 	// The targets the controller judged last, and their verdicts; before
 	// the first round, or without the health pipeline, the targets alone.
 	judged, ok := c.judgedTargets()
-	targets := slices.Clone(judged)
+	in.targets = judged
 	if !ok {
-		targets, _, err = c.listTargets(&f.listed)
+		in.targets, _, err = c.listTargets(&f.listed)
 		f.listed.Prune()
 		if err != nil {
-			return st, err
+			return in, err
 		}
 	}
+	in.external = in.reports.ExternalVantages()
+	if len(in.external) == 0 {
+		return in, nil
+	}
+	in.outside = map[cache.ObjectName]bool{}
+	for _, t := range in.targets {
+		if _, done := in.outside[t.service]; done || t.Beacon {
+			continue
+		}
+		v := false
+		if svc, err := c.services.Services(t.service.Namespace).Get(t.service.Name); err == nil {
+			settings, _ := f.parsed.Parse(svc) // sync reports the problems
+			v = settings.ExternalVantages != contract.ExternalOff
+		}
+		in.outside[t.service] = v
+	}
+	return in, nil
+}
 
+// feedPlan is what a build shows of the targets (planFeed).
+type feedPlan struct {
+	// shown is what each target and beacon shows, for the next plan.
+	shown map[string]shown
+	// transitions are the state changes since the last plan, newest
+	// first.
+	transitions []dashboard.Transition
+	// targets holds each Service's targets, unsorted.
+	targets map[cache.ObjectName][]dashboard.Target
+	// vantages names every vantage of the targets, sorted.
+	vantages []string
+}
+
+// planFeed returns what to show of in's targets, given what the last plan
+// showed (prev): each target's state, since when, and why, with a
+// transition where its state changed. A target shows Down when its node
+// is out of every status, or when it is a Service's port on a node whose
+// beacon is down.
+func planFeed(in feedInputs, prev map[string]shown) feedPlan {
 	// Beacons first: a target's shown state depends on its node's.
+	targets := slices.Clone(in.targets)
 	slices.SortStableFunc(targets, func(a, b healthTarget) int {
 		if a.Beacon != b.Beacon {
 			if a.Beacon {
@@ -224,70 +309,52 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 		}
 		return 0
 	})
-	next := make(map[string]shown, len(targets))
+	plan := feedPlan{shown: make(map[string]shown, len(targets)), targets: map[cache.ObjectName][]dashboard.Target{}}
 	vantages := map[string]bool{}
-	external := idx.ExternalVantages()
-	st.ExternalVantages = external
-	// probedOutside memoises, per Service, whether external vantages
-	// probe it (external-vantages not off).
-	probedOutside := map[cache.ObjectName]bool{}
-	outside := func(name cache.ObjectName) bool {
-		v, ok := probedOutside[name]
-		if !ok {
-			if svc, err := c.services.Services(name.Namespace).Get(name.Name); err == nil {
-				settings, _ := f.parsed.Parse(svc) // sync reports the problems
-				v = settings.ExternalVantages != contract.ExternalOff
-			}
-			probedOutside[name] = v
-		}
-		return v
-	}
-	byService := map[cache.ObjectName][]dashboard.Target{}
-	var trans []dashboard.Transition
 	for _, t := range targets {
 		for _, v := range t.Vantages {
 			vantages[v] = true
 		}
-		prev, seen := f.shown[t.Key]
-		j := c.verdicts.Verdict(t.Key)
-		reason := j.Summary()
-		if c.reports == nil {
-			j = status.Judgement{}
-			reason = "health checks are off"
+		last, seen := prev[t.Key]
+		var j status.Judgement
+		reason := "health checks are off"
+		if in.verdict != nil {
+			j = in.verdict(t.Key)
+			reason = j.Summary()
 		}
 		state, failing := j.Verdict.String(), j.FirstFailure
-		beacon := next[contract.BeaconKey(t.Node)]
+		beacon := plan.shown[contract.BeaconKey(t.Node)]
 		switch {
-		case out[t.Node] != "":
-			state, reason = status.VerdictDown.String(), out[t.Node]
+		case in.out[t.Node] != "":
+			state, reason = status.VerdictDown.String(), in.out[t.Node]
 			failing = cmp.Or(failing, beacon.failing)
 		case !t.Beacon && beacon.state == status.VerdictDown.String():
 			state, reason, failing = status.VerdictDown.String(), "node beacon is down", beacon.failing
 		}
-		results := vantageResults(idx, t)
-		cur := shown{state: state, since: prev.since, failing: failing}
+		results := vantageResults(in.reports, t)
+		cur := shown{state: state, since: last.since, failing: failing}
 		switch {
 		case !seen:
-			cur.since = firstSince(results, state, now)
-		case prev.state != state:
-			cur.since = now
-			tr := dashboard.Transition{Time: now, Node: t.Node, Address: nodeAddr[t.Node], From: prev.state, To: state, Reason: reason}
+			cur.since = firstSince(results, state, in.now)
+		case last.state != state:
+			cur.since = in.now
+			tr := dashboard.Transition{Time: in.now, Node: t.Node, Address: in.nodeAddr[t.Node], From: last.state, To: state, Reason: reason}
 			if !t.Beacon {
 				tr.Service, tr.Port = t.service.String(), int(t.port.Port)
 			}
-			trans = append(trans, tr)
+			plan.transitions = append(plan.transitions, tr)
 		}
-		next[t.Key] = cur
+		plan.shown[t.Key] = cur
 		if t.Beacon {
 			continue
 		}
 		shownResults := results
-		if len(external) > 0 && outside(t.service) {
-			shownResults = append(slices.Clone(results), externalResults(idx, t, external)...)
+		if len(in.external) > 0 && in.outside[t.service] {
+			shownResults = append(slices.Clone(results), externalResults(in.reports, t, in.external)...)
 		}
-		byService[t.service] = append(byService[t.service], dashboard.Target{
+		plan.targets[t.service] = append(plan.targets[t.service], dashboard.Target{
 			Node:         t.Node,
-			Address:      targetAddress(results, idx, t, nodeAddr[t.Node]),
+			Address:      targetAddress(results, in.reports, t, in.nodeAddr[t.Node]),
 			Port:         int(t.port.Port),
 			Protocol:     string(t.port.Protocol),
 			State:        state,
@@ -298,33 +365,27 @@ func (f *DashboardFeed) build() (dashboard.State, error) {
 			Vantages:     shownResults,
 			// The vantages shown, fresh or stale: a certificate's expiry
 			// does not age with the report that carries it.
-			CertNotAfter: certNotAfter(idx, t),
+			CertNotAfter: certNotAfter(in.reports, t),
 		})
 	}
-	f.shown = next
-	slices.Reverse(trans)
-	f.transitions = append(trans, f.transitions...)
+	slices.Reverse(plan.transitions)
+	for v := range vantages {
+		plan.vantages = append(plan.vantages, v)
+	}
+	slices.Sort(plan.vantages)
+	return plan
+}
+
+// apply stores what plan shows for the next build, and returns the
+// transitions to show: the plan's before the earlier ones, newest first,
+// at most dashboard.MaxTransitions.
+func (f *DashboardFeed) apply(plan feedPlan) []dashboard.Transition {
+	f.shown = plan.shown
+	f.transitions = append(slices.Clone(plan.transitions), f.transitions...)
 	if len(f.transitions) > dashboard.MaxTransitions {
 		f.transitions = f.transitions[:dashboard.MaxTransitions]
 	}
-	st.Transitions = slices.Clone(f.transitions)
-	for v := range vantages {
-		st.Vantages = append(st.Vantages, v)
-	}
-	slices.Sort(st.Vantages)
-
-	svcs, err := c.services.List(everything)
-	if err != nil {
-		return st, fmt.Errorf("listing services: %w", err)
-	}
-	for _, svc := range svcs {
-		if !c.cfg.Services.Active(svc) {
-			continue
-		}
-		st.Services = append(st.Services, f.service(svc, byService[cache.MetaObjectToName(svc)]))
-	}
-	slices.SortFunc(st.Services, func(a, b dashboard.Service) int { return strings.Compare(a.Name, b.Name) })
-	return st, nil
+	return slices.Clone(f.transitions)
 }
 
 // service returns svc's part of the State, with its targets.
