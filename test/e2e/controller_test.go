@@ -2,12 +2,8 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -160,7 +156,7 @@ func TestController(t *testing.T) {
 
 // controllerProcess is a `pulselb controller` run by the test.
 type controllerProcess struct {
-	*cluster.PulselbProcess
+	*scenario.Controller
 }
 
 // startController runs pulselb controller with the admin kubeconfig, no
@@ -169,30 +165,25 @@ type controllerProcess struct {
 // extra flags follow the defaults, so they win.
 func startController(t *testing.T, c *cluster.Cluster, dnsAddr string, extra ...string) *controllerProcess {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(c.Dir, "logs", "pulselb-controller.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := launchController(t, logf, append([]string{"controller",
-		"--kubeconfig=" + c.Kubeconfig,
-		"--namespace=" + systemNamespace,
-		"--proxy-image=pulselb",
-		"--leader-elect=false",
-		"--metrics-address=127.0.0.1:0",
-		"--dns-zone=" + controllerZone,
-		"--dns-ns=ns1." + controllerZone + "=127.0.0.1",
-		"--dns-listen=" + dnsAddr,
-		"--probe-reports=false",
-		"--v=2"}, extra...)...)
+	p := launchController(t, c, scenario.ControllerOptions{
+		Metrics: "127.0.0.1:0",
+		Args: append([]string{
+			"--dns-zone=" + controllerZone,
+			"--dns-ns=ns1." + controllerZone + "=127.0.0.1",
+			"--dns-listen=" + dnsAddr,
+			"--probe-reports=false",
+			"--v=2"}, extra...),
+	})
 	t.Cleanup(func() { p.stop(t) })
 	return p
 }
 
-// launchController starts pulselb with args, its output going to logf,
-// failing t if it cannot.
-func launchController(t *testing.T, logf *os.File, args ...string) *controllerProcess {
+// launchController starts pulselb controller in systemNamespace as o
+// says, failing t if it cannot.
+func launchController(t *testing.T, c *cluster.Cluster, o scenario.ControllerOptions) *controllerProcess {
 	t.Helper()
-	p, err := cluster.StartPulselb(t.Context(), logf, args...)
+	o.Namespace = systemNamespace
+	p, err := scenario.StartController(t.Context(), c, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,30 +193,17 @@ func launchController(t *testing.T, logf *os.File, args ...string) *controllerPr
 // stop stops the controller with SIGTERM, failing t unless it exits
 // cleanly within 15 s.
 func (p *controllerProcess) stop(t *testing.T) {
-	err := p.Stop(15 * time.Second)
-	var ee *exec.ExitError
-	switch {
-	case errors.Is(err, cluster.ErrStopTimeout):
-		t.Errorf("pulselb controller did not stop within 15s of SIGTERM; log in %s", p.LogPath)
-	case errors.As(err, &ee):
-		t.Errorf("pulselb controller exited with %v after SIGTERM; log in %s", err, p.LogPath)
-	case err != nil:
-		t.Errorf("pulselb controller: %v", err)
+	if err := p.Shutdown(15 * time.Second); err != nil {
+		t.Error(err)
 	}
 }
 
 // alive fails t when the controller has exited.
 func (p *controllerProcess) alive(t *testing.T) {
 	t.Helper()
-	if p.Exited() {
-		log, _ := os.ReadFile(p.LogPath)
-		t.Fatalf("pulselb controller exited: %v\n%s", p.Err(), tail(string(log), 40))
+	if err := p.Alive(); err != nil {
+		t.Fatal(err)
 	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(l[max(0, len(l)-lines):], "\n")
 }
 
 // freeLoopbackPort returns 127.0.0.1:port with the port free for both UDP

@@ -399,7 +399,7 @@ func (p *vantageProcess) alive(t *testing.T) {
 	select {
 	case <-p.done:
 		b, _ := os.ReadFile(p.log)
-		t.Fatalf("external vantage exited (%v): %s", p.err, tail(string(b), 20))
+		t.Fatalf("external vantage exited (%v): %s", p.err, scenario.Tail(string(b), 20))
 	default:
 	}
 }

@@ -586,7 +586,7 @@ func TestHealth(t *testing.T) {
 
 	if t.Failed() {
 		log, _ := os.ReadFile(ctl.LogPath)
-		t.Logf("controller log (tail):\n%s", tail(string(log), 60))
+		t.Logf("controller log (tail):\n%s", scenario.Tail(string(log), 60))
 	}
 }
 

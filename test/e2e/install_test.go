@@ -378,7 +378,7 @@ func controllerLogs(ctx context.Context, t *testing.T, c *cluster.Cluster) strin
 	var b strings.Builder
 	for _, p := range listPods(ctx, t, c.Client, systemNamespace, "app.kubernetes.io/name=pulselb-controller") {
 		log, _ := c.ContainerLog(systemNamespace, p.Name, "controller")
-		fmt.Fprintf(&b, "--- %s on %s:\n%s\n", p.Name, p.Spec.NodeName, tail(string(log), 30))
+		fmt.Fprintf(&b, "--- %s on %s:\n%s\n", p.Name, p.Spec.NodeName, scenario.Tail(string(log), 30))
 	}
 	return b.String()
 }

@@ -177,7 +177,7 @@ func TestKubeletInstall(t *testing.T) {
 				t.Logf("controller logs:\n%s", controllerLogs(ctx, t, c))
 				for _, p := range listPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-prober") {
 					log, _ := c.ContainerLog(systemNamespace, p.Name, p.Spec.Containers[0].Name)
-					t.Logf("prober %s on %s:\n%s", p.Name, p.Spec.NodeName, tail(string(log), 30))
+					t.Logf("prober %s on %s:\n%s", p.Name, p.Spec.NodeName, scenario.Tail(string(log), 30))
 				}
 			}
 		}()
@@ -280,7 +280,7 @@ func proxyStartedInIptablesMode(t *testing.T, c *cluster.Cluster, p corev1.Pod) 
 	if !slices.ContainsFunc(strings.Split(string(log), "\n"), func(l string) bool {
 		return strings.Contains(l, `"Started proxy"`) && strings.Contains(l, ` mode="iptables"`)
 	}) {
-		t.Errorf("proxy %s did not start in iptables mode:\n%s", p.Name, tail(string(log), 20))
+		t.Errorf("proxy %s did not start in iptables mode:\n%s", p.Name, scenario.Tail(string(log), 20))
 	}
 }
 

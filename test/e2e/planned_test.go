@@ -247,7 +247,7 @@ func TestPlannedChanges(t *testing.T) {
 	if t.Failed() {
 		for _, ctl := range env.Controllers {
 			log, _ := os.ReadFile(ctl.LogPath())
-			t.Logf("controller log %s (tail):\n%s", ctl.LogPath(), tail(string(log), 40))
+			t.Logf("controller log %s (tail):\n%s", ctl.LogPath(), scenario.Tail(string(log), 40))
 		}
 	}
 	t.Logf("TestPlannedChanges took %s", time.Since(start).Round(time.Second))

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 const (
@@ -503,18 +502,11 @@ func resourceVersions(ctx context.Context, t *testing.T, cs kubernetes.Interface
 // within a test; each run logs to its own file in the cluster's logs.
 func runController(t *testing.T, c *cluster.Cluster, metricsAddr string) *controllerProcess {
 	t.Helper()
-	logf, err := os.CreateTemp(filepath.Join(c.Dir, "logs"), "pulselb-controller-*.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := launchController(t, logf, "controller",
-		"--kubeconfig="+c.Kubeconfig,
-		"--namespace="+systemNamespace,
-		"--proxy-image=pulselb",
-		"--leader-elect=false",
-		"--probe-reports=false",
-		"--metrics-address="+metricsAddr,
-		"--v=2")
+	p := launchController(t, c, scenario.ControllerOptions{
+		Metrics: metricsAddr,
+		Log:     "pulselb-controller-*.log",
+		Args:    []string{"--probe-reports=false", "--v=2"},
+	})
 	t.Cleanup(func() {
 		if !p.Exited() { // else killed by the test
 			p.stop(t)

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // Controller is one replica of `pulselb controller`, run as a process with
@@ -24,7 +24,7 @@ type Controller struct {
 	DNS string
 
 	runs    int
-	proc    *cluster.PulselbProcess
+	proc    *scenario.Controller
 	logPath string
 }
 
@@ -40,33 +40,30 @@ func (e *Env) newController(index int) (*Controller, error) {
 // start runs the controller with proxy image image.
 func (ctl *Controller) start(ctx context.Context, image string) error {
 	ctl.runs++
-	ctl.logPath = filepath.Join(ctl.e.C.Dir, "logs", fmt.Sprintf("pulselb-controller-%d-run%d.log", ctl.index, ctl.runs))
-	logf, err := os.Create(ctl.logPath)
-	if err != nil {
-		return err
-	}
-	p, err := cluster.StartPulselb(ctx, logf, "controller",
-		"--kubeconfig="+ctl.e.C.Kubeconfig,
-		"--namespace="+SystemNamespace,
-		"--proxy-image="+image,
-		"--leader-elect=true",
-		"--leader-elect-lease-name="+controllerLeaseName,
-		// A standby takes over a killed leader within seconds.
-		"--leader-elect-lease-duration=4s",
-		"--leader-elect-renew-deadline=3s",
-		"--leader-elect-retry-period=500ms",
-		"--metrics-address=127.0.0.1:0",
-		"--dashboard=false",
-		"--probe-reports=true",
-		"--dns-zone="+Zone,
-		"--dns-ns=ns1."+Zone+"="+cluster.BridgeIP,
-		"--dns-listen="+ctl.DNS,
-		fmt.Sprintf("--dns-ttl=%d", ctl.e.Config.DNSTTL),
-		"--v=2")
+	p, err := scenario.StartController(ctx, ctl.e.C, scenario.ControllerOptions{
+		Namespace:   SystemNamespace,
+		ProxyImage:  image,
+		LeaderElect: true,
+		Metrics:     "127.0.0.1:0",
+		Log:         fmt.Sprintf("pulselb-controller-%d-run%d.log", ctl.index, ctl.runs),
+		Args: []string{
+			"--leader-elect-lease-name=" + controllerLeaseName,
+			// A standby takes over a killed leader within seconds.
+			"--leader-elect-lease-duration=4s",
+			"--leader-elect-renew-deadline=3s",
+			"--leader-elect-retry-period=500ms",
+			"--dashboard=false",
+			"--probe-reports=true",
+			"--dns-zone=" + Zone,
+			"--dns-ns=ns1." + Zone + "=" + cluster.BridgeIP,
+			"--dns-listen=" + ctl.DNS,
+			fmt.Sprintf("--dns-ttl=%d", ctl.e.Config.DNSTTL),
+			"--v=2"},
+	})
 	if err != nil {
 		return fmt.Errorf("pulselb controller %d: %w", ctl.index, err)
 	}
-	ctl.proc = p
+	ctl.proc, ctl.logPath = p, p.LogPath
 	return nil
 }
 
@@ -94,12 +91,10 @@ func (ctl *Controller) Stop() error {
 	if !ctl.Running() {
 		return nil
 	}
-	err := ctl.proc.Stop(20 * time.Second)
+	// Exiting with an error after SIGTERM is no failure here.
+	err := ctl.proc.Shutdown(20 * time.Second)
 	var ee *exec.ExitError
-	switch {
-	case errors.Is(err, cluster.ErrStopTimeout):
-		return fmt.Errorf("pulselb controller %d did not stop within 20s of SIGTERM; log %s", ctl.index, ctl.logPath)
-	case err != nil && !errors.As(err, &ee):
+	if err != nil && !errors.As(err, &ee) {
 		return fmt.Errorf("pulselb controller %d: %w", ctl.index, err)
 	}
 	return nil

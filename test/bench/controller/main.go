@@ -48,7 +48,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -73,6 +72,7 @@ import (
 	"github.com/pulselb/pulselb/placement"
 	"github.com/pulselb/pulselb/test/bench/procstat"
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 const (
@@ -165,7 +165,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer ctl.stop()
+	defer func() { _ = ctl.Stop(15 * time.Second) }()
 	sampler := newSampler(ctl.Pid())
 	go sampler.run(ctx, 250*time.Millisecond)
 
@@ -192,7 +192,7 @@ func run() error {
 
 	deadline := time.Now().Add(*timeout)
 	for {
-		if err := ctl.alive(); err != nil {
+		if err := ctl.Alive(); err != nil {
 			return err
 		}
 		published, ready := tr.counts()
@@ -260,7 +260,7 @@ func run() error {
 	} else {
 		fmt.Println("  anchor: not every proxy Deployment reported ready replicas; no ratio")
 	}
-	if m, err := cluster.ScrapeMetrics("http://" + ctl.metrics + "/metrics"); err == nil {
+	if m, err := cluster.ScrapeMetrics(ctl.MetricsURL()); err == nil {
 		var writes, syncs float64
 		var detail []string
 		for series, v := range m {
@@ -802,67 +802,18 @@ func (tr *tracker) deploymentSpan(n int) (first, last time.Time, ok bool) {
 	return first, last, true
 }
 
-// controllerProcess is the pulselb controller under test.
-type controllerProcess struct {
-	*cluster.PulselbProcess
-	metrics string // host:port of /metrics
-}
-
-func startController(ctx context.Context, c *cluster.Cluster) (*controllerProcess, error) {
-	metrics, err := freePort()
+// startController runs the pulselb controller under test, with the
+// flags of -controller-args, and waits until it serves metrics.
+func startController(ctx context.Context, c *cluster.Cluster) (*scenario.Controller, error) {
+	p, err := scenario.StartController(ctx, c, scenario.ControllerOptions{
+		Namespace: systemNamespace, Ready: 30 * time.Second,
+		Args: append([]string{"--probe-reports=false"}, strings.Fields(*ctlArgs)...),
+	})
 	if err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(c.Dir, "logs", "pulselb-controller.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("creating controller log: %w", err)
-	}
-	args := []string{"controller",
-		"--kubeconfig=" + c.Kubeconfig,
-		"--namespace=" + systemNamespace,
-		"--proxy-image=pulselb",
-		"--leader-elect=false",
-		"--probe-reports=false",
-		"--metrics-address=" + metrics,
-	}
-	args = append(args, strings.Fields(*ctlArgs)...)
-	pp, err := cluster.StartPulselb(ctx, logf, args...)
-	if err != nil {
-		return nil, err
-	}
-	p := &controllerProcess{PulselbProcess: pp, metrics: metrics}
-	log.Printf("pulselb controller %s (pid %d), log %s", strings.Join(args[1:], " "), p.Pid(), logPath)
-	// Ready once it serves metrics: flags parsed, clients made.
-	url := "http://" + metrics + "/metrics"
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if err := p.alive(); err != nil {
-			return nil, err
-		}
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			return p, nil
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("pulselb controller not serving %s after 30s: %w", url, err)
-		}
-		time.Sleep(100 * time.Millisecond) // polling a condition with a deadline
-	}
-}
-
-func (p *controllerProcess) alive() error {
-	if p.Exited() {
-		return fmt.Errorf("pulselb controller exited: %w; log %s", p.Err(), p.LogPath)
-	}
-	return nil
-}
-
-func (p *controllerProcess) stop() {
-	if !p.Exited() {
-		_ = p.Stop(15 * time.Second)
-	}
+	log.Printf("pulselb controller %s (pid %d), log %s", strings.Join(p.Args, " "), p.Pid(), p.LogPath)
+	return p, nil
 }
 
 func freePort() (string, error) {

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
 	"github.com/pulselb/pulselb/test/scenario"
 )
@@ -31,7 +30,7 @@ const (
 // the node that dies runs the leader, against trials where it runs no
 // controller, alternately, on a Service with a proxy on every node
 // (daemonset mode). It returns both series.
-func (b *bench) leaderPhase(ctx context.Context, ctl *cluster.PulselbProcess, n int) (leader, none []time.Duration, err error) {
+func (b *bench) leaderPhase(ctx context.Context, ctl *scenario.Controller, n int) (leader, none []time.Duration, err error) {
 	if err := ctl.Stop(15 * time.Second); err != nil {
 		return nil, nil, fmt.Errorf("stopping the controller process: %w", err)
 	}

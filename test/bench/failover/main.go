@@ -44,7 +44,6 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
@@ -190,7 +189,7 @@ type bench struct {
 	ips, ips6 map[string]string
 }
 
-func (b *bench) setup(ctx context.Context) (*cluster.PulselbProcess, error) {
+func (b *bench) setup(ctx context.Context) (*scenario.Controller, error) {
 	cs := b.cs
 	b.ips, b.ips6 = b.c.NodeIPsOf(corev1.IPv4Protocol), b.c.NodeIPsOf(corev1.IPv6Protocol)
 	if err := b.c.CreateNamespaces(ctx, systemNS, appNS); err != nil {
@@ -344,17 +343,13 @@ func (b *bench) downTrial(ctx context.Context) (probed, readiness time.Duration,
 	return probed, readiness, err
 }
 
-func (b *bench) startController(ctx context.Context) (*cluster.PulselbProcess, error) {
-	logPath := filepath.Join(b.c.Dir, "logs", "pulselb-controller.log")
-	logf, err := os.Create(logPath)
+func (b *bench) startController(ctx context.Context) (*scenario.Controller, error) {
+	p, err := scenario.StartController(ctx, b.c, scenario.ControllerOptions{
+		Namespace: systemNS, Metrics: "127.0.0.1:0", Args: []string{"--probe-reports=true", "--v=2"},
+	})
 	if err != nil {
 		return nil, err
 	}
-	p, err := cluster.StartPulselb(ctx, logf, "controller", "--kubeconfig="+b.c.Kubeconfig, "--namespace="+systemNS,
-		"--proxy-image=pulselb", "--leader-elect=false", "--metrics-address=127.0.0.1:0", "--probe-reports=true", "--v=2")
-	if err != nil {
-		return nil, err
-	}
-	log.Printf("pulselb controller running, log %s", logPath)
+	log.Printf("pulselb controller running, log %s", p.LogPath)
 	return p, nil
 }

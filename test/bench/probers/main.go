@@ -47,10 +47,8 @@ import (
 	"log"
 	"maps"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -81,6 +79,7 @@ import (
 	"github.com/pulselb/pulselb/test/bench/procstat"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 const (
@@ -684,36 +683,12 @@ func printResults(base rates, results []result) {
 }
 
 // startController runs `pulselb controller` judging the node beacons only.
-func startController(ctx context.Context, c *cluster.Cluster) (*cluster.PulselbProcess, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("finding a free port: %w", err)
-	}
-	metrics := l.Addr().String()
-	l.Close()
-	logf, err := os.Create(filepath.Join(c.Dir, "logs", "pulselb-controller.log"))
-	if err != nil {
-		return nil, fmt.Errorf("creating controller log: %w", err)
-	}
-	p, err := cluster.StartPulselb(ctx, logf, "controller", "--kubeconfig="+c.Kubeconfig, "--namespace="+systemNS,
-		"--proxy-image=pulselb", "--leader-elect=false", "--class-only", "--probe-reports", "--dashboard=false",
-		"--metrics-address="+metrics)
-	if err != nil {
-		return nil, err
-	}
-	err = waitFor(ctx, 60*time.Second, func() (bool, error) {
-		if p.Exited() {
-			return false, fmt.Errorf("pulselb controller exited: %w (log %s)", p.Err(), p.LogPath)
-		}
-		resp, err := http.Get("http://" + metrics + "/metrics")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return true, nil
+func startController(ctx context.Context, c *cluster.Cluster) (*scenario.Controller, error) {
+	p, err := scenario.StartController(ctx, c, scenario.ControllerOptions{
+		Namespace: systemNS, Ready: 60 * time.Second,
+		Args: []string{"--class-only", "--probe-reports", "--dashboard=false"},
 	})
 	if err != nil {
-		_ = p.Stop(time.Second)
 		return nil, err
 	}
 	log.Printf("pulselb controller (pid %d), log %s", p.Pid(), p.LogPath)

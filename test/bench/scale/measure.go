@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +27,7 @@ import (
 	"github.com/pulselb/pulselb/test/bench/procstat"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 const (
@@ -112,10 +110,11 @@ func measure(ctx context.Context, s size) (result, error) {
 	}
 	r.setup = time.Since(began)
 
-	ctl, metricsURL, err := startController(ctx, c)
+	ctl, err := startController(ctx, c)
 	if err != nil {
 		return r, err
 	}
+	metricsURL := ctl.MetricsURL()
 	defer func() { _ = ctl.Stop(10 * time.Second) }()
 	ctlStarted := time.Now()
 
@@ -395,41 +394,16 @@ func startAgents(ctx context.Context, wg *sync.WaitGroup, cs kubernetes.Interfac
 
 // startController runs `pulselb controller --probe-reports`, serving every
 // Service.
-func startController(ctx context.Context, c *cluster.Cluster) (*cluster.PulselbProcess, string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", fmt.Errorf("finding a free port: %w", err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	logf, err := os.Create(filepath.Join(c.Dir, "logs", "pulselb-controller.log"))
-	if err != nil {
-		return nil, "", fmt.Errorf("creating controller log: %w", err)
-	}
-	p, err := cluster.StartPulselb(ctx, logf, "controller", "--kubeconfig="+c.Kubeconfig, "--namespace="+systemNS,
-		"--proxy-image=pulselb", "--leader-elect=false", "--probe-reports", "--dashboard=false",
-		"--metrics-address="+addr)
-	if err != nil {
-		return nil, "", err
-	}
-	url := "http://" + addr + "/metrics"
-	err = waitFor(ctx, 60*time.Second, func() (bool, error) {
-		if p.Exited() {
-			return false, fmt.Errorf("pulselb controller exited: %w (log %s)", p.Err(), p.LogPath)
-		}
-		resp, err := http.Get(url)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return true, nil
+func startController(ctx context.Context, c *cluster.Cluster) (*scenario.Controller, error) {
+	p, err := scenario.StartController(ctx, c, scenario.ControllerOptions{
+		Namespace: systemNS, Ready: 60 * time.Second,
+		Args: []string{"--probe-reports", "--dashboard=false"},
 	})
 	if err != nil {
-		_ = p.Stop(time.Second)
-		return nil, "", err
+		return nil, err
 	}
 	log.Printf("pulselb controller (pid %d), log %s", p.Pid(), p.LogPath)
-	return p, url, nil
+	return p, nil
 }
 
 // waitFor polls cond every 50 ms until it holds, fails, or timeout passes.
