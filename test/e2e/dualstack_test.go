@@ -230,22 +230,10 @@ func TestDualStack(t *testing.T) {
 		victim := webNodes[0]
 		gone := []string{addrs[victim].external[corev1.IPv4Protocol], addrs[victim].external[corev1.IPv6Protocol]}
 		writesBefore := rec.Count()
-		start := time.Now()
-		if err := c.NodeBlackhole(ctx, victim); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := c.NodeHeal(ctx, victim); err != nil {
-				t.Error(err)
-			}
-		}()
-		poll(ctx, t, 15*time.Second, "both addresses of "+victim+" gone from shop/web's status", func() bool {
-			ctl.alive(t)
-			last := rec.Last()
-			return !slices.Contains(last, gone[0]) && !slices.Contains(last, gone[1])
-		})
-		for _, ip := range gone {
-			dropped := rec.FirstWithout(ip, start).Sub(start)
+		fault, left := blackholeUntilGone(ctx, t, c, rec, ctl, victim, gone...)
+		start := fault.Start
+		for i, ip := range gone {
+			dropped := left[i]
 			t.Logf("blackholed %s: %s left the status %s after the fault", victim, ip, dropped.Round(time.Millisecond))
 			// The bound of TestHealth's IPv4 failover on the same machine.
 			if dropped > 6*time.Second {
@@ -451,20 +439,8 @@ func TestIPv6Only(t *testing.T) {
 	t.Run("NodeBlackholed", func(t *testing.T) {
 		victim := nodes[0]
 		ip := nodeIP[victim]
-		start := time.Now()
-		if err := c.NodeBlackhole(ctx, victim); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := c.NodeHeal(ctx, victim); err != nil {
-				t.Error(err)
-			}
-		}()
-		poll(ctx, t, 15*time.Second, ip+" ("+victim+") gone from shop/web's status", func() bool {
-			ctl.alive(t)
-			return !slices.Contains(rec.Last(), ip)
-		})
-		dropped := rec.FirstWithout(ip, start).Sub(start)
+		fault, gone := blackholeUntilGone(ctx, t, c, rec, ctl, victim, ip)
+		start, dropped := fault.Start, gone[0]
 		t.Logf("blackholed %s: %s left the status %s after the fault", victim, ip, dropped.Round(time.Millisecond))
 		if dropped > 6*time.Second {
 			t.Errorf("failover took %s, want at most 6s", dropped)

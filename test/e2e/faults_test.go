@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // TestFaults injects each fault the harness offers and checks what a user
@@ -155,4 +157,34 @@ func TestFaults(t *testing.T) {
 			return ready("node-1") == corev1.ConditionTrue && ready("node-3") == corev1.ConditionTrue
 		})
 	})
+}
+
+// blackhole cuts victim off from every other node until the test ends or
+// the fault's Heal, failing t if it cannot.
+func blackhole(ctx context.Context, t *testing.T, c *cluster.Cluster, victim string) *scenario.Blackhole {
+	t.Helper()
+	b, err := scenario.BlackholeNode(ctx, c, victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Heal(context.WithoutCancel(ctx)); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
+}
+
+// blackholeUntilGone cuts victim off as blackhole does, and waits up to
+// 15 s, while ctl runs, until ips leave the status rec records; it
+// returns the fault and how long after it each IP left.
+func blackholeUntilGone(ctx context.Context, t *testing.T, c *cluster.Cluster, rec *scenario.StatusRecorder, ctl *controllerProcess,
+	victim string, ips ...string) (*scenario.Blackhole, []time.Duration) {
+	t.Helper()
+	b := blackhole(ctx, t, c, victim)
+	dropped, err := b.WaitGone(ctx, rec, 15*time.Second, ctl.Alive, ips...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, dropped
 }

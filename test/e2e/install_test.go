@@ -166,11 +166,8 @@ func TestInstall(t *testing.T) {
 		if victim == "" {
 			t.Fatalf("every proxy node runs the leader (%v)", leaderNodes)
 		}
-		if err := c.NodeBlackhole(ctx, victim); err != nil {
-			t.Fatal(err)
-		}
+		blackhole(ctx, t, c, victim)
 		start := time.Now()
-		t.Cleanup(func() { _ = c.NodeHeal(context.WithoutCancel(ctx), victim) })
 		poll(ctx, t, 30*time.Second, victimIP+" ("+victim+") gone from shop/web's status", func() bool {
 			return !slices.Contains(ingressIPs(ctx, cs, ns, "web"), victimIP)
 		})
@@ -266,20 +263,8 @@ func leaderNodeBlackholed(ctx context.Context, t *testing.T, c *cluster.Cluster,
 	poll(ctx, t, 10*time.Second, "the status recorder's first observation", func() bool { return rec.Count() > 0 })
 	before := rec.Count()
 
-	if err := c.NodeBlackhole(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
+	fault := blackhole(ctx, t, c, victim)
 	start := time.Now()
-	healed := false
-	heal := func() {
-		if !healed {
-			healed = true
-			if err := c.NodeHeal(context.WithoutCancel(ctx), victim); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer heal()
 	poll(ctx, t, 30*time.Second, victimIP+" ("+victim+", the leader's node) gone from "+ns+"/everywhere's status", func() bool {
 		return !rec.FirstWithout(victimIP, start).IsZero()
 	})
@@ -305,7 +290,9 @@ func leaderNodeBlackholed(ctx context.Context, t *testing.T, c *cluster.Cluster,
 	// API server. Stay cut off past that.
 	time.Sleep(max(0, 15*time.Second-time.Since(start)))
 	during := rec.Since(before)
-	heal()
+	if err := fault.Heal(context.WithoutCancel(ctx)); err != nil {
+		t.Error(err)
+	}
 	healedAt := time.Now()
 	poll(ctx, t, 90*time.Second, victimIP+" back in "+ns+"/everywhere's status", func() bool {
 		return slices.Contains(rec.Last(), victimIP)

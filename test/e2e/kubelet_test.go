@@ -217,11 +217,8 @@ func TestKubeletInstall(t *testing.T) {
 				}
 			}
 		}()
-		if err := c.NodeBlackhole(ctx, victim); err != nil {
-			t.Fatal(err)
-		}
+		blackhole(ctx, t, c, victim)
 		start := time.Now()
-		t.Cleanup(func() { _ = c.NodeHeal(context.WithoutCancel(ctx), victim) })
 		poll(ctx, t, kubeletFailoverTarget, victimIP+" ("+victim+") gone from shop/web's status", func() bool {
 			return !slices.Contains(ingressIPs(ctx, cs, ns, "web"), victimIP)
 		})

@@ -140,20 +140,8 @@ func TestLeaseUpgrade(t *testing.T) {
 
 	victim := proxyNodes()[0]
 	ip := nodeIP[victim]
-	start := time.Now()
-	if err := c.NodeBlackhole(ctx, victim); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := c.NodeHeal(ctx, victim); err != nil {
-			t.Error(err)
-		}
-	}()
-	poll(ctx, t, 15*time.Second, ip+" ("+victim+") gone from shop/web's status", func() bool {
-		ctl.alive(t)
-		return !slices.Contains(rec.Last(), ip)
-	})
-	dropped := rec.FirstWithout(ip, start).Sub(start)
+	_, gone := blackholeUntilGone(ctx, t, c, rec, ctl, victim, ip)
+	dropped := gone[0]
 	t.Logf("blackholed %s after the upgrade: its IP left the status %s after the fault", victim, dropped.Round(time.Millisecond))
 	if dropped > 6*time.Second {
 		t.Errorf("failover took %s, want at most 6s", dropped)
