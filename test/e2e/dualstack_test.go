@@ -16,11 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/scenario"
 )
-
-const annotationAddressType = "pulselb.io/address-type"
 
 // TestDualStack runs pulselb on one dual-stack cluster of four nodes with
 // ExternalIPs in both families: probers, the ProbeReport CRD and the
@@ -48,7 +47,7 @@ func TestDualStack(t *testing.T) {
 
 	proxyNodes := func(svc string) []string {
 		var out []string
-		for _, p := range readyPods(ctx, t, cs, systemNamespace, labelServiceName+"="+svc) {
+		for _, p := range readyPods(ctx, t, cs, systemNamespace, contract.LabelServiceName+"="+svc) {
 			out = append(out, p.Spec.NodeName)
 		}
 		slices.Sort(out)
@@ -136,7 +135,7 @@ func TestDualStack(t *testing.T) {
 		if len(svc.Spec.ClusterIPs) != 2 {
 			t.Fatalf("shop/web ClusterIPs %v, want one per family", svc.Spec.ClusterIPs)
 		}
-		for _, p := range readyPods(ctx, t, cs, systemNamespace, labelServiceName+"=web") {
+		for _, p := range readyPods(ctx, t, cs, systemNamespace, contract.LabelServiceName+"=web") {
 			for _, ip := range svc.Spec.ClusterIPs {
 				tool := "iptables"
 				if strings.Contains(ip, ":") {
@@ -215,7 +214,7 @@ func TestDualStack(t *testing.T) {
 		}
 		for _, tc := range cases {
 			createBackendFor(ctx, t, cs, tc.svc)
-			createDualStackLB(ctx, t, cs, tc.svc, tc.port, map[string]string{annotationAddressType: tc.addressType}, tc.policy, tc.families...)
+			createDualStackLB(ctx, t, cs, tc.svc, tc.port, map[string]string{contract.AnnotationAddressType: tc.addressType}, tc.policy, tc.families...)
 		}
 		for _, tc := range cases {
 			t.Run(tc.svc, func(t *testing.T) {

@@ -25,6 +25,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/v1alpha1"
+	"github.com/pulselb/pulselb/status"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
 	"github.com/pulselb/pulselb/test/scenario"
@@ -55,9 +58,9 @@ func TestExternalVantages(t *testing.T) {
 	vantage := startVantage(t, c, "vps", kubeconfig)
 
 	createBackend(ctx, t, cs, "web", 2, []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}})
-	fast := map[string]string{"pulselb.io/address-type": "external", "pulselb.io/probe-interval": "300ms"}
-	adv := map[string]string{"pulselb.io/external-vantages": "advisory"}
-	req := map[string]string{"pulselb.io/external-vantages": "required"}
+	fast := map[string]string{contract.AnnotationAddressType: "external", contract.AnnotationProbeInterval: "300ms"}
+	adv := map[string]string{contract.AnnotationExternalVantages: "advisory"}
+	req := map[string]string{contract.AnnotationExternalVantages: "required"}
 	for k, v := range fast {
 		adv[k], req[k] = v, v
 	}
@@ -87,7 +90,7 @@ func TestExternalVantages(t *testing.T) {
 		if err != nil {
 			return nil
 		}
-		return findCondition(svc.Status.Conditions, "pulselb.io/ExternallyReachable")
+		return findCondition(svc.Status.Conditions, status.ConditionExternallyReachable)
 	}
 	reason := func(name string) string {
 		if c := condition(name); c != nil {
@@ -145,7 +148,7 @@ func TestExternalVantages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := svc.Annotations["pulselb.io/external-unreachable"]; got != ip {
+		if got := svc.Annotations[contract.AnnotationExternalUnreachable]; got != ip {
 			t.Errorf("web-req's pulselb.io/external-unreachable = %q, want %s", got, ip)
 		}
 		poll(ctx, t, 10*time.Second, "ExternalPathDown Events on both Services", func() bool {
@@ -248,7 +251,7 @@ func TestExternalVantages(t *testing.T) {
 		}
 		for _, name := range []string{"external-other", victim, "vps"} {
 			forged := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "pulselb.io/v1alpha1", "kind": "ProbeReport",
+				"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "ProbeReport",
 				"metadata": map[string]any{"name": name, "namespace": systemNamespace},
 				"status":   map[string]any{"external": true},
 			}}

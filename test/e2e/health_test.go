@@ -16,20 +16,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/status"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
 	"github.com/pulselb/pulselb/test/scenario"
 )
 
-// Names the health scenarios share with pulselb; the test module does not
-// import pulselb's packages (see lbFinalizer).
+// Names the health scenarios share with pulselb.
 const (
-	proxyAppSelector = "app.kubernetes.io/name=pulselb-proxy"
-	labelUnhealthy   = "pulselb.io/unhealthy"
+	proxyAppSelector = contract.LabelAppName + "=" + contract.ProxyAppName
 	// restartAfterDown is the controller's RestartAfterDown: how long a
-	// port must be Down before its proxy may be restarted.
+	// port must be Down before its proxy may be restarted (the test
+	// module does not import the controller; see lbFinalizer).
 	restartAfterDown = 5 * time.Second
-	conditionHealthy = "pulselb.io/Healthy"
 )
 
 // TestHealth runs the whole health pipeline on one cluster of four nodes:
@@ -128,8 +128,8 @@ func TestHealth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := node.Labels[labelUnhealthy]; !ok {
-			t.Errorf("node %s not labelled %s", victim, labelUnhealthy)
+		if _, ok := node.Labels[contract.LabelUnhealthy]; !ok {
+			t.Errorf("node %s not labelled %s", victim, contract.LabelUnhealthy)
 		}
 		for _, w := range rec.Since(writesBefore) {
 			if len(w.IPs) == 0 {
@@ -139,9 +139,9 @@ func TestHealth(t *testing.T) {
 		if err := fault.Heal(ctx); err != nil {
 			t.Error(err)
 		}
-		poll(ctx, t, 30*time.Second, "label "+labelUnhealthy+" removed from "+victim+" after healing", func() bool {
+		poll(ctx, t, 30*time.Second, "label "+contract.LabelUnhealthy+" removed from "+victim+" after healing", func() bool {
 			n, err := cs.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
-			_, labelled := n.Labels[labelUnhealthy]
+			_, labelled := n.Labels[contract.LabelUnhealthy]
 			return err == nil && !labelled
 		})
 	})
@@ -198,7 +198,7 @@ func TestHealth(t *testing.T) {
 		// broken proxy has drained, and so does the address.
 		poll(ctx, t, 90*time.Second, "the replacement of "+victim.Name+" ready on "+victim.Spec.NodeName+" and "+ip+" published", func() bool {
 			ctl.alive(t)
-			back := slices.ContainsFunc(readyPods(ctx, t, cs, systemNamespace, proxyAppSelector+","+labelServiceName+"=web"), func(p corev1.Pod) bool {
+			back := slices.ContainsFunc(readyPods(ctx, t, cs, systemNamespace, proxyAppSelector+","+contract.LabelServiceName+"=web"), func(p corev1.Pod) bool {
 				return p.Name != victim.Name && p.Spec.NodeName == victim.Spec.NodeName
 			})
 			return back && slices.Contains(rec.Last(), ip)
@@ -280,12 +280,12 @@ func TestHealth(t *testing.T) {
 		if podsAfter := podNames(listPods(ctx, t, cs, systemNamespace, proxyAppSelector)); !slices.Equal(podsAfter, podsBefore) {
 			t.Errorf("proxy pods changed from %v to %v: a single prober caused a migration", podsBefore, podsAfter)
 		}
-		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labelUnhealthy})
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: contract.LabelUnhealthy})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, n := range nodes.Items {
-			t.Errorf("node %s labelled %s by a single prober", n.Name, labelUnhealthy)
+			t.Errorf("node %s labelled %s by a single prober", n.Name, contract.LabelUnhealthy)
 		}
 		for _, w := range rec.Since(writesBefore) {
 			if !slices.Equal(w.IPs, before) {
@@ -336,13 +336,13 @@ func TestHealth(t *testing.T) {
 		fault := blackhole(ctx, t, c, victim)
 		start := time.Now()
 		var cond *metav1.Condition
-		poll(ctx, t, 30*time.Second, "pulselb.io/BackendsReachable=False naming web-pinned", func() bool {
+		poll(ctx, t, 30*time.Second, status.ConditionBackendsReachable+"=False naming web-pinned", func() bool {
 			ctl.alive(t)
 			svc, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
 			if err != nil {
 				return false
 			}
-			cond = findCondition(svc.Status.Conditions, "pulselb.io/BackendsReachable")
+			cond = findCondition(svc.Status.Conditions, status.ConditionBackendsReachable)
 			return cond != nil && cond.Status == metav1.ConditionFalse && strings.Contains(cond.Message, "web-pinned on "+victim)
 		})
 		if cond != nil {
@@ -370,12 +370,12 @@ func TestHealth(t *testing.T) {
 		if err := cs.CoreV1().Pods("shop").Delete(ctx, "web-pinned", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Error(err)
 		}
-		poll(ctx, t, 60*time.Second, "pulselb.io/BackendsReachable=True again", func() bool {
+		poll(ctx, t, 60*time.Second, status.ConditionBackendsReachable+"=True again", func() bool {
 			svc, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
 			if err != nil {
 				return false
 			}
-			cond := findCondition(svc.Status.Conditions, "pulselb.io/BackendsReachable")
+			cond := findCondition(svc.Status.Conditions, status.ConditionBackendsReachable)
 			return cond != nil && cond.Status == metav1.ConditionTrue
 		})
 	})
@@ -391,13 +391,13 @@ func TestHealth(t *testing.T) {
 			}
 		}()
 		var allDownAt time.Time
-		poll(ctx, t, 30*time.Second, "pulselb.io/Healthy=False (AllDown) with every proxy IP still published", func() bool {
+		poll(ctx, t, 30*time.Second, status.ConditionHealthy+"=False (AllDown) with every proxy IP still published", func() bool {
 			ctl.alive(t)
 			svc, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
 			if err != nil {
 				return false
 			}
-			cond := findCondition(svc.Status.Conditions, conditionHealthy)
+			cond := findCondition(svc.Status.Conditions, status.ConditionHealthy)
 			if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "AllDown" || !slices.Equal(scenario.IngressOf(svc), before) {
 				return false
 			}
@@ -414,9 +414,9 @@ func TestHealth(t *testing.T) {
 		})
 		restored = true
 		scaleBackend(ctx, t, cs, "web", 2)
-		poll(ctx, t, 60*time.Second, "pulselb.io/Healthy=True again", func() bool {
+		poll(ctx, t, 60*time.Second, status.ConditionHealthy+"=True again", func() bool {
 			svc, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
-			cond := findCondition(svc.Status.Conditions, conditionHealthy)
+			cond := findCondition(svc.Status.Conditions, status.ConditionHealthy)
 			return err == nil && cond != nil && cond.Status == metav1.ConditionTrue
 		})
 	})
@@ -460,14 +460,14 @@ func TestHealth(t *testing.T) {
 			{Name: "udp", ContainerPort: 5353, Protocol: corev1.ProtocolUDP}, {Name: "dns", ContainerPort: 5354, Protocol: corev1.ProtocolUDP},
 		})
 		annotations := map[string]string{
-			"pulselb.io/replicas":    "1",
-			"pulselb.io/probe.http":  "http path=/healthz status=200",
-			"pulselb.io/probe.https": "https verify=false",
-			"pulselb.io/probe.tls":   "tls verify=false",
-			"pulselb.io/probe.mysql": "mysql",
-			"pulselb.io/probe.udp":   `udp send=hello expect=hello`,
-			"pulselb.io/probe.dns":   "dns name=example.test",
-			"pulselb.io/probe.wrong": "http status=teapot",
+			contract.AnnotationReplicas:              "1",
+			contract.AnnotationProbePrefix + "http":  "http path=/healthz status=200",
+			contract.AnnotationProbePrefix + "https": "https verify=false",
+			contract.AnnotationProbePrefix + "tls":   "tls verify=false",
+			contract.AnnotationProbePrefix + "mysql": "mysql",
+			contract.AnnotationProbePrefix + "udp":   `udp send=hello expect=hello`,
+			contract.AnnotationProbePrefix + "dns":   "dns name=example.test",
+			contract.AnnotationProbePrefix + "wrong": "http status=teapot",
 		}
 		ports := []corev1.ServicePort{
 			{Name: "http", Port: 8081, TargetPort: intstr.FromString("http")},

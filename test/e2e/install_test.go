@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
 	"github.com/pulselb/pulselb/test/scenario"
@@ -237,7 +238,7 @@ func leaderNodeBlackholed(ctx context.Context, t *testing.T, c *cluster.Cluster,
 		ports[i].Port += 8000
 	}
 	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "everywhere", Namespace: ns, Annotations: map[string]string{"pulselb.io/proxy-mode": "daemonset"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "everywhere", Namespace: ns, Annotations: map[string]string{contract.AnnotationProxyMode: "daemonset"}},
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: web.Spec.Selector, Ports: ports},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/status"
 	"github.com/pulselb/pulselb/test/cluster"
 )
 
@@ -67,7 +69,7 @@ func kubeletForwardingSysctls(ctx context.Context, t *testing.T, c *cluster.Clus
 		t.Fatalf("turning on --proxy-sysctls: %v", err)
 	}
 	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "fwd", Namespace: ns, Annotations: map[string]string{"pulselb.io/proxy-mode": "daemonset"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "fwd", Namespace: ns, Annotations: map[string]string{contract.AnnotationProxyMode: "daemonset"}},
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeLoadBalancer,
 			Selector: map[string]string{"app": "web"},
@@ -91,7 +93,7 @@ func kubeletForwardingSysctls(ctx context.Context, t *testing.T, c *cluster.Clus
 			if err != nil {
 				return false
 			}
-			cond = meta.FindStatusCondition(svc.Status.Conditions, "pulselb.io/ConfigValid")
+			cond = meta.FindStatusCondition(svc.Status.Conditions, status.ConditionConfigValid)
 			return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "InvalidConfig" &&
 				strings.Contains(cond.Message, sysctlKubeletFlag) && strings.Contains(cond.Message, sysctlRefusingNode)
 		})

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
 	"github.com/pulselb/pulselb/test/scenario"
@@ -126,8 +127,8 @@ func TestLeaseUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range nodes.Items {
-		if _, ok := n.Labels[labelUnhealthy]; ok {
-			t.Errorf("node %s labelled %s during the upgrade", n.Name, labelUnhealthy)
+		if _, ok := n.Labels[contract.LabelUnhealthy]; ok {
+			t.Errorf("node %s labelled %s during the upgrade", n.Name, contract.LabelUnhealthy)
 		}
 	}
 	if n := verdictEvents(); n != eventsBefore {

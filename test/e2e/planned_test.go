@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/planned"
 	"github.com/pulselb/pulselb/test/scenario"
@@ -173,18 +174,18 @@ func TestPlannedChanges(t *testing.T) {
 
 	t.Run("SourceRangesInPlace", func(t *testing.T) {
 		testSourceRanges(ctx, t, c.Client, planned.AppNamespace, map[string]string{"app": planned.Backend},
-			intstr.FromString("http"), map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode})
+			intstr.FromString("http"), map[string]string{contract.AnnotationNodeSelector: corev1.LabelHostname + "!=" + env.BackendNode})
 	})
 
 	t.Run("ClientAddress", func(t *testing.T) {
 		testClientAddress(ctx, t, c.Client, clientAddressCase{namespace: planned.AppNamespace, selector: map[string]string{"app": planned.Backend},
 			backendPort: intstr.FromString("http"), version: "v2",
-			annotations: map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode}})
+			annotations: map[string]string{contract.AnnotationNodeSelector: corev1.LabelHostname + "!=" + env.BackendNode}})
 	})
 
 	t.Run("AddressBeforeBackends", func(t *testing.T) {
 		testAddressBeforeBackends(ctx, t, c.Client, planned.AppNamespace, env.BackendNode,
-			map[string]string{"pulselb.io/node-selector": corev1.LabelHostname + "!=" + env.BackendNode})
+			map[string]string{contract.AnnotationNodeSelector: corev1.LabelHostname + "!=" + env.BackendNode})
 	})
 
 	t.Run("ConnectionSurvivesDrain", func(t *testing.T) {
@@ -208,7 +209,7 @@ func TestPlannedChanges(t *testing.T) {
 			}()
 			var deleted time.Time
 			poll(ctx, t, 30*time.Second, "web's proxy on "+node+" terminating", func() bool {
-				for _, p := range listPods(ctx, t, c.Client, planned.SystemNamespace, "pulselb.io/service-name=web") {
+				for _, p := range listPods(ctx, t, c.Client, planned.SystemNamespace, contract.LabelServiceName+"=web") {
 					if p.Spec.NodeName == node && p.DeletionTimestamp != nil {
 						deleted = time.Now()
 						return true

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/status"
 	"github.com/pulselb/pulselb/test/cluster"
 )
 
@@ -49,10 +51,10 @@ func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 	const name, ppPort, plainPort = "client-address", 8093, 8094
 	svcNamespace := tc.namespace
 	ann := map[string]string{
-		"pulselb.io/proxy-protocol.pp": tc.version,
+		contract.AnnotationProxyProtocolPrefix + "pp": tc.version,
 		// An HTTP probe reads an answer: the backend must have taken the
 		// header the relay wrote on the probe's connection.
-		"pulselb.io/probe": "http",
+		contract.AnnotationProbe: "http",
 	}
 	for k, v := range tc.annotations {
 		ann[k] = v
@@ -87,7 +89,7 @@ func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 		if err != nil {
 			return false
 		}
-		c := findCondition(s.Status.Conditions, "pulselb.io/Healthy")
+		c := findCondition(s.Status.Conditions, status.ConditionHealthy)
 		return len(addrs) == published && c != nil && c.Status == metav1.ConditionTrue
 	})
 	for _, a := range addrs {
@@ -118,7 +120,7 @@ func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("the userspace relay carries TCP:%d with a PROXY protocol %s header; iptables rules carry TCP:%d", ppPort, tc.version, plainPort)
-	if c := findCondition(svc.Status.Conditions, "pulselb.io/ConfigValid"); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, want) {
+	if c := findCondition(svc.Status.Conditions, status.ConditionConfigValid); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, want) {
 		t.Errorf("ConfigValid %+v, want True saying %q", c, want)
 	}
 
@@ -131,7 +133,7 @@ func testClientAddress(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 		if err != nil {
 			return false
 		}
-		c := findCondition(s.Status.Conditions, "pulselb.io/ConfigValid")
+		c := findCondition(s.Status.Conditions, status.ConditionConfigValid)
 		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, `spec.sessionAffinity="ClientIP"`) &&
 			countEvents(ctx, t, cs, svcNamespace, name, "InvalidSpec") > 0
 	})

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/test/cluster"
 )
 
@@ -205,13 +207,13 @@ func TestRBAC(t *testing.T) {
 				metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
 			return err
 		}
-		if err := patch(own.Name, "pulselb.io/allow-list"); err != nil {
+		if err := patch(own.Name, contract.PodConditionAllowList); err != nil {
 			t.Errorf("a proxy reporting its allow-list on its own pod: %v", err)
 		}
-		if err := patch(other.Name, "pulselb.io/allow-list"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only its own pod's status") {
+		if err := patch(other.Name, contract.PodConditionAllowList); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only its own pod's status") {
 			t.Errorf("a proxy writing another pod's status: %v, want Forbidden by the admission policy", err)
 		}
-		if err := patch(own.Name, "pulselb.io/probed"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only the pulselb.io/allow-list condition") {
+		if err := patch(own.Name, contract.PodConditionProbed); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only the pulselb.io/allow-list condition") {
 			t.Errorf("a proxy opening its own readiness gate: %v, want Forbidden by the admission policy", err)
 		}
 	})
@@ -233,7 +235,7 @@ func TestRBAC(t *testing.T) {
 		}
 
 		other := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "pulselb.io/v1alpha1", "kind": "ProbeReport",
+			"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "ProbeReport",
 			"metadata": map[string]any{"name": "node-2-forged", "namespace": sys},
 		}}
 		for _, name := range []string{"node-2", "node-2-forged"} {

@@ -18,20 +18,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/status"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/scenario"
 )
 
 const (
 	scenarioNamespace = "scn"
-	// Labels and annotations of the API contract (placement's constants;
-	// the test module does not import the main module).
-	labelExclude       = "pulselb.io/exclude"
-	labelExcludeFromLB = "node.kubernetes.io/exclude-from-external-load-balancers"
-	annotationReplicas = "pulselb.io/replicas"
-	annotationMode     = "pulselb.io/proxy-mode"
-	conditionScheduled = "pulselb.io/ProxiesScheduled"
-	labelServiceName   = "pulselb.io/service-name"
 )
 
 // TestScenarios runs the controller's placement scenarios on one cluster of
@@ -71,10 +65,10 @@ func TestScenarios(t *testing.T) {
 		return svc
 	}
 	proxyPodsOf := func(name string) []corev1.Pod {
-		return listPods(ctx, t, cs, systemNamespace, labelServiceName+"="+name)
+		return listPods(ctx, t, cs, systemNamespace, contract.LabelServiceName+"="+name)
 	}
 	workloadsOf := func(name string) int {
-		sel := metav1.ListOptions{LabelSelector: labelServiceName + "=" + name}
+		sel := metav1.ListOptions{LabelSelector: contract.LabelServiceName + "=" + name}
 		d, err1 := cs.AppsV1().Deployments(systemNamespace).List(ctx, sel)
 		ds, err2 := cs.AppsV1().DaemonSets(systemNamespace).List(ctx, sel)
 		if err1 != nil || err2 != nil {
@@ -101,33 +95,33 @@ func TestScenarios(t *testing.T) {
 	}
 
 	t.Run("ExcludedNodesNeverHostOrPublish", func(t *testing.T) {
-		excluded := map[string]string{"node-1": labelExclude, "node-2": labelExcludeFromLB}
+		excluded := map[string]string{"node-1": contract.LabelExclude, "node-2": contract.LabelExcludeFromLB}
 		for node, label := range excluded {
 			labelNode(ctx, t, cs, node, label, ptr.To("true"))
 		}
 		// A DaemonSet proxy would run on every node the exclusion did
 		// not remove, so one node is left.
-		createLBService(ctx, t, cs, "excluded", 80, map[string]string{annotationMode: "daemonset"}, nil)
+		createLBService(ctx, t, cs, "excluded", 80, map[string]string{contract.AnnotationProxyMode: "daemonset"}, nil)
 		var svc *corev1.Service
 		poll(ctx, t, 60*time.Second, "excluded published on node-3 only", func() bool {
 			ctl.alive(t)
 			svc = getService("excluded")
-			return svc != nil && slices.Equal(ingressNodes(svc), []string{"node-3"}) && len(readyPods(ctx, t, cs, systemNamespace, labelServiceName+"=excluded")) == 1
+			return svc != nil && slices.Equal(ingressNodes(svc), []string{"node-3"}) && len(readyPods(ctx, t, cs, systemNamespace, contract.LabelServiceName+"=excluded")) == 1
 		})
 		if got := nodesOf(proxyPodsOf("excluded")); !slices.Equal(got, []string{"node-3"}) {
 			t.Errorf("proxy pods on %v, want node-3 only", got)
 		}
-		if got := svc.Annotations["pulselb.io/nodes"]; got != "node-3" {
-			t.Errorf("pulselb.io/nodes = %q, want node-3", got)
+		if got := svc.Annotations[contract.AnnotationNodes]; got != "node-3" {
+			t.Errorf("%s = %q, want node-3", contract.AnnotationNodes, got)
 		}
 		// A Deployment asking for 3 replicas is capped to the one node.
-		createLBService(ctx, t, cs, "excluded-deploy", 81, map[string]string{annotationReplicas: "3"}, nil)
+		createLBService(ctx, t, cs, "excluded-deploy", 81, map[string]string{contract.AnnotationReplicas: "3"}, nil)
 		poll(ctx, t, 60*time.Second, "excluded-deploy published on node-3 only", func() bool {
 			ctl.alive(t)
 			svc = getService("excluded-deploy")
 			return svc != nil && slices.Equal(ingressNodes(svc), []string{"node-3"})
 		})
-		d, err := cs.AppsV1().Deployments(systemNamespace).List(ctx, metav1.ListOptions{LabelSelector: labelServiceName + "=excluded-deploy"})
+		d, err := cs.AppsV1().Deployments(systemNamespace).List(ctx, metav1.ListOptions{LabelSelector: contract.LabelServiceName + "=excluded-deploy"})
 		if err != nil || len(d.Items) != 1 || *d.Items[0].Spec.Replicas != 1 {
 			t.Errorf("excluded-deploy Deployments %v (%v), want one with 1 replica", d, err)
 		}
@@ -158,7 +152,7 @@ func TestScenarios(t *testing.T) {
 	}
 
 	t.Run("PortConflict", func(t *testing.T) {
-		one := map[string]string{annotationReplicas: "1"}
+		one := map[string]string{contract.AnnotationReplicas: "1"}
 		for _, name := range []string{"p1", "p2", "p3"} {
 			createLBService(ctx, t, cs, name, 80, one, nil)
 		}
@@ -182,14 +176,14 @@ func TestScenarios(t *testing.T) {
 
 		createLBService(ctx, t, cs, "p4", 80, one, nil)
 		var cond *metav1.Condition
-		poll(ctx, t, 60*time.Second, "p4 with "+conditionScheduled+"=False PortConflict", func() bool {
+		poll(ctx, t, 60*time.Second, "p4 with "+status.ConditionProxiesScheduled+"=False PortConflict", func() bool {
 			ctl.alive(t)
 			svc := getService("p4")
 			if svc == nil {
 				return false
 			}
 			for i := range svc.Status.Conditions {
-				if svc.Status.Conditions[i].Type == conditionScheduled {
+				if svc.Status.Conditions[i].Type == status.ConditionProxiesScheduled {
 					cond = &svc.Status.Conditions[i]
 				}
 			}
@@ -310,13 +304,13 @@ func TestScenarios(t *testing.T) {
 			if svc == nil || slices.Contains(svc.Finalizers, lbFinalizer) || len(svc.Status.LoadBalancer.Ingress) > 0 {
 				return false
 			}
-			for _, k := range []string{"pulselb.io/external-ips", "pulselb.io/internal-ips", "pulselb.io/nodes"} {
+			for _, k := range []string{contract.AnnotationExternalIPs, contract.AnnotationInternalIPs, contract.AnnotationNodes} {
 				if _, ok := svc.Annotations[k]; ok {
 					return false
 				}
 			}
 			for _, cond := range svc.Status.Conditions {
-				if strings.HasPrefix(cond.Type, "pulselb.io/") {
+				if strings.HasPrefix(cond.Type, contract.Prefix) {
 					return false
 				}
 			}
@@ -385,7 +379,7 @@ func testLocalTrafficPolicy(ctx context.Context, t *testing.T, c *cluster.Cluste
 			if err != nil || len(svc.Status.LoadBalancer.Ingress) != 1 || svc.Status.LoadBalancer.Ingress[0].IP != ipOf[node] {
 				return false
 			}
-			proxies := readyPods(ctx, t, cs, systemNamespace, labelServiceName+"=local")
+			proxies := readyPods(ctx, t, cs, systemNamespace, contract.LabelServiceName+"=local")
 			for _, p := range proxies {
 				if p.Spec.NodeName != node {
 					return false
@@ -394,7 +388,7 @@ func testLocalTrafficPolicy(ctx context.Context, t *testing.T, c *cluster.Cluste
 			return len(proxies) == 1
 		})
 		poll(ctx, t, 60*time.Second, "no proxy pod of local left on a node other than "+node, func() bool {
-			for _, p := range listPods(ctx, t, cs, systemNamespace, labelServiceName+"=local") {
+			for _, p := range listPods(ctx, t, cs, systemNamespace, contract.LabelServiceName+"=local") {
 				if p.Spec.NodeName != "" && p.Spec.NodeName != node {
 					return false
 				}

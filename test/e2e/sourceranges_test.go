@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
 )
 
@@ -72,7 +73,7 @@ func testSourceRanges(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	})
 	pods := func() []types.UID {
 		var uids []types.UID
-		for _, p := range listPods(ctx, t, cs, systemNamespace, labelServiceName+"="+svc.Name) {
+		for _, p := range listPods(ctx, t, cs, systemNamespace, contract.LabelServiceName+"="+svc.Name) {
 			uids = append(uids, p.UID)
 		}
 		slices.Sort(uids)

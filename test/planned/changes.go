@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
 	"github.com/pulselb/pulselb/test/scenario"
@@ -120,7 +121,7 @@ func (e *Env) LabelNode(ctx context.Context, node, label string, value *string) 
 // says it is safe to drain (node condition pulselb.io/ProxiesDrained
 // True) and no Service publishes its IP.
 func (e *Env) Maintain(ctx context.Context, node string) error {
-	if err := e.LabelNode(ctx, node, LabelMaintenance, ptr.To("true")); err != nil {
+	if err := e.LabelNode(ctx, node, contract.LabelMaintenance, ptr.To("true")); err != nil {
 		return err
 	}
 	ip := e.nodeIP[node]
@@ -146,7 +147,7 @@ func (e *Env) Maintain(ctx context.Context, node string) error {
 
 // EndMaintenance removes the maintenance label and uncordons the node.
 func (e *Env) EndMaintenance(ctx context.Context, node string) error {
-	if err := e.LabelNode(ctx, node, LabelMaintenance, nil); err != nil {
+	if err := e.LabelNode(ctx, node, contract.LabelMaintenance, nil); err != nil {
 		return err
 	}
 	return e.C.Cordon(ctx, node, false)
@@ -183,12 +184,12 @@ func (e *Env) DrainNodes(ctx context.Context, nodes ...string) ([]cluster.DrainR
 
 // SetReplicas sets a Service's pulselb.io/replicas annotation.
 func (e *Env) SetReplicas(ctx context.Context, svc string, n int) error {
-	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationReplicas: fmt.Sprint(n)}}})
+	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{contract.AnnotationReplicas: fmt.Sprint(n)}}})
 	if err != nil {
 		return err
 	}
 	if _, err := e.Client.CoreV1().Services(AppNamespace).Patch(ctx, svc, types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("setting %s of %s to %d: %w", AnnotationReplicas, svc, n, err)
+		return fmt.Errorf("setting %s of %s to %d: %w", contract.AnnotationReplicas, svc, n, err)
 	}
 	return nil
 }

@@ -27,15 +27,15 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
 	"github.com/pulselb/pulselb/test/scenario"
 	"github.com/pulselb/pulselb/test/traffic"
 )
 
-// Names the scenarios share with pulselb; the test module does not import
-// pulselb's packages, so that a pulselb that does not compile fails only
-// the processes running it.
+// Names the scenarios share with pulselb; the API's own are
+// api/contract's.
 const (
 	SystemNamespace = "pulselb-system"
 	AppNamespace    = "shop"
@@ -48,17 +48,13 @@ const (
 	BackendPort    = 8080
 	BackendUDPPort = 5353
 
-	LabelMaintenance   = "pulselb.io/maintenance"
-	AnnotationReplicas = "pulselb.io/replicas"
-	AnnotationDrain    = "pulselb.io/drain-delay"
-	annotationNodeSel  = "pulselb.io/node-selector"
-	annotationDNSTTL   = "pulselb.io/dns-ttl"
 	// conditionProxiesDrained is the node condition saying a node in
-	// maintenance is safe to drain.
+	// maintenance is safe to drain: controller.ConditionProxiesDrained;
+	// the test module imports the API (api/...), not the controller, so
+	// that a controller that does not compile fails only the processes
+	// running it.
 	conditionProxiesDrained = "pulselb.io/ProxiesDrained"
-	labelProxyApp           = "app.kubernetes.io/name=pulselb-proxy"
-	labelServiceNS          = "pulselb.io/service-namespace"
-	labelServiceName        = "pulselb.io/service-name"
+	labelProxyApp           = contract.LabelAppName + "=" + contract.ProxyAppName
 	proxyContainer          = "proxy"
 	defaultProxyImage       = "ghcr.io/pulselb/pulselb:v1"
 	defaultReplicas         = 2
@@ -202,12 +198,12 @@ func (e *Env) createBackend(ctx context.Context) error {
 }
 
 func (e *Env) createService(ctx context.Context, s ServiceConfig) error {
-	ann := map[string]string{annotationNodeSel: corev1.LabelHostname + "!=" + e.BackendNode}
+	ann := map[string]string{contract.AnnotationNodeSelector: corev1.LabelHostname + "!=" + e.BackendNode}
 	if s.DrainDelay != "" {
-		ann[AnnotationDrain] = s.DrainDelay
+		ann[contract.AnnotationDrainDelay] = s.DrainDelay
 	}
 	if s.DNSTTL > 0 {
-		ann[annotationDNSTTL] = fmt.Sprint(s.DNSTTL)
+		ann[contract.AnnotationDNSTTL] = fmt.Sprint(s.DNSTTL)
 	}
 	_, err := e.Client.CoreV1().Services(AppNamespace).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: AppNamespace, Annotations: ann},
@@ -324,7 +320,7 @@ func (e *Env) waitFor(ctx context.Context, timeout time.Duration, what string, c
 
 // proxySelector selects the proxy pods of a Service.
 func proxySelector(svc string) string {
-	return labelProxyApp + "," + labelServiceNS + "=" + AppNamespace + "," + labelServiceName + "=" + svc
+	return labelProxyApp + "," + contract.LabelServiceNamespace + "=" + AppNamespace + "," + contract.LabelServiceName + "=" + svc
 }
 
 // ProxyNodesOf returns the nodes of a Service's ready proxies, sorted.
@@ -413,9 +409,9 @@ func (e *Env) replicas(ctx context.Context, svc string) (int, error) {
 		return 0, err
 	}
 	n := defaultReplicas
-	if v, ok := s.Annotations[AnnotationReplicas]; ok {
+	if v, ok := s.Annotations[contract.AnnotationReplicas]; ok {
 		if _, err := fmt.Sscan(v, &n); err != nil {
-			return 0, fmt.Errorf("service %s: %s=%q: %w", svc, AnnotationReplicas, v, err)
+			return 0, fmt.Errorf("service %s: %s=%q: %w", svc, contract.AnnotationReplicas, v, err)
 		}
 	}
 	return min(n, len(e.schedulableProxyNodes(ctx))), nil
@@ -430,7 +426,7 @@ func (e *Env) schedulableProxyNodes(ctx context.Context) []string {
 		if err != nil {
 			continue
 		}
-		if _, maint := n.Labels[LabelMaintenance]; !n.Spec.Unschedulable && !maint {
+		if _, maint := n.Labels[contract.LabelMaintenance]; !n.Spec.Unschedulable && !maint {
 			out = append(out, name)
 		}
 	}

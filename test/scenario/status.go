@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/pulselb/pulselb/api/contract"
 )
 
 // StatusWrite is one version of a Service's status a StatusRecorder saw.
@@ -82,7 +84,7 @@ func (r *StatusRecorder) observe(svc *corev1.Service) {
 	r.last = string(st)
 	var conds []string
 	for _, c := range svc.Status.Conditions {
-		conds = append(conds, fmt.Sprintf("%s=%s/%s %q", strings.TrimPrefix(c.Type, "pulselb.io/"), c.Status, c.Reason, c.Message))
+		conds = append(conds, fmt.Sprintf("%s=%s/%s %q", strings.TrimPrefix(c.Type, contract.Prefix), c.Status, c.Reason, c.Message))
 	}
 	r.writes = append(r.writes, StatusWrite{At: time.Now(), IPs: IngressOf(svc), Conds: conds})
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/deploy"
 	"github.com/pulselb/pulselb/test/scenario"
 )
@@ -56,7 +57,7 @@ func (b *bench) leaderPhase(ctx context.Context, ctl *scenario.Controller, n int
 	}
 	b.rec = scenario.RecordStatus(ctx, b.cs, appNS, everywhere)
 	if _, err := b.cs.CoreV1().Services(appNS).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: everywhere, Annotations: map[string]string{"pulselb.io/proxy-mode": "daemonset"}},
+		ObjectMeta: metav1.ObjectMeta{Name: everywhere, Annotations: map[string]string{contract.AnnotationProxyMode: "daemonset"}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: web.Spec.Selector,
 			Ports: []corev1.ServicePort{{Name: "http", Port: 81, TargetPort: intstr.FromString("http")}}},
 	}, metav1.CreateOptions{}); err != nil {
@@ -168,7 +169,7 @@ func (b *bench) steadyEverywhere(ctx context.Context) error {
 			missing = err.Error()
 			return false
 		}
-		l, err := b.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: unhealthy})
+		l, err := b.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: contract.LabelUnhealthy})
 		if err != nil || len(l.Items) > 0 {
 			missing = "a node is labelled unhealthy"
 			return false

@@ -56,17 +56,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
 	"github.com/pulselb/pulselb/test/scenario"
 )
 
 const (
-	systemNS  = "pulselb-system"
-	appNS     = "shop"
-	proxyApp  = "app.kubernetes.io/name=pulselb-proxy"
-	svcLBApp  = "svclb"
-	unhealthy = "pulselb.io/unhealthy"
+	systemNS = "pulselb-system"
+	appNS    = "shop"
+	proxyApp = "app.kubernetes.io/name=pulselb-proxy"
+	svcLBApp = "svclb"
 )
 
 var (
@@ -264,7 +264,7 @@ func (b *bench) steady(ctx context.Context) error {
 				return false
 			}
 		}
-		l, err := b.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: unhealthy})
+		l, err := b.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: contract.LabelUnhealthy})
 		return err == nil && len(l.Items) == 0
 	})
 }
