@@ -595,64 +595,6 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-// TagImage gives the image src the reference dst on every kubelet node,
-// as a registry serves a new tag of the same build: a pod spec moved to
-// dst rolls its pods, and each kubelet finds dst without a pull.
-func (c *Cluster) TagImage(ctx context.Context, src, dst string) error {
-	tagged := 0
-	for _, n := range c.kubelet.nodeList() {
-		if n.real == nil {
-			continue
-		}
-		if _, err := output(ctx, filepath.Join(c.bin, "ctr"), "--address", n.real.socket, "--namespace", "k8s.io",
-			"images", "tag", "--force", src, dst); err != nil {
-			return fmt.Errorf("tagging %s as %s on node %s: %w", src, dst, n.name, err)
-		}
-		tagged++
-	}
-	if tagged == 0 {
-		return errors.New("tagging images: the cluster has no kubelet nodes")
-	}
-	return nil
-}
-
-// ContainerImageLayers returns the chain ID of the image layers under the
-// root filesystem of container of pod, which runs on a kubelet node: the
-// parent of the snapshot that containerd's CRI made for the container (the
-// snapshot is named after the container's ID). Of a multi-platform image
-// it tells which platform's image the container was made from
-// (oci.PlatformImage.ChainID).
-func (c *Cluster) ContainerImageLayers(ctx context.Context, namespace, pod, container string) (string, error) {
-	p, err := c.kubelet.podLister.Pods(namespace).Get(pod)
-	if err != nil {
-		return "", fmt.Errorf("pod %s/%s: %w", namespace, pod, err)
-	}
-	n, err := c.kubelet.node(p.Spec.NodeName)
-	if err != nil || n.real == nil {
-		return "", fmt.Errorf("pod %s/%s is not on a kubelet node", namespace, pod)
-	}
-	var id string
-	for _, st := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
-		if st.Name == container {
-			id = st.ContainerID
-		}
-	}
-	id, ok := strings.CutPrefix(id, "containerd://")
-	if !ok {
-		return "", fmt.Errorf("container %s of pod %s/%s has no containerd ID (%q)", container, namespace, pod, id)
-	}
-	out, err := output(ctx, filepath.Join(c.bin, "ctr"), "--address", n.real.socket, "--namespace", "k8s.io",
-		"snapshots", "--snapshotter", "overlayfs", "info", id)
-	if err != nil {
-		return "", fmt.Errorf("snapshot of container %s of pod %s/%s: %w", container, namespace, pod, err)
-	}
-	var info struct{ Parent string }
-	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Parent == "" {
-		return "", fmt.Errorf("snapshot of container %s of pod %s/%s: no parent in %q (%v)", container, namespace, pod, out, err)
-	}
-	return info.Parent, nil
-}
-
 // stop stops the kubelet, then containerd; their containers run on until
 // teardown kills what is left in the node's cgroups.
 func (rn *realNode) stop() {
