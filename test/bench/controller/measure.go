@@ -194,7 +194,7 @@ func processCPU() map[string]time.Duration {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || parentPID(pid) != self {
+		if err != nil || procstat.ParentPID(pid) != self {
 			continue
 		}
 		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -205,24 +205,6 @@ func processCPU() map[string]time.Duration {
 		out[filepath.Base(argv0)] += newSampler(pid).cpu()
 	}
 	return out
-}
-
-// parentPID returns field 4 of /proc/PID/stat, or 0.
-func parentPID(pid int) int {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
 }
 
 func loadAverage() string {

@@ -55,6 +55,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
+	"github.com/pulselb/pulselb/test/bench/loopnodes"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
 )
@@ -109,7 +110,7 @@ func run() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	klog.SetOutput(os.Stderr)
-	if err := raiseFileLimit(); err != nil {
+	if err := loopnodes.RaiseFileLimit(uint64(*agents+2**services)*2 + 4096); err != nil {
 		return err
 	}
 
@@ -146,7 +147,7 @@ func run() error {
 		return err
 	}
 	for _, n := range nodes {
-		if err := n.listen(ctx); err != nil {
+		if err := n.Listen(ctx, beaconPort); err != nil {
 			return err
 		}
 	}

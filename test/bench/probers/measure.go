@@ -24,6 +24,7 @@ import (
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/agent"
 	"github.com/pulselb/pulselb/test/bench/apimetrics"
+	"github.com/pulselb/pulselb/test/bench/loopnodes"
 	"github.com/pulselb/pulselb/test/bench/procstat"
 )
 
@@ -45,7 +46,7 @@ type result struct {
 
 // measure runs the agents in mode and measures the steady state and a
 // failover.
-func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, nodes []*node, ctlPid int, mode string, base rates) (result, error) {
+func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, nodes []*loopnodes.Node, ctlPid int, mode string, base rates) (result, error) {
 	r := result{mode: mode}
 	runtime.GC()
 	var ms runtime.MemStats
@@ -84,7 +85,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 		// range of ephemeral ports and fill it with TIME-WAIT sockets.
 		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: contract.DefaultVantages, VantageMemo: memo, BeaconPort: beaconPort, Metrics: agentMetrics,
 			Scheduler:   prober.Config{Interval: *beaconInterval, Metrics: probeMetrics},
-			SourceAddrs: []netip.Addr{netip.MustParseAddr(nodeIP(i))}}
+			SourceAddrs: []netip.Addr{netip.MustParseAddr(loopnodes.IP(i))}}
 		if mode == "lease" {
 			cfg.Leases = cs.CoordinationV1().Leases(systemNS)
 		}
@@ -164,8 +165,8 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	}
 	reasons0, refreshes0 = counts()
 	t0 := time.Now()
-	victim.blackhole()
-	log.Printf("%s: blackholed %s (%s)", mode, nodeName(0), victim.ip)
+	victim.Blackhole()
+	log.Printf("%s: blackholed %s (%s)", mode, nodeName(0), victim.IP)
 	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
 		n, err := beaconDownVotes(ctx, reports, nodeName(0))
 		return n >= 2, err
@@ -185,7 +186,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface
 	r.failoverReasons, r.failoverRefreshes = subReasons(reasons1, reasons0), refreshes1-refreshes0
 	log.Printf("%s: failover %+v; report writes by reason %v; target recomputations %.0f", mode, r.failover.pick(), r.failoverReasons, r.failoverRefreshes)
 	log.Printf("%s: 2 of 3 vantages reported %s Down after %s", mode, nodeName(0), r.failoverTime.Round(time.Millisecond))
-	if err := victim.listen(ctx); err != nil {
+	if err := victim.Listen(ctx, beaconPort); err != nil {
 		return r, err
 	}
 	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {

@@ -1,6 +1,6 @@
 // Package procstat reads the CPU and memory figures the benchmarks report
-// from /proc: the machine's busy share, a process's CPU time and its peak
-// RSS.
+// from /proc: the machine's busy share, a process's CPU time, its peak RSS
+// and its parent.
 package procstat
 
 import (
@@ -83,4 +83,23 @@ func PeakRSSMiB(pid int) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+// ParentPID returns the parent of process pid (field 4 of
+// /proc/PID/stat), or 0 when it cannot be read.
+func ParentPID(pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/pulselb/pulselb/api/probespec"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
+	"github.com/pulselb/pulselb/test/bench/loopnodes"
 )
 
 // cheapNodes stand in for the probers of the nodes far from every victim:
@@ -57,7 +58,7 @@ func (c *cheapNodes) writeReports(ctx context.Context) error {
 		index[nodeName(i)] = i
 	}
 	up := func(node int) v1alpha1.Observation {
-		return v1alpha1.Observation{Node: nodeName(node), Address: fmt.Sprintf("%s:%d", nodeIP(node), beaconPort), State: v1alpha1.StateUp,
+		return v1alpha1.Observation{Node: nodeName(node), Address: fmt.Sprintf("%s:%d", loopnodes.IP(node), beaconPort), State: v1alpha1.StateUp,
 			Outcome: prober.L4OK.String(), Since: now, Latency: &metav1.Duration{Duration: 100 * time.Microsecond}}
 	}
 	for t := range c.l.nodes {
@@ -73,7 +74,7 @@ func (c *cheapNodes) writeReports(ctx context.Context) error {
 			for _, v := range c.l.vantages(targetKey(s, t), nodeName(t)) {
 				if st := mine[index[v]]; st != nil {
 					obs := up(t)
-					obs.Address = fmt.Sprintf("%s:%d", nodeIP(t), firstPort+s)
+					obs.Address = fmt.Sprintf("%s:%d", loopnodes.IP(t), firstPort+s)
 					st.Results = append(st.Results, v1alpha1.ProbeResult{Service: benchNS + "/" + serviceName(s), Port: int32(firstPort + s),
 						PortProtocol: string(corev1.ProtocolTCP), Protocol: string(probespec.TCP), Observation: obs})
 					st.Targets++
@@ -81,7 +82,7 @@ func (c *cheapNodes) writeReports(ctx context.Context) error {
 			}
 		}
 	}
-	return parallel(ctx, len(c.nodes), func(k int) error {
+	return loopnodes.Parallel(ctx, *workers, len(c.nodes), func(k int) error {
 		i := c.nodes[k]
 		r := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: nodeName(i)}, Status: *mine[i]}
 		if _, err := c.reports.Create(ctx, r); err != nil {
@@ -136,7 +137,7 @@ func (c *cheapNodes) renew(ctx context.Context) {
 	}
 	// All at once first, so that every cheap node is fresh before the
 	// controller starts; then one renewal every heartbeat/len.
-	if err := parallel(ctx, len(c.nodes), write); err != nil {
+	if err := loopnodes.Parallel(ctx, *workers, len(c.nodes), write); err != nil {
 		log.Printf("creating cheap nodes' Leases: %v", err)
 	}
 	tick := time.NewTicker(contract.DefaultHeartbeat / time.Duration(len(c.nodes)))

@@ -3,11 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
-	"sync"
-	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,19 +12,18 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
-	"github.com/pulselb/pulselb/prober/agent"
+	"github.com/pulselb/pulselb/test/bench/loopnodes"
 )
 
-// nodeName and nodeIP name node i and give its loopback address.
+// nodeName names node i (its address is loopnodes.IP(i)).
 func nodeName(i int) string { return fmt.Sprintf("sn-%05d", i) }
-func nodeIP(i int) string   { return fmt.Sprintf("127.%d.%d.%d", 1+i/62500, i/250%250, 1+i%250) }
 
 func serviceName(s int) string { return fmt.Sprintf("svc-%05d", s) }
 
 // layout is the cluster the benchmark builds: where each Service's proxies
 // run, who probes what, and which nodes the trials blackhole.
 type layout struct {
-	nodes    []*node
+	nodes    []*loopnodes.Node
 	services int
 	// proxies[s] are the two nodes of Service s.
 	proxies [][2]int
@@ -42,13 +37,13 @@ type layout struct {
 func newLayout(nodes, services, trials int) *layout {
 	l := &layout{services: services}
 	for i := range nodes {
-		l.nodes = append(l.nodes, &node{ip: nodeIP(i)})
+		l.nodes = append(l.nodes, &loopnodes.Node{IP: loopnodes.IP(i)})
 	}
 	for s := range services {
 		p := [2]int{s % nodes, (s + nodes/2) % nodes}
 		l.proxies = append(l.proxies, p)
 		for _, i := range p {
-			l.nodes[i].ports = append(l.nodes[i].ports, firstPort+s)
+			l.nodes[i].Ports = append(l.nodes[i].Ports, firstPort+s)
 		}
 	}
 	// Victims spread over the nodes, each a different node.
@@ -132,7 +127,7 @@ func (l *layout) realAgents() []int {
 
 // create makes the Node objects, prober pods, Services and proxy pods.
 func (l *layout) create(ctx context.Context, cs kubernetes.Interface) error {
-	err := parallel(ctx, len(l.nodes), func(i int) error {
+	err := loopnodes.Parallel(ctx, *workers, len(l.nodes), func(i int) error {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i)}}
 		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating node %d: %w", i, err)
@@ -144,7 +139,7 @@ func (l *layout) create(ctx context.Context, cs kubernetes.Interface) error {
 				return err
 			}
 			now := metav1.Now()
-			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(i)}}
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: loopnodes.IP(i)}}
 			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Benchmark",
 				LastHeartbeatTime: now, LastTransitionTime: now}}
 			_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
@@ -153,13 +148,13 @@ func (l *layout) create(ctx context.Context, cs kubernetes.Interface) error {
 		if err != nil {
 			return fmt.Errorf("making node %d Ready: %w", i, err)
 		}
-		return createReadyPod(ctx, cs, "pulselb-prober-"+nodeName(i), nodeName(i),
+		return loopnodes.CreateReadyPod(ctx, cs, systemNS, "pulselb-prober-"+nodeName(i), nodeName(i),
 			map[string]string{contract.LabelAppName: contract.ProberAppName})
 	})
 	if err != nil {
 		return err
 	}
-	return parallel(ctx, l.services, func(s int) error {
+	return loopnodes.Parallel(ctx, *workers, l.services, func(s int) error {
 		svc := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Namespace: benchNS, Name: serviceName(s)},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
@@ -170,7 +165,7 @@ func (l *layout) create(ctx context.Context, cs kubernetes.Interface) error {
 			return fmt.Errorf("creating Service %d: %w", s, err)
 		}
 		for k, i := range l.proxies[s] {
-			if err := createReadyPod(ctx, cs, fmt.Sprintf("pulselb-%s-%d", svc.Name, k), nodeName(i), contract.ProxySelector(svc)); err != nil {
+			if err := loopnodes.CreateReadyPod(ctx, cs, systemNS, fmt.Sprintf("pulselb-%s-%d", svc.Name, k), nodeName(i), contract.ProxySelector(svc)); err != nil {
 				return err
 			}
 		}
@@ -178,117 +173,12 @@ func (l *layout) create(ctx context.Context, cs kubernetes.Interface) error {
 	})
 }
 
-// createReadyPod creates a pod on node and reports it Running and Ready, as
-// a kubelet would.
-func createReadyPod(ctx context.Context, cs kubernetes.Interface, name, node string, labels map[string]string) error {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: name, Labels: labels},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "pulselb"}}},
-	}
-	if _, err := cs.CoreV1().Pods(systemNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating pod %s: %w", name, err)
-	}
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		p, err := cs.CoreV1().Pods(systemNS).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		p.Status.Phase = corev1.PodRunning
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		_, err = cs.CoreV1().Pods(systemNS).UpdateStatus(ctx, p, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("making pod %s Ready: %w", name, err)
-	}
-	return nil
-}
-
-// parallel calls f(0..n-1) on *workers goroutines and returns the first
-// error.
-func parallel(ctx context.Context, n int, f func(int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	next := make(chan int)
-	errs := make(chan error, *workers)
-	var wg sync.WaitGroup
-	for range *workers {
-		wg.Go(func() {
-			for i := range next {
-				if err := f(i); err != nil {
-					errs <- err
-					cancel()
-					return
-				}
-			}
-		})
-	}
-feed:
-	for i := range n {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
-// node is one simulated node: its listeners, closed while it is blackholed.
-type node struct {
-	ip    string
-	ports []int
-	mu    sync.Mutex
-	lns   []net.Listener
-}
-
-// listen opens the node's beacon and proxy listeners, each accepting and
-// closing connections until closed.
-func (n *node) listen(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, p := range append([]int{beaconPort}, n.ports...) {
-		ln, err := net.Listen("tcp", net.JoinHostPort(n.ip, strconv.Itoa(p)))
-		if err != nil {
-			return fmt.Errorf("listening on %s:%d: %w", n.ip, p, err)
-		}
-		n.lns = append(n.lns, ln)
-		go func() { _ = agent.ServeBeacon(ctx, ln, 0) }()
-	}
-	return nil
-}
-
-// blackhole closes every listener of the node: probes are refused.
-func (n *node) blackhole() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, ln := range n.lns {
-		ln.Close()
-	}
-	n.lns = nil
-}
-
-// raiseFileLimit lets the process hold every listener and probe socket.
+// raiseFileLimit lets the process hold every listener and probe socket
+// of the largest of runs.
 func raiseFileLimit(runs []size) error {
 	var want uint64 = 4096
 	for _, s := range runs {
 		want = max(want, uint64(s.nodes+2*s.services)*2+4096)
 	}
-	var l syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		return fmt.Errorf("reading the open file limit: %w", err)
-	}
-	if l.Cur >= want {
-		return nil
-	}
-	l.Cur = max(l.Cur, want)
-	l.Max = max(l.Max, l.Cur)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		return fmt.Errorf("raising the open file limit to %d: %w", want, err)
-	}
-	return nil
+	return loopnodes.RaiseFileLimit(want)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/prober/agent"
+	"github.com/pulselb/pulselb/test/bench/loopnodes"
 	"github.com/pulselb/pulselb/test/bench/procstat"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/deploy"
@@ -79,7 +80,7 @@ func measure(ctx context.Context, s size) (result, error) {
 		return r, err
 	}
 	for _, n := range cl.nodes {
-		if err := n.listen(ctx); err != nil {
+		if err := n.Listen(ctx, beaconPort); err != nil {
 			return r, err
 		}
 	}
@@ -273,10 +274,10 @@ func trial(ctx context.Context, cl *layout, reports *v1alpha1.Client, remake *re
 	tr := trialResult{vote: -1, verdict: -1, beaconVerdict: -1}
 	victim := cl.nodes[v]
 	svcs := cl.servicesOn(v)
-	ip := victim.ip
+	ip := victim.IP
 	remake.hold(nodeName(v))
 	t0 := time.Now()
-	victim.blackhole()
+	victim.Blackhole()
 	err := waitFor(ctx, *trialTimeout, func() (bool, error) {
 		return statuses.allWithout(svcs, ip, t0), nil
 	})
@@ -329,7 +330,7 @@ func trial(ctx context.Context, cl *layout, reports *v1alpha1.Client, remake *re
 	}
 	h0 := time.Now()
 	tr.cutFor = h0.Sub(t0)
-	if err := victim.listen(ctx); err != nil {
+	if err := victim.Listen(ctx, beaconPort); err != nil {
 		return tr, err
 	}
 	// The proxy pods the controller deleted while the node was cut off
@@ -368,7 +369,7 @@ func startAgents(ctx context.Context, wg *sync.WaitGroup, cs kubernetes.Interfac
 		cfg := agent.Config{Node: nodeName(i), Namespace: systemNS, Vantages: contract.DefaultVantages, VantageMemo: memo,
 			BeaconPort: beaconPort, Metrics: agentMetrics, Leases: cs.CoordinationV1().Leases(systemNS),
 			Scheduler:   prober.Config{Interval: time.Second, Metrics: probeMetrics},
-			SourceAddrs: []netip.Addr{netip.MustParseAddr(nodeIP(i))}}
+			SourceAddrs: []netip.Addr{netip.MustParseAddr(loopnodes.IP(i))}}
 		a, err := agent.New(ctx, clusterInf, system, reports, cfg)
 		if err != nil {
 			return err

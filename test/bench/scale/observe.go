@@ -25,6 +25,7 @@ import (
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/api/v1alpha1"
 	"github.com/pulselb/pulselb/test/bench/apimetrics"
+	"github.com/pulselb/pulselb/test/bench/loopnodes"
 	"github.com/pulselb/pulselb/test/bench/procstat"
 )
 
@@ -87,7 +88,7 @@ func (w *statusWatch) published(l *layout) int {
 	n := 0
 	for s, p := range l.proxies {
 		h := w.history[serviceName(s)]
-		if len(h) > 0 && slices.Contains(h[len(h)-1].ips, nodeIP(p[0])) && slices.Contains(h[len(h)-1].ips, nodeIP(p[1])) {
+		if len(h) > 0 && slices.Contains(h[len(h)-1].ips, loopnodes.IP(p[0])) && slices.Contains(h[len(h)-1].ips, loopnodes.IP(p[1])) {
 			n++
 		}
 	}
@@ -447,7 +448,7 @@ func processCPU() map[string]float64 {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || parentPID(pid) != self {
+		if err != nil || procstat.ParentPID(pid) != self {
 			continue
 		}
 		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -465,24 +466,6 @@ func processCPU() map[string]float64 {
 		}
 	}
 	return out
-}
-
-// parentPID returns field 4 of /proc/PID/stat, or 0.
-func parentPID(pid int) int {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	p, _ := strconv.Atoi(f[1])
-	return p
 }
 
 func formatCPU(m map[string]float64, window time.Duration) string {

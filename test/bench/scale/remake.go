@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/pulselb/pulselb/test/bench/loopnodes"
 )
 
 // proxyPodPrefix begins the names of the proxy pods the benchmark makes.
@@ -102,7 +104,7 @@ func (r *remaker) observe(ctx context.Context, t watch.EventType, p *corev1.Pod)
 
 // make creates a deleted proxy pod again, Ready, on its node.
 func (r *remaker) make(ctx context.Context, name string, d deletedPod) {
-	if err := createReadyPod(ctx, r.cs, name, d.node, d.labels); err != nil {
+	if err := loopnodes.CreateReadyPod(ctx, r.cs, systemNS, name, d.node, d.labels); err != nil {
 		if ctx.Err() == nil {
 			log.Printf("making the deleted proxy pod %s again: %v", name, err)
 		}
