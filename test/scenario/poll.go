@@ -17,11 +17,24 @@ func Poll(ctx context.Context, timeout time.Duration, what string, cond func() b
 
 // PollEvery is Poll checking every interval.
 func PollEvery(ctx context.Context, interval, timeout time.Duration, what string, cond func() bool) error {
+	return PollUntil(ctx, interval, timeout, what, func() (bool, error) { return cond(), nil })
+}
+
+// PollUntil checks cond every interval until it holds or returns an
+// error, which PollUntil returns; it returns an error naming what when
+// cond did not hold within timeout or ctx ended.
+func PollUntil(ctx context.Context, interval, timeout time.Duration, what string, cond func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
+	for {
+		ok, err := cond()
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			return nil
+		case time.Now().After(deadline):
 			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
 		}
 		select {
@@ -30,5 +43,4 @@ func PollEvery(ctx context.Context, interval, timeout time.Duration, what string
 		case <-tick.C:
 		}
 	}
-	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/pulselb/pulselb/test/bench/apimetrics"
 	"github.com/pulselb/pulselb/test/bench/loopnodes"
 	"github.com/pulselb/pulselb/test/bench/procstat"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // result is one mode's measurements.
@@ -215,25 +216,16 @@ func beaconDownVotes(ctx context.Context, reports *v1alpha1.Client, node string)
 	return n, nil
 }
 
-// waitFor polls cond every 250 ms until it holds, fails, or timeout passes.
+// waitFor polls cond every 250 ms until it holds, fails, or timeout
+// passes; the API server's 429s are no failure.
 func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	return scenario.PollUntil(ctx, 250*time.Millisecond, timeout, "the condition", func() (bool, error) {
 		ok, err := cond()
-		switch {
-		case err != nil && !apierrors.IsTooManyRequests(err):
-			return err
-		case ok:
-			return nil
-		case time.Now().After(deadline):
-			return fmt.Errorf("not after %s", timeout)
+		if apierrors.IsTooManyRequests(err) {
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+		return ok, err
+	})
 }
 
 // counters are the API server's counters of one resource.

@@ -407,25 +407,10 @@ func startController(ctx context.Context, c *cluster.Cluster) (*scenario.Control
 	return p, nil
 }
 
-// waitFor polls cond every 50 ms until it holds, fails, or timeout passes.
+// waitFor polls cond every 50 ms until it holds, fails, or timeout
+// passes.
 func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		switch {
-		case err != nil:
-			return err
-		case ok:
-			return nil
-		case time.Now().After(deadline):
-			return fmt.Errorf("not after %s", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return scenario.PollUntil(ctx, 50*time.Millisecond, timeout, "the condition", cond)
 }
 
 // ingressIPs returns the addresses of a Service's status.
