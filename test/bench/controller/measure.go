@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -191,18 +190,8 @@ const selfName = "bench (light nodes, watches, creations)"
 func processCPU() map[string]time.Duration {
 	self := os.Getpid()
 	out := map[string]time.Duration{selfName: newSampler(self).cpu()}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || procstat.ParentPID(pid) != self {
-			continue
-		}
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
-			continue // exited
-		}
-		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
-		out[filepath.Base(argv0)] += newSampler(pid).cpu()
+	for pid, argv := range procstat.Children(self) {
+		out[filepath.Base(argv[0])] += newSampler(pid).cpu()
 	}
 	return out
 }

@@ -1,6 +1,6 @@
 // Package procstat reads the CPU and memory figures the benchmarks report
 // from /proc: the machine's busy share, a process's CPU time, its peak RSS
-// and its parent.
+// and its children.
 package procstat
 
 import (
@@ -85,9 +85,28 @@ func PeakRSSMiB(pid int) (float64, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
-// ParentPID returns the parent of process pid (field 4 of
+// Children returns the command line (argv) of each child process of
+// parent, by PID.
+func Children(parent int) map[int][]string {
+	out := map[int][]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || parentPID(pid) != parent {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue // exited
+		}
+		out[pid] = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	}
+	return out
+}
+
+// parentPID returns the parent of process pid (field 4 of
 // /proc/PID/stat), or 0 when it cannot be read.
-func ParentPID(pid int) int {
+func parentPID(pid int) int {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0

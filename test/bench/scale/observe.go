@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -445,21 +444,10 @@ func processCPU() map[string]float64 {
 	if v, err := procstat.CPUSeconds(self); err == nil {
 		out["bench (agents, cheap nodes, listeners)"] = v
 	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || procstat.ParentPID(pid) != self {
-			continue
-		}
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
-			continue
-		}
-		argv0, rest, _ := strings.Cut(string(cmdline), "\x00")
-		name := filepath.Base(argv0)
-		if name == "pulselb" {
-			sub, _, _ := strings.Cut(rest, "\x00")
-			name += " " + sub
+	for pid, argv := range procstat.Children(self) {
+		name := filepath.Base(argv[0])
+		if name == "pulselb" && len(argv) > 1 {
+			name += " " + argv[1]
 		}
 		if v, err := procstat.CPUSeconds(pid); err == nil {
 			out[name] += v
