@@ -63,6 +63,33 @@ func (n *Node) Blackhole() {
 	n.lns = nil
 }
 
+// CreateReadyNode creates Node name with InternalIP ip and reports it
+// Ready, once: no heartbeats follow, so the cluster's node grace period
+// must outlast the benchmark.
+func CreateReadyNode(ctx context.Context, cs kubernetes.Interface, name, ip string) error {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating node %s: %w", name, err)
+	}
+	// The node lifecycle controller updates a new node too.
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Benchmark",
+			LastHeartbeatTime: now, LastTransitionTime: now}}
+		_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("making node %s Ready: %w", name, err)
+	}
+	return nil
+}
+
 // CreateReadyPod creates pod ns/name on node and reports it Running and
 // Ready, as a kubelet would.
 func CreateReadyPod(ctx context.Context, cs kubernetes.Interface, ns, name, node string, labels map[string]string) error {

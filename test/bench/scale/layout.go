@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -128,25 +127,8 @@ func (l *layout) realAgents() []int {
 // create makes the Node objects, prober pods, Services and proxy pods.
 func (l *layout) create(ctx context.Context, cs kubernetes.Interface) error {
 	err := loopnodes.Parallel(ctx, *workers, len(l.nodes), func(i int) error {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i)}}
-		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating node %d: %w", i, err)
-		}
-		// The node lifecycle controller updates a new node too.
-		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-			n, err := cs.CoreV1().Nodes().Get(ctx, nodeName(i), metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			now := metav1.Now()
-			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: loopnodes.IP(i)}}
-			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Benchmark",
-				LastHeartbeatTime: now, LastTransitionTime: now}}
-			_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if err := loopnodes.CreateReadyNode(ctx, cs, nodeName(i), loopnodes.IP(i)); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("making node %d Ready: %w", i, err)
 		}
 		return loopnodes.CreateReadyPod(ctx, cs, systemNS, "pulselb-prober-"+nodeName(i), nodeName(i),
 			map[string]string{contract.LabelAppName: contract.ProberAppName})
