@@ -186,14 +186,20 @@ func (e *healthEnv) nodeBlackholed(t *testing.T) {
 	})
 }
 
+// aProxy waits until shop/web is up (webUp, 30 s) and returns one of its
+// ready proxy pods and the address of its node.
+func (e *healthEnv) aProxy(t *testing.T) (corev1.Pod, string) {
+	t.Helper()
+	e.webUp(t, 30*time.Second)
+	pods := readyPods(e.ctx, t, e.cs, systemNamespace, proxyAppSelector)
+	return pods[0], e.nodeIP[pods[0].Spec.NodeName]
+}
+
 // proxyKilled kills a proxy container: its IP leaves the status and is
 // published again once the container has restarted.
 func (e *healthEnv) proxyKilled(t *testing.T) {
-	ctx, c, cs, ctl, rec, nodeIP := e.ctx, e.c, e.cs, e.ctl, e.rec, e.nodeIP
-	e.webUp(t, 30*time.Second)
-	pods := readyPods(ctx, t, cs, systemNamespace, proxyAppSelector)
-	victim := pods[0]
-	ip := nodeIP[victim.Spec.NodeName]
+	ctx, c, cs, ctl, rec := e.ctx, e.c, e.cs, e.ctl, e.rec
+	victim, ip := e.aProxy(t)
 	start := time.Now()
 	if err := c.KillContainer(systemNamespace, victim.Name, "proxy"); err != nil {
 		t.Fatal(err)
@@ -215,11 +221,8 @@ func (e *healthEnv) proxyKilled(t *testing.T) {
 // pod is replaced (a ProxyRestarted Event), its IP leaves the status and
 // comes back with the replacement on the same node.
 func (e *healthEnv) brokenProxyRestarted(t *testing.T) {
-	ctx, c, cs, ctl, rec, nodeIP := e.ctx, e.c, e.cs, e.ctl, e.rec, e.nodeIP
-	e.webUp(t, 30*time.Second)
-	pods := readyPods(ctx, t, cs, systemNamespace, proxyAppSelector)
-	victim := pods[0]
-	ip := nodeIP[victim.Spec.NodeName]
+	ctx, c, cs, ctl, rec := e.ctx, e.c, e.cs, e.ctl, e.rec
+	victim, ip := e.aProxy(t)
 	start := time.Now()
 	// The proxy process keeps running, but nothing reaches it: only
 	// a new pod (a new network namespace) works again.
