@@ -239,8 +239,12 @@ func (e *healthEnv) brokenProxyRestarted(t *testing.T) {
 	if rec.FirstWithout(ip, start).IsZero() {
 		t.Errorf("%s never left the status while its proxy was broken", ip)
 	}
-	if !hasEventOn(ctx, t, cs, "shop", "web", "ProxyRestarted") {
-		t.Errorf("no ProxyRestarted Event on shop/web")
+	// The controller records its Events asynchronously, after the
+	// deletion it reports.
+	if err := scenario.Poll(ctx, 10*time.Second, "a ProxyRestarted Event on shop/web", func() bool {
+		return hasEventOn(ctx, t, cs, "shop", "web", "ProxyRestarted")
+	}); err != nil {
+		t.Error(err)
 	}
 	ips := e.webUp(t, 60*time.Second)
 	t.Logf("replacement published after %s: %v", time.Since(start).Round(time.Millisecond), ips)
