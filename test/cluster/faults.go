@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // NodeDown takes a node off the network (its link down) and stops its
@@ -188,4 +189,12 @@ func (c *Cluster) KillContainer(namespace, pod, container string) error {
 // flags, waiting until it is ready.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	return c.cp.restartAPIServer(ctx)
+}
+
+// PauseEtcd freezes etcd (SIGSTOP) for d, as a stalled disk or a
+// long garbage-collection pause would, and lets it go on (SIGCONT): the
+// API server's reads and writes hang meanwhile, its watches stay open.
+// etcd is continued also when ctx ends first.
+func (c *Cluster) PauseEtcd(ctx context.Context, d time.Duration) error {
+	return c.cp.etcd.pause(ctx, d)
 }

@@ -131,3 +131,26 @@ func StartLocked(cmd *exec.Cmd, exited func(error)) error {
 	}()
 	return <-started
 }
+
+// pause stops the process group with SIGSTOP for d (or until ctx ends),
+// then continues it with SIGCONT, also when ctx ended: a process is never
+// left stopped.
+func (p *process) pause(ctx context.Context, d time.Duration) error {
+	if p.exited() {
+		return fmt.Errorf("pausing %s: it has exited", p.name)
+	}
+	pgid := p.cmd.Process.Pid
+	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pausing %s: %w", p.name, err)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	if err := syscall.Kill(-pgid, syscall.SIGCONT); err != nil {
+		return fmt.Errorf("continuing %s: %w", p.name, err)
+	}
+	return nil
+}
