@@ -3,7 +3,8 @@
 // their TTL), sends HTTP requests one after another without a pause, each
 // on a new connection to the next address of the cached answer (round
 // robin), and records every request, so that a test can count what a
-// planned change lost.
+// planned change lost. With Options.UDP it sends datagrams to an echo
+// port instead, each from a new socket, and waits for each one's echo.
 package traffic
 
 import (
@@ -23,8 +24,13 @@ import (
 type Options struct {
 	// Name is the DNS name of the Service.
 	Name string
-	// Port is the Service's TCP port; it answers HTTP.
+	// Port is the Service's port: a TCP port that answers HTTP, or with
+	// UDP a UDP port that echoes datagrams.
 	Port int
+	// UDP sends each request as one datagram from a new socket (a new
+	// source port, so a new flow through the proxies) and wants the same
+	// bytes back within Timeout.
+	UDP bool
 	// Resolver resolves Name: a *Resolver asks DNS servers; a test may
 	// give another source of addresses, such as a Service's status.
 	Resolver Lookuper
@@ -117,7 +123,11 @@ func (c *Client) loop(ctx context.Context) {
 		if err == nil {
 			r.Addr = addrs[next%len(addrs)]
 			next++
-			err = c.get(ctx, r.Addr)
+			if c.opts.UDP {
+				err = c.echo(ctx, r.Addr, i)
+			} else {
+				err = c.get(ctx, r.Addr)
+			}
 		}
 		r.Took, r.OK = time.Since(start), err == nil
 		if err != nil && ctx.Err() != nil {
@@ -162,6 +172,33 @@ func (c *Client) get(ctx context.Context, addr netip.Addr) error {
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
+}
+
+// echo sends datagram number seq from a new socket and wants it echoed.
+func (c *Client) echo(ctx context.Context, addr netip.Addr, seq int) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "udp", netip.AddrPortFrom(addr, uint16(c.opts.Port)).String())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	_ = conn.SetDeadline(deadline)
+	msg := fmt.Sprintf("pulselb-traffic %s %d", c.opts.Name, seq)
+	if _, err := conn.Write([]byte(msg)); err != nil {
+		return fmt.Errorf("sending datagram: %w", err)
+	}
+	buf := make([]byte, len(msg)+64)
+	n, err := conn.Read(buf)
+	if err != nil {
+		return fmt.Errorf("reading the echo: %w", err)
+	}
+	if string(buf[:n]) != msg {
+		return fmt.Errorf("echo %q, want %q", buf[:n], msg)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package traffic
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -152,5 +153,46 @@ func TestClientInterval(t *testing.T) {
 	}
 	if d := rep.Requests[9].At.Sub(rep.Requests[0].At); d < 170*time.Millisecond {
 		t.Errorf("10 requests 20ms apart took %s, want at least 180ms", d)
+	}
+}
+
+// TestClientUDP sends datagrams round robin to an echo server, a server
+// that answers something else and an address where nothing listens: only
+// the echoed ones count as successes.
+func TestClientUDP(t *testing.T) {
+	serve := func(addr string, answer func([]byte) []byte) int {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				_, _ = pc.WriteTo(answer(buf[:n]), from)
+			}
+		}()
+		return pc.LocalAddr().(*net.UDPAddr).Port
+	}
+	port := serve("127.0.0.1:0", func(b []byte) []byte { return b })
+	serve(fmt.Sprintf("127.0.0.2:%d", port), func([]byte) []byte { return []byte("something else") })
+	dnsAddr, _ := serveDNS(t, 60, "127.0.0.1", "127.0.0.2", "127.0.0.3")
+	c := Start(context.Background(), Options{
+		Name: "dns.soak.lb.test", Port: port, UDP: true, Timeout: 200 * time.Millisecond,
+		Resolver: &Resolver{Servers: []string{dnsAddr}}, MaxRequests: 60,
+	})
+	<-c.done
+	rep, err := c.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := rep.ByAddr()
+	echo, other, none := by[netip.MustParseAddr("127.0.0.1")], by[netip.MustParseAddr("127.0.0.2")], by[netip.MustParseAddr("127.0.0.3")]
+	if rep.Sent != 60 || echo != [2]int{20, 0} || other != [2]int{20, 20} || none != [2]int{20, 20} {
+		t.Errorf("sent %d; echo %v, wrong answer %v, nothing listening %v; want 20 each, failed only where not echoed", rep.Sent, echo, other, none)
 	}
 }
