@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -12,7 +13,17 @@ import (
 // /metrics) into series → value, a series being the name with its labels
 // as written, e.g. `pulselb_controller_writes_total{resource="deployments",verb="created"}`.
 func ScrapeMetrics(url string) (map[string]float64, error) {
-	resp, err := http.Get(url)
+	return ScrapeMetricsContext(context.Background(), url)
+}
+
+// ScrapeMetricsContext is ScrapeMetrics bounded by ctx: a component on a
+// node cut off does not answer.
+func ScrapeMetricsContext(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
 	}

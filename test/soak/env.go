@@ -48,7 +48,8 @@ type service struct {
 	Protocol corev1.Protocol
 	// DaemonSet runs a proxy on every proxy node; else a Deployment of 2.
 	DaemonSet bool
-	// Client: a client outside sends it HTTP requests through DNS.
+	// Client: a client outside sends it requests through DNS: HTTP to a
+	// TCP Service, datagrams to be echoed to a UDP one.
 	Client bool
 }
 
@@ -64,7 +65,7 @@ const (
 var services = []service{
 	{Name: "web", Port: 80, Client: true},
 	{Name: "everywhere", Port: 8081, DaemonSet: true, Client: true},
-	{Name: "dns", Port: 5300, Protocol: corev1.ProtocolUDP},
+	{Name: "dns", Port: 5300, Protocol: corev1.ProtocolUDP, Client: true},
 	{Name: churn, Port: churnPort},
 }
 

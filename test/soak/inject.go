@@ -32,11 +32,16 @@ func (s *state) inject(ctx context.Context, f Fault) {
 	s.mu.Unlock()
 	if err != nil {
 		s.event("%s: %v", f.Kind, err)
-	} else if f.Kind.nodeFault() {
-		s.event("healed %s (%s)", f.Node, f.Kind)
+	} else if f.Kind.exclusive() {
+		s.event("done: %s", f)
 	}
-	if f.Kind != EditService && f.Kind != RecreateService {
-		s.window(start, time.Now(), f.Kind == KillLeader || f.Kind == KillStandby || f.Kind == RestartAPIServer)
+	switch {
+	case f.Kind.Planned():
+		s.mu.Lock()
+		s.planned = append(s.planned, [2]time.Time{start, time.Now()})
+		s.mu.Unlock()
+	case f.Kind != EditService && f.Kind != RecreateService:
+		s.window(start, time.Now(), f.Kind == KillLeader || f.Kind == KillStandby || f.Kind == RestartAPIServer || f.Kind == PauseEtcd)
 	}
 }
 
@@ -45,6 +50,12 @@ func (s *state) run(ctx context.Context, f Fault) error {
 	switch f.Kind {
 	case Blackhole, NodeDown:
 		return s.cutNode(ctx, f)
+	case Partition:
+		return s.partition(ctx, f)
+	case Maintenance:
+		return s.maintain(ctx, f)
+	case Upgrade:
+		return s.upgrade(ctx)
 	case KillProxy:
 		pods := scenario.ListPods(ctx, c.Client, "", labelServiceNS+"="+Namespace)
 		var names []string
@@ -88,14 +99,12 @@ func (s *state) run(ctx context.Context, f Fault) error {
 		s.event("kill -9 controller %s", victim)
 		return c.KillContainer(sys, victim, "controller")
 	case RestartAPIServer:
-		s.mu.Lock()
-		s.apiDown = true
-		s.mu.Unlock()
-		err := c.RestartAPIServer(ctx)
-		s.mu.Lock()
-		s.apiDown, s.apiUp = false, time.Now()
-		s.mu.Unlock()
-		return err
+		defer s.stall()()
+		return c.RestartAPIServer(ctx)
+	case PauseEtcd:
+		defer s.stall()()
+		s.event("etcd stopped (SIGSTOP) for %s", f.Hold)
+		return c.PauseEtcd(ctx, f.Hold)
 	case EditService:
 		return s.editChurn(ctx)
 	case RecreateService:
@@ -104,8 +113,19 @@ func (s *state) run(ctx context.Context, f Fault) error {
 	return fmt.Errorf("unknown fault kind %q", f.Kind)
 }
 
+// hold waits for d or the end of ctx.
+func hold(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // cutNode cuts f.Node off for f.Hold and heals it.
 func (s *state) cutNode(ctx context.Context, f Fault) error {
+	defer s.takeSlot(f)()
 	c := s.e.c
 	cut, heal := c.NodeBlackhole, c.NodeHeal
 	if f.Kind == NodeDown {
@@ -118,10 +138,7 @@ func (s *state) cutNode(ctx context.Context, f Fault) error {
 	s.cut[f.Node] = time.Now()
 	delete(s.healed, f.Node)
 	s.mu.Unlock()
-	select {
-	case <-ctx.Done():
-	case <-time.After(f.Hold):
-	}
+	hold(ctx, f.Hold)
 	// Heal even when the run is cut short.
 	err := heal(context.WithoutCancel(ctx), f.Node)
 	s.mu.Lock()
@@ -129,6 +146,19 @@ func (s *state) cutNode(ctx context.Context, f Fault) error {
 	s.healed[f.Node] = time.Now()
 	s.mu.Unlock()
 	return err
+}
+
+// partition cuts f.Node and f.Peer off from each other for f.Hold and
+// heals them. Both still reach every other node and the clients: no
+// address has to leave a status.
+func (s *state) partition(ctx context.Context, f Fault) error {
+	defer s.takeSlot(f)()
+	if err := s.e.c.NodePartition(ctx, f.Node, f.Peer); err != nil {
+		return err
+	}
+	hold(ctx, f.Hold)
+	// NodeHeal removes every rule involving the node, the peer's too.
+	return s.e.c.NodeHeal(context.WithoutCancel(ctx), f.Node)
 }
 
 // editChurn moves the churn Service to its other port and replica count.

@@ -32,9 +32,20 @@ const (
 	// InvClientLoss: clients lose requests only in the window after an
 	// unplanned fault.
 	InvClientLoss = "client-loss-only-after-faults"
-	// InvNoLeak: deleting every Service leaves no proxy workload, PDB or
-	// ProbeReport entry.
+	// InvPlannedLoss: clients lose no request during a planned change
+	// (maintenance and drain, an upgrade), outside the windows of the
+	// unplanned faults that overlap it.
+	InvPlannedLoss = "no-loss-during-planned-change"
+	// InvPlannedCompletes: a node in maintenance is drained by pulselb,
+	// and an upgrade has replaced every pulselb pod, within their bounds.
+	InvPlannedCompletes = "planned-change-completes"
+	// InvNoLeak: deleting every Service leaves no proxy workload, PDB,
+	// ProbeReport entry or iptables rule on a node.
 	InvNoLeak = "nothing-leaks"
+	// InvFlat: the controllers' and probers' goroutines and heap in the
+	// last quarter of the run are within a tolerance of the first
+	// quarter's.
+	InvFlat = "resources-flat"
 )
 
 // check evaluates the status invariants every 250 ms until ctx ends.
@@ -54,19 +65,20 @@ func (s *state) check(ctx context.Context) {
 func (s *state) checkOnce(now time.Time) {
 	s.mu.Lock()
 	cut, healed := maps.Clone(s.cut), maps.Clone(s.healed)
-	apiDown := s.apiDown
-	// A bound runs from the later of its event, the API server's return
+	stalled := s.stalled > 0
+	controlUp, leaderKilled := s.controlUp, s.leaderKilled
+	// A bound runs from the later of its event, the control plane's return
 	// and the end of the leader gap after the leader was killed.
 	from := func(t time.Time) time.Time {
-		t = later(t, s.apiUp)
-		if !s.leaderKilled.IsZero() {
-			t = later(t, s.leaderKilled.Add(s.cfg.LeaderBound))
+		t = later(t, controlUp)
+		if !leaderKilled.IsZero() {
+			t = later(t, leaderKilled.Add(s.cfg.LeaderBound))
 		}
 		return t
 	}
 	s.checks++
+	healthy := len(s.e.proxyNodes) - len(cut) - len(s.maintained)
 	s.mu.Unlock()
-	healthy := len(s.e.proxyNodes) - len(cut)
 	for _, svc := range services {
 		s.mu.Lock()
 		absent := s.absent[svc.Name]
@@ -91,7 +103,7 @@ func (s *state) checkOnce(now time.Time) {
 			ip := s.e.nodeIP[node]
 			s.measure(s.pending, node, svc.Name, since, ws, func(ips []string) bool { return !slices.Contains(ips, ip) }, "left", &s.failovers)
 			start := from(since)
-			if !apiDown && now.Sub(start) > s.cfg.FailoverBound && slices.Contains(last.IPs, ip) {
+			if !stalled && now.Sub(start) > s.cfg.FailoverBound && slices.Contains(last.IPs, ip) {
 				s.fail(fmt.Sprintf("%s/%s/%s/%d", InvStaleAddress, svc.Name, node, since.UnixNano()), InvStaleAddress,
 					fmt.Sprintf("%s/%s still publishes %s (%s), cut off since +%s, %s after the bound's start +%s (bound %s); status %v",
 						Namespace, svc.Name, ip, node, s.since(since), now.Sub(start).Round(time.Millisecond), s.since(start), s.cfg.FailoverBound, last.IPs))
@@ -172,7 +184,8 @@ func (s *state) settle(ctx context.Context) {
 }
 
 // judgeClients stops the clients and fails every request lost outside
-// the windows after unplanned faults.
+// the windows after unplanned faults: InvPlannedLoss during a planned
+// change, InvClientLoss elsewhere.
 func (s *state) judgeClients(clients map[string]*traffic.Client) []ClientResult {
 	var out []ClientResult
 	for _, svc := range services {
@@ -182,35 +195,48 @@ func (s *state) judgeClients(clients map[string]*traffic.Client) []ClientResult 
 		}
 		rep, _ := cl.Stop()
 		res := ClientResult{Service: svc.Name, Sent: rep.Sent}
-		var outside []traffic.Request
+		var outside, planned []traffic.Request
 		for _, r := range rep.Requests {
 			if r.OK {
 				continue
 			}
 			res.Failed++
-			if s.inWindow(r.At) {
+			switch {
+			case s.in(s.windows, r.At):
 				res.InWindow++
-			} else {
+			case s.in(s.planned, r.At):
+				res.InPlanned++
+				planned = append(planned, r)
+			default:
 				outside = append(outside, r)
 			}
 		}
-		if len(outside) > 0 {
-			var ex []string
-			for _, r := range outside[:min(5, len(outside))] {
-				ex = append(ex, fmt.Sprintf("+%s to %s: %s", s.since(r.At), r.Addr, r.Err))
-			}
-			s.fail(InvClientLoss+"/"+svc.Name, InvClientLoss, fmt.Sprintf("the client of %s/%s lost %d requests outside every fault's window, first: %s",
-				Namespace, svc.Name, len(outside), strings.Join(ex, "; ")))
-		}
+		s.failLost(InvClientLoss, svc.Name, "outside every fault's window", outside)
+		s.failLost(InvPlannedLoss, svc.Name, "during a planned change, outside every unplanned fault's window", planned)
 		out = append(out, res)
 	}
 	return out
 }
 
-func (s *state) inWindow(t time.Time) bool {
+// failLost fails invariant inv when the client of svc lost requests
+// lost, naming the first ones.
+func (s *state) failLost(inv, svc, where string, lost []traffic.Request) {
+	if len(lost) == 0 {
+		return
+	}
+	var ex []string
+	for _, r := range lost[:min(5, len(lost))] {
+		ex = append(ex, fmt.Sprintf("+%s to %s: %s", s.since(r.At), r.Addr, r.Err))
+	}
+	s.fail(inv+"/"+svc, inv, fmt.Sprintf("the client of %s/%s lost %d requests %s, first: %s",
+		Namespace, svc, len(lost), where, strings.Join(ex, "; ")))
+}
+
+// in reports whether t is in one of spans.
+func (s *state) in(spans [][2]time.Time, t time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, w := range s.windows {
+	for _, w := range spans {
 		if !t.Before(w[0]) && !t.After(w[1]) {
 			return true
 		}
@@ -218,8 +244,8 @@ func (s *state) inWindow(t time.Time) bool {
 	return false
 }
 
-// checkLeaks deletes every Service and waits for their proxies, PDBs and
-// ProbeReport entries to go.
+// checkLeaks deletes every Service and waits for their proxies, PDBs,
+// ProbeReport entries and iptables rules to go.
 func (s *state) checkLeaks(ctx context.Context) {
 	cs := s.e.c.Client
 	for _, svc := range services {
@@ -260,12 +286,47 @@ func (s *state) checkLeaks(ctx context.Context) {
 				}
 			}
 		}
+		left = append(left, s.leftRules(ctx)...)
 		return len(left) == 0
 	})
 	if err != nil {
 		s.fail(InvNoLeak, InvNoLeak, fmt.Sprintf("%v: %s", err, strings.Join(left, ", ")))
 	}
 	s.event("every Service deleted; leak check done")
+}
+
+// leftRules lists the iptables rules of the deleted Services left in the
+// nodes' network namespaces (see leakedRules).
+func (s *state) leftRules(ctx context.Context) []string {
+	var left []string
+	for _, n := range s.e.c.Nodes() {
+		out, err := s.e.c.Exec(ctx, n, "iptables-save")
+		if err != nil {
+			left = append(left, fmt.Sprintf("iptables-save on %s: %v", n, err))
+			continue
+		}
+		left = append(left, leakedRules(n, string(out))...)
+	}
+	return left
+}
+
+// leakedRules returns the lines of node's iptables-save output that name
+// a soak Service (kube-proxy's comments, namespace/name:port), map a host
+// port to one of their proxy pods (the harness' portmap, commented with
+// the pod, pulselb-system/pulselb-<service>-…), or are pulselb's own (a
+// PULSELB chain, which no proxy should ever put in a node's namespace).
+func leakedRules(node, save string) []string {
+	var marks []string
+	for _, svc := range services {
+		marks = append(marks, Namespace+"/"+svc.Name+":", scenario.SystemNamespace+"/pulselb-"+svc.Name+"-")
+	}
+	var left []string
+	for line := range strings.Lines(save) {
+		if strings.Contains(line, "PULSELB") || slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(line, m) }) {
+			left = append(left, fmt.Sprintf("on %s: %s", node, strings.TrimSpace(line)))
+		}
+	}
+	return left
 }
 
 func later(a, b time.Time) time.Time {

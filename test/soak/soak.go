@@ -1,11 +1,12 @@
 // Package soak runs pulselb, installed from deploy/base on a harness
 // cluster, under a seeded random schedule of overlapping faults (nodes
-// blackholed and taken down, proxies, probers and controllers killed, the
-// API server restarted, a Service edited, deleted and re-created) while
-// clients outside the cluster resolve its Services through pulselb's DNS,
-// and checks invariants all along: each broken one is a named Failure
-// with its time and the faults before it. The same seed replays the same
-// schedule. e2e's TestSoak runs a short fixed-seed soak inside `make
+// blackholed, taken down and partitioned, proxies, probers and
+// controllers killed, the API server restarted, etcd paused, a Service
+// edited, deleted and re-created) and planned changes (a node's
+// maintenance and drain, an upgrade of pulselb) while clients outside the
+// cluster resolve its Services through pulselb's DNS, and checks
+// invariants all along: each broken one is a named Failure with its time
+// and the faults before it. The same seed replays the same schedule. e2e's TestSoak runs a short fixed-seed soak inside `make
 // test`; cmd/pulselb-soak (`make soak`) runs the long one.
 package soak
 
@@ -18,9 +19,18 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/scenario"
 	"github.com/pulselb/pulselb/test/traffic"
+)
+
+// The short form's seed and duration (e2e's TestSoak): two minutes that
+// draw every kind of fault but node-down, the planned changes first.
+const (
+	ShortSeed     = 53533
+	ShortDuration = 2 * time.Minute
 )
 
 // Config configures a run.
@@ -66,6 +76,13 @@ func (cfg *Config) defaults() {
 	}
 }
 
+// schedule draws cfg's schedule of faults on the proxy nodes nodes.
+func (cfg Config) schedule(nodes []string) []Fault {
+	cfg.defaults()
+	return Schedule(ScheduleConfig{Seed: cfg.Seed, Duration: cfg.Duration, Nodes: nodes,
+		MinGap: cfg.MinGap, MaxGap: cfg.MaxGap, MinHold: cfg.MinHold, MaxHold: cfg.MaxHold})
+}
+
 // dnsTTL is deploy/base's --dns-ttl: a client may keep an address that
 // long after the status dropped it.
 const dnsTTL = 5 * time.Second
@@ -90,8 +107,9 @@ type ClientResult struct {
 	Service string
 	Sent    int
 	// Failed counts the failed requests, InWindow those in the window
-	// after an unplanned fault (allowed).
-	Failed, InWindow int
+	// after an unplanned fault (allowed), InPlanned those during a planned
+	// change outside such a window (not allowed).
+	Failed, InWindow, InPlanned int
 }
 
 // Result is the summary of a run.
@@ -109,7 +127,10 @@ type Result struct {
 	// to be back in the daemonset Service's status.
 	Failovers, Returns []time.Duration
 	Clients            []ClientResult
-	Failures           []Failure
+	// Growth compares the controllers' and probers' goroutines and heap
+	// between the first and the last quarter of the run.
+	Growth   []Growth
+	Failures []Failure
 }
 
 func (r *Result) String() string {
@@ -123,7 +144,10 @@ func (r *Result) String() string {
 	fmt.Fprintf(&b, "%d in all (%d skipped); %d invariant checks; failovers %s; returns after a heal %s", total, r.Skipped, r.Checks,
 		spread(r.Failovers), spread(r.Returns))
 	for _, c := range r.Clients {
-		fmt.Fprintf(&b, "; client of %s: %d sent, %d failed (%d in a fault's window)", c.Service, c.Sent, c.Failed, c.InWindow)
+		fmt.Fprintf(&b, "; client of %s: %d sent, %d failed (%d in a fault's window, %d during a planned change)", c.Service, c.Sent, c.Failed, c.InWindow, c.InPlanned)
+	}
+	for _, g := range r.Growth {
+		fmt.Fprintf(&b, "; %s", g)
 	}
 	fmt.Fprintf(&b, "; %d invariant failures", len(r.Failures))
 	return b.String()
@@ -139,8 +163,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	sched := Schedule(ScheduleConfig{Seed: cfg.Seed, Duration: cfg.Duration, Nodes: e.proxyNodes,
-		MinGap: cfg.MinGap, MaxGap: cfg.MaxGap, MinHold: cfg.MinHold, MaxHold: cfg.MaxHold})
+	sched := cfg.schedule(e.proxyNodes)
 	cfg.Logf("soak seed %d: %d faults over %s (replay with the same seed and duration)", cfg.Seed, len(sched), cfg.Duration)
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -153,10 +176,14 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	s.start = time.Now()
-	checked := make(chan struct{})
+	checked, sampled := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(checked)
 		s.check(runCtx)
+	}()
+	go func() {
+		defer close(sampled)
+		s.sampleMetrics(runCtx)
 	}()
 	var wg sync.WaitGroup
 	for _, f := range sched {
@@ -171,9 +198,11 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Result, error) {
 	s.settle(runCtx)
 	stopRun()
 	<-checked
+	<-sampled
 	res := &Result{Seed: cfg.Seed, Duration: cfg.Duration, Faults: s.injected, Skipped: s.skipped, Checks: s.checks,
 		Failovers: s.failovers, Returns: s.returns}
 	res.Clients = s.judgeClients(clients)
+	res.Growth = s.checkGrowth()
 	s.checkLeaks(ctx)
 	res.Failures = s.failures
 	return res, nil
@@ -189,7 +218,7 @@ func (s *state) startClients(ctx context.Context) (map[string]*traffic.Client, e
 			continue
 		}
 		cl := traffic.Start(ctx, traffic.Options{
-			Name: svc.Name + "." + Namespace + "." + Zone, Port: int(svc.Port),
+			Name: svc.Name + "." + Namespace + "." + Zone, Port: int(svc.Port), UDP: svc.Protocol == corev1.ProtocolUDP,
 			Resolver:    &traffic.Resolver{Servers: s.e.dnsServers, Timeout: 500 * time.Millisecond},
 			Timeout:     time.Second,
 			MaxRequests: 10_000_000,

@@ -10,23 +10,31 @@ import (
 )
 
 // state is what the injector tells the checker: which nodes are cut off
-// and since when, when the API server came back, when a controller was
-// killed, which Service is being re-created; and the record of the run.
+// or in maintenance and since when, when the control plane came back,
+// when a controller was killed, which Service is being re-created; and
+// the record of the run.
 type state struct {
 	e         *env
 	cfg       Config
 	start     time.Time
 	recorders map[string]*scenario.StatusRecorder
 
+	// slot is held by the fault that cuts a node off, partitions two or
+	// puts one in maintenance: one at a time (see Schedule).
+	slot sync.Mutex
+
 	mu      sync.Mutex
 	history []string
 	// cut: node → when it was cut off; healed: node → when it was healed
-	// (until it is cut again).
+	// or out of maintenance (until it is cut again).
 	cut, healed map[string]time.Time
-	// apiUp is when the API server last came back; apiDown whether it is
-	// being restarted.
-	apiUp   time.Time
-	apiDown bool
+	// maintained are the nodes in maintenance.
+	maintained map[string]bool
+	// controlUp is when the control plane last came back: the API server
+	// restarted, etcd continued, the controllers rolled; stalled counts
+	// those under way, during which no status can follow.
+	controlUp time.Time
+	stalled   int
 	// leaderKilled is when the leading controller was last killed: no
 	// controller writes a status until the standby takes the Lease.
 	leaderKilled time.Time
@@ -42,10 +50,15 @@ type state struct {
 	// Services whose status had addresses since their creation.
 	absent, published map[string]bool
 	// windows are the spans after unplanned faults where a client may
-	// lose requests.
-	windows [][2]time.Time
+	// lose requests; planned the spans of planned changes, where it may
+	// not.
+	windows, planned [][2]time.Time
+	// image is the image pulselb runs, changed by each Upgrade.
+	image string
 	// reported keeps one failure per invariant, Service and episode.
 	reported map[string]bool
+	// samples are the components' metrics over the run.
+	samples  []sample
 	injected map[Kind]int
 	skipped  int
 	checks   int
@@ -54,7 +67,7 @@ type state struct {
 
 func newState(e *env, cfg Config) *state {
 	return &state{e: e, cfg: cfg, recorders: map[string]*scenario.StatusRecorder{},
-		cut: map[string]time.Time{}, healed: map[string]time.Time{}, absent: map[string]bool{},
+		cut: map[string]time.Time{}, healed: map[string]time.Time{}, maintained: map[string]bool{}, absent: map[string]bool{}, image: Image,
 		published: map[string]bool{}, pending: map[string]time.Time{}, back: map[string]time.Time{}, reported: map[string]bool{}, injected: map[Kind]int{}}
 }
 
@@ -82,6 +95,30 @@ func (s *state) fail(key, invariant, detail string) {
 	f := Failure{Invariant: invariant, At: s.since(time.Now()), Detail: detail, History: slices.Clone(h)}
 	s.failures = append(s.failures, f)
 	s.cfg.Logf("INVARIANT BROKEN: %s", f)
+}
+
+// stall marks the control plane stalled (an API server restart, etcd
+// paused, the controllers rolling) until the returned function is called.
+func (s *state) stall() (resume func()) {
+	s.mu.Lock()
+	s.stalled++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.stalled--
+		s.controlUp = time.Now()
+		s.mu.Unlock()
+	}
+}
+
+// takeSlot takes the node slot for f, waiting (and saying so) while
+// another fault holds it; the returned function gives it back.
+func (s *state) takeSlot(f Fault) (release func()) {
+	if !s.slot.TryLock() {
+		s.event("%s waits for the node fault before it to end", f)
+		s.slot.Lock()
+	}
+	return s.slot.Unlock
 }
 
 // window opens a span in which clients may lose requests: from start to

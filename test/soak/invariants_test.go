@@ -1,0 +1,85 @@
+package soak
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLeakedRules(t *testing.T) {
+	save := `*nat
+:PREROUTING ACCEPT [0:0]
+:PLT-HOSTPORTS - [0:0]
+:KUBE-SVC-ABC - [0:0]
+-A PLT-HOSTPORTS -p tcp --dport 9472 -m comment --comment pulselb-system/pulselb-prober-x7k2p -j DNAT --to-destination 198.18.129.5:9472
+-A PLT-HOSTPORTS -p tcp --dport 80 -m comment --comment pulselb-system/pulselb-web-47d4c8b78e-75bc68d47c-w2wxg -j DNAT --to-destination 198.18.129.7:80
+-A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m comment --comment "pulselb-system/pulselb-dns:dns-udp cluster IP" -j KUBE-SVC-ABC
+-A KUBE-SERVICES -d 10.96.0.20/32 -p udp -m comment --comment "soak/dns:udp cluster IP" -j KUBE-SVC-DEF
+-A PREROUTING -m comment --comment "pulselb proxy" -j PULSELB-PREROUTING
+COMMIT
+`
+	got := leakedRules("node-1", save)
+	want := []string{"pulselb-web-47d4c8b78e", "soak/dns:udp", "PULSELB-PREROUTING"}
+	if len(got) != len(want) {
+		t.Fatalf("leaked %q, want the lines with %q", got, want)
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], w) || !strings.HasPrefix(got[i], "on node-1: ") {
+			t.Errorf("leaked[%d] = %q, want the line with %q", i, got[i], w)
+		}
+	}
+}
+
+// testState is the state of a two-minute run started now.
+func testState() *state {
+	cfg := Config{Duration: 2 * time.Minute}
+	cfg.defaults()
+	s := newState(&env{}, cfg)
+	s.start = time.Now()
+	return s
+}
+
+func TestCheckGrowth(t *testing.T) {
+	for _, tt := range []struct {
+		name                 string
+		first, last          float64
+		lastHeap             float64
+		wantFailures         int
+		wantFirstN, wantLast int
+	}{
+		{"flat", 100, 110, 40 << 20, 0, 6, 6},
+		{"goroutines leak", 100, 200, 40 << 20, 1, 6, 6},
+		{"heap leak", 100, 100, 200 << 20, 1, 6, 6},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := testState()
+			for i := range 24 {
+				at := s.start.Add(time.Duration(i)*5*time.Second + time.Second)
+				g, h := tt.first, float64(40<<20)
+				if i >= 18 {
+					g, h = tt.last, tt.lastHeap
+				}
+				for _, c := range components {
+					s.samples = append(s.samples, sample{at: at, comp: c.name, values: map[string]float64{"go_goroutines": g, "go_memstats_heap_inuse_bytes": h}})
+				}
+			}
+			growth := s.checkGrowth()
+			if len(growth) != len(components)*len(watched) {
+				t.Fatalf("growth %v, want every series of every component", growth)
+			}
+			if g := growth[0]; g.FirstN != tt.wantFirstN || g.LastN != tt.wantLast || g.First != tt.first || g.Last != tt.last {
+				t.Errorf("%+v, want %v → %v from %d and %d samples", g, tt.first, tt.last, tt.wantFirstN, tt.wantLast)
+			}
+			if len(s.failures) != tt.wantFailures*len(components) {
+				t.Errorf("failures %v, want %d per component", s.failures, tt.wantFailures)
+			}
+		})
+	}
+	t.Run("nothing sampled", func(t *testing.T) {
+		s := testState()
+		s.checkGrowth()
+		if len(s.failures) != len(components)*len(watched) || s.failures[0].Invariant != InvFlat {
+			t.Errorf("failures %v, want one per series: nothing to compare is no pass", s.failures)
+		}
+	})
+}
