@@ -32,11 +32,11 @@ func (s *state) inject(ctx context.Context, f Fault) {
 	s.mu.Unlock()
 	if err != nil {
 		s.event("%s: %v", f.Kind, err)
-	} else if f.Kind.exclusive() {
+	} else if f.exclusive() {
 		s.event("done: %s", f)
 	}
 	switch {
-	case f.Kind.Planned():
+	case f.Planned():
 		s.mu.Lock()
 		s.planned = append(s.planned, [2]time.Time{start, time.Now()})
 		s.mu.Unlock()

@@ -127,7 +127,7 @@ func (s *state) labelMaintenance(ctx context.Context, node string, on bool) erro
 		_, perr = s.e.c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{})
 		return perr == nil
 	}); err != nil {
-		return fmt.Errorf("setting %s=%v on %s: %w (%v)", labelMaintenance, v, node, err, perr)
+		return fmt.Errorf("setting %s=%v on %s: %w (%w)", labelMaintenance, v, node, err, perr)
 	}
 	return nil
 }
