@@ -328,13 +328,42 @@ func forgetConntrack(ctx context.Context, ns, ip string) error {
 		family = "ipv6"
 	}
 	for _, dir := range []string{"--orig-src", "--reply-src"} {
-		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "conntrack", "-D", "-f", family, dir, ip).CombinedOutput()
-		// conntrack exits 1 when nothing matched.
-		if err != nil && !strings.Contains(string(out), "0 flow entries have been deleted") {
-			return fmt.Errorf("forgetting %s's connections on %s: %w: %s", ip, ns, err, strings.TrimSpace(string(out)))
+		for attempt := 1; ; attempt++ {
+			var stderr bytes.Buffer
+			// Its output lists every entry deleted: only its messages count.
+			cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "conntrack", "-D", "-f", family, dir, ip)
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			done, retry := conntrackDeleted(err, stderr.String())
+			if done {
+				break
+			}
+			if !retry || attempt == conntrackAttempts {
+				return fmt.Errorf("forgetting %s's connections on %s (attempt %d): %w: %s", ip, ns, attempt, err, strings.TrimSpace(stderr.String()))
+			}
 		}
 	}
 	return nil
+}
+
+// conntrackAttempts bounds how often forgetConntrack runs conntrack -D
+// for one address and direction.
+const conntrackAttempts = 5
+
+// conntrackDeleted reads the result of conntrack -D: done when it deleted
+// every entry that matched (exit 0) or none matched (exit 1, "0 flow
+// entries have been deleted"); retry when an entry went away between the
+// dump and its deletion (it expired, or kube-proxy deleted it): conntrack
+// stops at that entry ("such conntrack doesn't exist") and leaves the rest
+// (a soak's UDP client leaves hundreds).
+func conntrackDeleted(err error, stderr string) (done, retry bool) {
+	switch {
+	case err == nil, strings.Contains(stderr, " 0 flow entries have been deleted"):
+		return true, false
+	case strings.Contains(stderr, "such conntrack doesn't exist"):
+		return false, true
+	}
+	return false, false
 }
 
 // linkExistsIn reports whether namespace ns has a link called name.

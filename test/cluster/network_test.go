@@ -256,3 +256,29 @@ func TestRemovedPodLeavesNoConnections(t *testing.T) {
 		t.Errorf("a connection from the same port, after the old pod was removed and the hostPort leads to the next pod: %v (want it to reach the next pod)", err)
 	}
 }
+
+// TestConntrackDeleted: conntrack -D's results, as conntrack 1.4.7 writes
+// them to stderr. An entry gone between the dump and its deletion stops
+// it (exit 1) with entries left: forgetConntrack runs it again.
+func TestConntrackDeleted(t *testing.T) {
+	exit1 := &exec.ExitError{}
+	for _, tt := range []struct {
+		name        string
+		err         error
+		stderr      string
+		done, retry bool
+	}{
+		{"deleted", nil, "conntrack v1.4.7 (conntrack-tools): 762 flow entries have been deleted.\n", true, false},
+		{"nothing matched", exit1, "conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n", true, false},
+		{"an entry went away", exit1, "conntrack v1.4.7 (conntrack-tools): Operation failed: such conntrack doesn't exist\n", false, true},
+		{"other failure", exit1, "conntrack v1.4.7 (conntrack-tools): Operation failed: Operation not permitted\n", false, false},
+		{"ten deleted, then a failure", exit1, "conntrack v1.4.7 (conntrack-tools): 10 flow entries have been deleted.\nOperation failed: Operation not permitted\n", false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			done, retry := conntrackDeleted(tt.err, tt.stderr)
+			if done != tt.done || retry != tt.retry {
+				t.Errorf("conntrackDeleted = done %v, retry %v; want %v, %v", done, retry, tt.done, tt.retry)
+			}
+		})
+	}
+}
