@@ -140,14 +140,7 @@ func TestRemovedPodAnswersNoMore(t *testing.T) {
 	}
 
 	next, _ := pod("next")
-	var ln net.Listener
-	if err := RunInNamespace(next, func() (err error) {
-		ln, err = net.Listen("tcp", ":"+port)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listenIn(t, next, port)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -241,15 +234,9 @@ func TestRemovedPodLeavesNoConnections(t *testing.T) {
 	if err := nw.setupPod(ctx, node, n, next, nextVeth, nextIP); err != nil {
 		t.Fatal(err)
 	}
-	var ln net.Listener
-	if err := RunInNamespace(next, func() (err error) {
-		ln, err = net.Listen("tcp", ":"+port)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	if err := run(ctx, hostPort("-R", nextIP)[0], hostPort("-R", nextIP)[1:]...); err != nil {
+	listenIn(t, next, port)
+	moved := hostPort("-R", nextIP)
+	if err := run(ctx, moved[0], moved[1:]...); err != nil {
 		t.Fatal(err)
 	}
 	if err := connect(); err != nil {
@@ -281,4 +268,19 @@ func TestConntrackDeleted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listenIn listens on TCP port in network namespace ns until the test
+// ends.
+func listenIn(t *testing.T, ns, port string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	if err := RunInNamespace(ns, func() (err error) {
+		ln, err = net.Listen("tcp", ":"+port)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
