@@ -14,8 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/placement"
@@ -100,9 +102,12 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	deleteFirst := false
+	replicas, maxUnavailable := int(ptr.Deref(want.Deployment.Spec.Replicas, 1)), 0
 	if ru := want.Deployment.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
-		deleteFirst = ru.MaxUnavailable.IntValue() > 0
+		var err error
+		if maxUnavailable, err = intstr.GetScaledValueFromIntOrPercent(ru.MaxUnavailable, replicas, false); err != nil {
+			return fmt.Errorf("reading the rollout strategy of %s: %w", want.Deployment.Name, err)
+		}
 	}
 	var others []*corev1.Pod
 	if slices.ContainsFunc(own, placement.Gated) {
@@ -112,13 +117,14 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 		}
 	}
 	homes := placement.Homes(placement.HomeInput{
-		Pods:        own,
-		Others:      others,
-		Published:   publishedNodes(svc),
-		Eligible:    want.EligibleNodes,
-		DeleteFirst: deleteFirst,
-		Endpoints:   endpoints,
-		Now:         c.now(),
+		Pods:           own,
+		Others:         others,
+		Published:      publishedNodes(svc),
+		Eligible:       want.EligibleNodes,
+		Replicas:       replicas,
+		MaxUnavailable: maxUnavailable,
+		Endpoints:      endpoints,
+		Now:            c.now(),
 	})
 	byName := make(map[string]*corev1.Node, len(nodes))
 	for _, n := range nodes {

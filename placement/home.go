@@ -37,6 +37,11 @@ const (
 	// HomeWaitOver: released to the scheduler after waiting for a home too
 	// long (HomeWaitLimit).
 	HomeWaitOver = "waitOver"
+	// HomeRolloutBlocked: released to the scheduler, as every home runs an
+	// older proxy that the rollout cannot take down: no more of the
+	// Service's proxies are (or are about to be) available than the
+	// rollout must keep, and a gated pod is never available.
+	HomeRolloutBlocked = "rolloutBlocked"
 	// HomeNoEndpoint: kept gated, as the Service's traffic policy is
 	// Local and no node with an endpoint can take the pod.
 	HomeNoEndpoint = "noEndpointNode"
@@ -86,11 +91,12 @@ type HomeInput struct {
 	// the controller's LocalEndpointGrace); nil otherwise. While there are
 	// some, a proxy goes only next to one.
 	Endpoints map[string]bool
-	// DeleteFirst says the workload's rollout may take an old proxy down
-	// before its successor is ready (maxUnavailable of at least 1), so a
-	// home held by an old proxy will free.
-	DeleteFirst bool
-	Now         time.Time
+	// Replicas and MaxUnavailable are the workload's replica count and its
+	// rollout's maxUnavailable (0: an old proxy is taken down only after
+	// its successor is ready). They say whether a home held by an old proxy
+	// will free (rolloutFrees).
+	Replicas, MaxUnavailable int
+	Now                      time.Time
 }
 
 // Homes decides where each gated proxy pod of a Service goes, oldest pod
@@ -107,7 +113,7 @@ type HomeInput struct {
 // are held only by terminating proxies (it starts once they are gone: a
 // rollout of the same ports in place, or a restarted proxy). When an older
 // proxy that is not terminating holds them on every home and the rollout
-// takes old proxies down first, it waits, gated, for at most its
+// will take one down (rolloutFrees), it waits, gated, for at most its
 // termination grace period plus HomeWaitLimit. Otherwise the scheduler
 // places it.
 func Homes(in HomeInput) []Home {
@@ -199,6 +205,14 @@ func Homes(in HomeInput) []Home {
 		}
 	}
 
+	// started counts the pods that are or may become available: those not
+	// gated nor terminating, and each gated pod once placed here.
+	started := 0
+	for _, p := range in.Pods {
+		if !Gated(p) && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			started++
+		}
+	}
 	slices.SortFunc(gated, func(a, b *corev1.Pod) int {
 		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
 	})
@@ -235,12 +249,13 @@ func Homes(in HomeInput) []Home {
 				on.live[pk] = hash
 			}
 			out = append(out, Home{Pod: p, Node: home, Reason: HomeReplaces})
+			started++
 		case local:
 			// Every node with an endpoint has a proxy, or none can
 			// take one: wait, gated, for the endpoints to change (as a
 			// pod would wait Pending for its pod affinity).
 			out = append(out, Home{Pod: p, Reason: HomeNoEndpoint, Wait: homeEndpointRecheck})
-		case busy && in.DeleteFirst:
+		case busy && rolloutFrees(started, in.Replicas, in.MaxUnavailable):
 			limit := HomeWaitLimit
 			if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
 				limit += time.Duration(*g) * time.Second
@@ -250,11 +265,29 @@ func Homes(in HomeInput) []Home {
 				continue
 			}
 			out = append(out, Home{Pod: p, Reason: HomeWaitOver})
+			started++
+		case busy && in.MaxUnavailable > 0:
+			out = append(out, Home{Pod: p, Reason: HomeRolloutBlocked})
+			started++
 		default:
 			out = append(out, Home{Pod: p, Reason: HomeNone})
+			started++
 		}
 	}
 	return out
+}
+
+// rolloutFrees reports whether a Deployment's rolling update, with
+// replicas and maxUnavailable, will take one of its old pods down while a
+// new one waits gated, given started, the pods that are or may become
+// available (not gated, not terminating). The Deployment controller scales
+// an old ReplicaSet down only while more pods are available than replicas
+// minus maxUnavailable, and a gated pod never becomes available: with no
+// more started pods than that, the rollout waits for the gated pod and the
+// gated pod for the rollout, until HomeWaitLimit. A started pod that is not
+// ready yet is counted as available: once it is, the rollout goes on.
+func rolloutFrees(started, replicas, maxUnavailable int) bool {
+	return maxUnavailable > 0 && started > replicas-maxUnavailable
 }
 
 // Gated reports whether proxy pod p still waits for its home.

@@ -72,13 +72,15 @@ func (h homePod) pod() *corev1.Pod {
 func TestHomes(t *testing.T) {
 	three := []string{"a", "b", "c"}
 	tests := []struct {
-		name        string
-		pods        []homePod
-		others      []homePod
-		published   []string
-		eligible    []string
-		endpoints   []string
-		deleteFirst bool
+		name      string
+		pods      []homePod
+		others    []homePod
+		published []string
+		eligible  []string
+		endpoints []string
+		// replicas and maxUnavailable of the rollout (maxUnavailable 0:
+		// no old proxy taken down first)
+		replicas, maxUnavailable int
 		// want: pod name → node, "wait", "delete", or "" (released)
 		want   map[string]string
 		reason map[string]string
@@ -99,7 +101,7 @@ func TestHomes(t *testing.T) {
 			{name: "old-b", hash: "h1", node: "b", ports: []int32{80}, ready: true},
 			{name: "new-2", hash: "h2", node: "gated", ports: []int32{81}},
 		},
-		published: []string{"a", "b"}, eligible: three, deleteFirst: true,
+		published: []string{"a", "b"}, eligible: three, replicas: 2, maxUnavailable: 1,
 		want: map[string]string{"new-2": "b"},
 	}, {
 		name: "two new pods at once each get their own node",
@@ -109,7 +111,7 @@ func TestHomes(t *testing.T) {
 			{name: "new-1", hash: "h2", node: "gated", ports: []int32{81}, age: 2 * time.Second},
 			{name: "new-2", hash: "h2", node: "gated", ports: []int32{81}, age: time.Second},
 		},
-		published: []string{"a", "b"}, eligible: three, deleteFirst: true,
+		published: []string{"a", "b"}, eligible: three, replicas: 2, maxUnavailable: 1,
 		want: map[string]string{"new-1": "a", "new-2": "b"},
 	}, {
 		name: "a new image follows the old proxy that goes first, and the next waits for the other",
@@ -119,7 +121,7 @@ func TestHomes(t *testing.T) {
 			{name: "new-1", hash: "h2", node: "gated", ports: []int32{80}, age: 2 * time.Second},
 			{name: "new-2", hash: "h2", node: "gated", ports: []int32{80}, age: time.Second},
 		},
-		published: []string{"b"}, eligible: three, deleteFirst: true,
+		published: []string{"b"}, eligible: three, replicas: 2, maxUnavailable: 1,
 		want:   map[string]string{"new-1": "a", "new-2": "wait"},
 		reason: map[string]string{"new-1": HomeReplaces, "new-2": HomeBusy},
 	}, {
@@ -129,8 +131,25 @@ func TestHomes(t *testing.T) {
 			{name: "new-1", hash: "h2", node: "a", ports: []int32{80}, ready: true},
 			{name: "new-2", hash: "h2", node: "gated", ports: []int32{80}, age: 30*time.Second + HomeWaitLimit},
 		},
-		published: []string{"a", "b"}, eligible: three, deleteFirst: true,
+		published: []string{"a", "b"}, eligible: three, replicas: 2, maxUnavailable: 1,
 		want: map[string]string{"new-2": ""}, reason: map[string]string{"new-2": HomeWaitOver},
+	}, {
+		// The soak's upgrade of churn (3 replicas, one node back from
+		// maintenance): a new proxy on a, an old one on c, two gated. The
+		// rollout keeps 2 available and has only those 2: it takes no old
+		// proxy down while a gated pod is unavailable, so the first goes
+		// to the scheduler (node b) at once, not after HomeWaitLimit; once
+		// it has started, the rollout can free c, and the second waits for it.
+		name: "a home the rollout cannot free: the pod goes to the scheduler at once",
+		pods: []homePod{
+			{name: "old-c", hash: "h1", node: "c", ports: []int32{80}, ready: true},
+			{name: "new-a", hash: "h2", node: "a", ports: []int32{80}, ready: true},
+			{name: "new-2", hash: "h2", node: "gated", ports: []int32{80}, age: 2 * time.Second},
+			{name: "new-3", hash: "h2", node: "gated", ports: []int32{80}, age: time.Second},
+		},
+		published: []string{"a", "c"}, eligible: three, replicas: 3, maxUnavailable: 1,
+		want:   map[string]string{"new-2": "", "new-3": "wait"},
+		reason: map[string]string{"new-2": HomeRolloutBlocked, "new-3": HomeBusy},
 	}, {
 		name: "a Service's only proxy is not taken down first: its successor goes elsewhere",
 		pods: []homePod{
@@ -236,7 +255,7 @@ func TestHomes(t *testing.T) {
 					endpoints[n] = true
 				}
 			}
-			in := HomeInput{Pods: pods, Others: others, Published: tt.published, Eligible: tt.eligible, Endpoints: endpoints, DeleteFirst: tt.deleteFirst, Now: homeNow}
+			in := HomeInput{Pods: pods, Others: others, Published: tt.published, Eligible: tt.eligible, Endpoints: endpoints, Replicas: tt.replicas, MaxUnavailable: tt.maxUnavailable, Now: homeNow}
 			for _, h := range Homes(in) {
 				v := h.Node
 				switch {
