@@ -179,6 +179,10 @@ type election struct {
 	cfg    electionConfig
 	client kubernetes.Interface
 	state  *leaderState
+	// pod is this replica's pod as given (--pod-name), "" when the host
+	// name stands in for it: only a pod's name is known to be this
+	// process' alone.
+	pod string
 	// judged is poked after each round of verdicts.
 	judged chan struct{}
 	// tookOver counts the Leases taken from a leader whose node failed.
@@ -190,6 +194,7 @@ func newElection(cfg electionConfig, client kubernetes.Interface, podName string
 		cfg:    cfg,
 		client: client,
 		state:  &leaderState{identity: leaderIdentity(podName), window: fenceWindow(cfg), now: time.Now},
+		pod:    podName,
 		judged: make(chan struct{}, 1),
 	}
 }
@@ -290,8 +295,21 @@ func (e *election) lead(ctx context.Context, stop func(), role leaderRole, recor
 }
 
 // watchLeader waits, after each round of verdicts, until the Lease's holder
-// runs on a node judged failed, and then takes the Lease. It returns true
-// once the Lease is this replica's, false when ctx is done.
+// runs on a node judged failed, or is this pod's previous process, and then
+// takes the Lease. It returns true once the Lease is this replica's, false
+// when ctx is done.
+//
+// A holder named after this pod is a process of this pod that has exited:
+// a leader that crashed, or gave the lead up when it could not renew the
+// Lease (an API server away for longer than the renew deadline) and exited
+// to start clean. A pod runs one controller process, and no other pod can
+// have its name, so that holder cannot be alive; waiting for its Lease to
+// lapse would leave the Services without a leader for the lease duration
+// after the restart (or after the API server's return, since a standby
+// counts the duration from when it saw the last renewal). A leader that
+// crashes at every start takes the Lease again each time, but the
+// kubelet's restart back-off soon outlasts the Lease, and a standby takes
+// it then.
 func (e *election) watchLeader(ctx context.Context, role leaderRole, recorder record.EventRecorder) bool {
 	logger := klog.FromContext(ctx)
 	// Its own lock: a LeaseLock keeps the object it read last, and the
@@ -311,18 +329,23 @@ func (e *election) watchLeader(ctx context.Context, role leaderRole, recorder re
 		if leading || holder == "" || holder == e.state.identity {
 			continue
 		}
+		previous := e.pod != "" && identityPod(holder) == e.pod
 		node, ok := role.PodNode(identityPod(holder))
-		if !ok || !role.NodeDown(node) {
+		if !previous && (!ok || !role.NodeDown(node)) {
 			continue
 		}
+		from := "a leader whose node failed"
+		if previous {
+			from = "this pod's previous process"
+		}
 		if err := takeLease(ctx, lock, holder, e.state.identity, e.cfg.duration); err != nil {
-			logger.Error(err, "Taking the leader Lease from a leader whose node failed", "holder", holder, "node", node)
+			logger.Error(err, "Taking the leader Lease from "+from, "holder", holder, "node", node)
 			continue
 		}
 		// Until the next elector reads it: no second takeover.
 		e.state.observe(e.state.identity, false)
-		logger.Info("Took the leader Lease from a leader whose node failed", "holder", holder, "node", node, "identity", e.state.identity)
-		if e.tookOver != nil {
+		logger.Info("Took the leader Lease from "+from, "holder", holder, "node", node, "identity", e.state.identity)
+		if e.tookOver != nil && !previous {
 			e.tookOver()
 		}
 		return true

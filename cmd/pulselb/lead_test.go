@@ -133,6 +133,70 @@ func TestStandbyTakesLeaseFromFailedNode(t *testing.T) {
 	})
 }
 
+// TestRestartedLeaderTakesItsPodsLease: a leader whose process exited (a
+// crash, or the lead given up while the API server was away) is replaced
+// by its pod's next process, which takes the Lease at once rather than
+// leave the Services without a leader until it lapses; only a Lease held in
+// this pod's name, and only when the pod's name was given.
+func TestRestartedLeaderTakesItsPodsLease(t *testing.T) {
+	const previous = "pulselb-controller-b_q8w1e2r3" // testElection's pod, an earlier process
+	healthy := fakeRole{pods: map[string]string{"pulselb-controller-b": "node-2", "pulselb-controller-a": "node-1"}}
+
+	t.Run("PreviousProcess", func(t *testing.T) {
+		e, client := testElection(t, leaderLease(previous))
+		var took int
+		e.tookOver = func() { took++ }
+		e.state.observe(previous, false)
+		if !runWatch(t, e, healthy) {
+			t.Fatal("the restarted replica did not take the Lease its pod's previous process held")
+		}
+		l, err := client.CoordinationV1().Leases("pulselb-system").Get(t.Context(), "pulselb-controller", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := *l.Spec.HolderIdentity; got != e.state.identity {
+			t.Errorf("holder %q, want %q", got, e.state.identity)
+		}
+		if took != 0 {
+			t.Errorf("counted %d takeovers from failed nodes, want 0", took)
+		}
+	})
+	t.Run("OtherPod", func(t *testing.T) {
+		e, client := testElection(t, leaderLease("pulselb-controller-a_x7k2m9pq"))
+		e.state.observe("pulselb-controller-a_x7k2m9pq", false)
+		if runWatch(t, e, healthy) {
+			t.Fatal("took the Lease from another pod's leader on a healthy node")
+		}
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "update" {
+				t.Errorf("wrote the Lease: %v", a)
+			}
+		}
+	})
+	t.Run("PodNamePrefix", func(t *testing.T) {
+		// pulselb-controller-b2 is another pod, whose name starts with this one's.
+		const other = "pulselb-controller-b2_x7k2m9pq"
+		e, _ := testElection(t, leaderLease(other))
+		e.state.observe(other, false)
+		if runWatch(t, e, healthy) {
+			t.Fatal("took the Lease from a pod whose name only starts with this pod's")
+		}
+	})
+	t.Run("HostName", func(t *testing.T) {
+		// Without --pod-name the host name stands in, which other
+		// processes may share: no takeover.
+		client := fake.NewClientset(leaderLease("laptop_abc"))
+		cfg := electionConfig{enabled: true, namespace: "pulselb-system", lease: "pulselb-controller",
+			duration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second}
+		e := newElection(cfg, client, "")
+		e.state.identity = "laptop_def"
+		e.state.observe("laptop_abc", false)
+		if runWatch(t, e, healthy) {
+			t.Fatal("took the Lease from a process that only shares the host name")
+		}
+	})
+}
+
 func TestFence(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s := &leaderState{identity: "me_1", window: 4 * time.Second, now: func() time.Time { return now }}

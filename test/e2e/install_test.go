@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
@@ -189,6 +190,9 @@ func TestInstall(t *testing.T) {
 			})
 		}
 	})
+	t.Run("LeaderProcessKilled", func(t *testing.T) {
+		leaderProcessKilled(ctx, t, c, ns, nodeOf)
+	})
 	t.Run("LeaderNodeBlackholed", func(t *testing.T) {
 		leaderNodeBlackholed(ctx, t, c, ns)
 	})
@@ -215,6 +219,71 @@ func TestInstall(t *testing.T) {
 	if t.Failed() {
 		t.Logf("controller logs:\n%s", controllerLogs(ctx, t, c))
 	}
+}
+
+// leaderProcessKilled kills the leading controller's process (kill -9, as
+// an OOM kill or a crash would; its pod starts it again) and at once cuts
+// off a proxy node of shop/web that does not run it. The restarted process
+// takes the Lease its pod's previous process held without waiting for it to
+// lapse, so the cut node leaves the status within seconds; before, the
+// Services had no leader for the lease duration (15 s) after the restart,
+// and a fault then waited for it (the fault soak found it after an API
+// server restart, which makes a leader give up the lead and exit).
+func leaderProcessKilled(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, nodeOf map[string]string) {
+	cs := c.Client
+	holder := func() string {
+		l, err := cs.CoordinationV1().Leases(systemNamespace).Get(ctx, "pulselb-controller", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("reading the leader Lease: %v", err)
+		}
+		return ptr.Deref(l.Spec.HolderIdentity, "")
+	}
+	before := holder()
+	i := strings.LastIndexByte(before, '_')
+	if i < 0 {
+		t.Fatalf("the leader Lease's holder %q names no pod", before)
+	}
+	leader := before[:i]
+	pod, err := cs.CoreV1().Pods(systemNamespace).Get(ctx, leader, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the leader's pod: %v", err)
+	}
+	var victim, victimIP string
+	for _, ip := range ingressIPs(ctx, cs, ns, "web") {
+		if nodeOf[ip] != pod.Spec.NodeName {
+			victim, victimIP = nodeOf[ip], ip
+			break
+		}
+	}
+	if victim == "" {
+		t.Fatalf("shop/web is published only on the leader's node %s", pod.Spec.NodeName)
+	}
+	if err := c.KillContainer(systemNamespace, leader, "controller"); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	b := blackhole(ctx, t, c, victim)
+	poll(ctx, t, 40*time.Second, victimIP+" ("+victim+") gone from shop/web's status", func() bool {
+		return !slices.Contains(ingressIPs(ctx, cs, ns, "web"), victimIP)
+	})
+	took := time.Since(killed)
+	after := holder()
+	t.Logf("the leader %s killed and %s cut off: %s left the status %s later; the Lease is %s's, was %s's",
+		leader, victim, victimIP, took.Round(10*time.Millisecond), after, before)
+	if j := strings.LastIndexByte(after, '_'); after == before || j < 0 || after[:j] != leader {
+		t.Errorf("the Lease is held by %q, want a new process of %s", after, leader)
+	}
+	// The standby counts the lease duration from when it saw the last
+	// renewal: 15 s at least without the takeover.
+	if took > 10*time.Second {
+		t.Errorf("the cut node left the status %s after the leader was killed, want at most 10s", took.Round(10*time.Millisecond))
+	}
+	if err := b.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, 90*time.Second, "shop/web back to 2 ingress IPs", func() bool {
+		return len(ingressIPs(ctx, cs, ns, "web")) == 2
+	})
 }
 
 // leaderNodeBlackholed blackholes the node of the leading controller, which
