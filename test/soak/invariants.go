@@ -116,13 +116,27 @@ func (s *state) checkOnce(now time.Time) {
 			ip := s.e.nodeIP[node]
 			s.measure(s.back, node, svc.Name, at, ws, func(ips []string) bool { return slices.Contains(ips, ip) }, "back in", &s.returns)
 			start := from(at)
-			if now.Sub(start) > s.cfg.HealBound && !slices.Contains(last.IPs, ip) {
+			// Once back, the obligation is met: a later fault (a
+			// partition, a killed proxy) may take the address out again.
+			if now.Sub(start) > s.cfg.HealBound && !heldSince(ws, ip, at) {
 				s.fail(fmt.Sprintf("%s/%s/%s/%d", InvHealedBack, svc.Name, node, at.UnixNano()), InvHealedBack,
 					fmt.Sprintf("%s (%s), healed at +%s, is not back in %s/%s's status %s after the bound's start +%s (bound %s); status %v",
 						node, ip, s.since(at), Namespace, svc.Name, now.Sub(start).Round(time.Millisecond), s.since(start), s.cfg.HealBound, last.IPs))
 			}
 		}
 	}
+}
+
+// heldSince reports whether a status among ws, the one in force at t or
+// a later one, held ip.
+func heldSince(ws []scenario.StatusWrite, ip string, t time.Time) bool {
+	for i, w := range ws {
+		inForce := !w.At.After(t) && (i == len(ws)-1 || ws[i+1].At.After(t))
+		if (inForce || w.At.After(t)) && !w.Deleted && slices.Contains(w.IPs, ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // measure records, once per episode (a cut or a heal of node at t), how

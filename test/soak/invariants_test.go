@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 func TestLeakedRules(t *testing.T) {
@@ -82,4 +84,31 @@ func TestCheckGrowth(t *testing.T) {
 			t.Errorf("failures %v, want one per series: nothing to compare is no pass", s.failures)
 		}
 	})
+}
+
+// TestHeldSince: a healed node is back once a status after its heal (or the
+// one in force at it) holds its address, even if a later fault takes it
+// out again (the hour's soak reported node-2 "not back" 82 s after its heal
+// although it had been back for a minute before a partition took it out).
+func TestHeldSince(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 22, 20, 18, 0, time.UTC)
+	at := func(d time.Duration, ips ...string) scenario.StatusWrite {
+		return scenario.StatusWrite{At: t0.Add(d), IPs: ips}
+	}
+	const ip = "198.18.1.2"
+	for _, tt := range []struct {
+		name string
+		ws   []scenario.StatusWrite
+		want bool
+	}{
+		{"back, then out again", []scenario.StatusWrite{at(-time.Minute, "198.18.1.3"), at(27*time.Second, "198.18.1.3", ip), at(83*time.Second, "198.18.1.3")}, true},
+		{"never back", []scenario.StatusWrite{at(-time.Minute, "198.18.1.3"), at(27*time.Second, "198.18.1.1", "198.18.1.3")}, false},
+		{"never left", []scenario.StatusWrite{at(-time.Minute, "198.18.1.3", ip)}, true},
+		{"held only before the cut that the heal ends", []scenario.StatusWrite{at(-time.Minute, ip), at(-30*time.Second, "198.18.1.3")}, false},
+		{"deleted since", []scenario.StatusWrite{at(-time.Minute, "198.18.1.3"), {At: t0.Add(time.Second), Deleted: true}}, false},
+	} {
+		if got := heldSince(tt.ws, ip, t0); got != tt.want {
+			t.Errorf("%s: heldSince = %v, want %v", tt.name, got, tt.want)
+		}
+	}
 }

@@ -185,6 +185,9 @@ func (s *state) upgrade(ctx context.Context) error {
 			why = done()
 			return why == ""
 		})
+		if err != nil && ctx.Err() != nil {
+			return false // the run was stopped, not the upgrade
+		}
 		if err != nil {
 			s.fail(fmt.Sprintf("%s/upgrade/%d", InvPlannedCompletes, start.UnixNano()), InvPlannedCompletes,
 				fmt.Sprintf("the upgrade to %s begun at +%s: %s not done within %s: %s", next, s.since(start), what, rolloutBound, why))
