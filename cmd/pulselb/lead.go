@@ -101,16 +101,20 @@ func fenceWindow(e electionConfig) time.Duration {
 }
 
 // watchedLock is the elector's lock, telling state what each read and
-// write of the Lease shows.
+// write of the Lease shows, and calling read, when set, after each read.
 type watchedLock struct {
 	resourcelock.Interface
 	state *leaderState
+	read  func()
 }
 
 func (l watchedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	r, raw, err := l.Interface.Get(ctx)
 	if err == nil {
 		l.state.observe(r.HolderIdentity, false)
+		if l.read != nil {
+			l.read()
+		}
 	}
 	return r, raw, err
 }
@@ -238,7 +242,10 @@ func (e *election) lead(ctx context.Context, stop func(), role leaderRole, recor
 		electCtx, cancel := context.WithCancel(ctx)
 		var started atomic.Bool
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            watchedLock{Interface: lock, state: e.state},
+			// Each read wakes watchLeader too: a holder that is this
+			// pod's previous process needs no verdict to be replaced,
+			// so the elector's first read after a restart is enough.
+			Lock:            watchedLock{Interface: lock, state: e.state, read: e.poke},
 			LeaseDuration:   e.cfg.duration,
 			RenewDeadline:   e.cfg.renewDeadline,
 			RetryPeriod:     e.cfg.retryPeriod,
@@ -294,7 +301,8 @@ func (e *election) lead(ctx context.Context, stop func(), role leaderRole, recor
 	return exit
 }
 
-// watchLeader waits, after each round of verdicts, until the Lease's holder
+// watchLeader waits, after each round of verdicts and each read of the
+// Lease by the elector, until the Lease's holder
 // runs on a node judged failed, or is this pod's previous process, and then
 // takes the Lease. It returns true once the Lease is this replica's, false
 // when ctx is done.
