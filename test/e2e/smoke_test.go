@@ -95,15 +95,22 @@ func (e *smokeEnv) clusterIPFromAnotherNode(t *testing.T) {
 	t.Logf("answers from %v", keys(seen))
 }
 
+// nodeIP returns node's IP.
+func (e *smokeEnv) nodeIP(t *testing.T, node string) string {
+	t.Helper()
+	ip, err := e.c.NodeIP(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ip
+}
+
 // hostPortFromClient checks that a hostPort on node-3 answers the client
 // namespace on node-3's IP.
 func (e *smokeEnv) hostPortFromClient(t *testing.T) {
 	ctx, c, cs := e.ctx, e.c, e.cs
 	createPod(ctx, t, cs, "hostport", "node-3", []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 30080}})
-	ip, err := c.NodeIP("node-3")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ip := e.nodeIP(t, "node-3")
 	url := fmt.Sprintf("http://%s:30080/", ip)
 	poll(ctx, t, 20*time.Second, "hostPort answering on "+url+" from the client namespace", func() bool {
 		out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
@@ -117,10 +124,7 @@ func (e *smokeEnv) hostPortFromClient(t *testing.T) {
 func (e *smokeEnv) udpHostPortFromClient(t *testing.T) {
 	ctx, c, cs := e.ctx, e.c, e.cs
 	createPod(ctx, t, cs, "udp-hostport", "node-2", []corev1.ContainerPort{{ContainerPort: 5353, HostPort: 30053, Protocol: corev1.ProtocolUDP}})
-	ip, err := c.NodeIP("node-2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ip := e.nodeIP(t, "node-2")
 	// bash's /dev/udp: one datagram out, the echo back.
 	script := fmt.Sprintf("exec 3<>/dev/udp/%s/30053; printf ping-udp >&3; head -c 8 <&3", ip)
 	poll(ctx, t, 20*time.Second, "the UDP hostPort echoing on "+ip+":30053 to the client namespace", func() bool {
@@ -366,10 +370,7 @@ func volumesPod(base string) *corev1.Pod {
 // no sooner than the grace period allows, and Ready again once it is up.
 func (e *smokeEnv) nodeDownTurnsNotReady(t *testing.T) {
 	ctx, c, cs := e.ctx, e.c, e.cs
-	ip, err := c.NodeIP("node-3")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ip := e.nodeIP(t, "node-3")
 	down := time.Now()
 	if err := c.NodeDown(ctx, "node-3"); err != nil {
 		t.Fatalf("taking node-3 down: %v", err)
