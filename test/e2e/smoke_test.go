@@ -400,18 +400,25 @@ func (e *smokeEnv) nodeDownTurnsNotReady(t *testing.T) {
 // cleanedUp stops the cluster: no files, bridge or mount targets are left
 // behind.
 func (e *smokeEnv) cleanedUp(t *testing.T) {
-	dir := e.c.Dir
-	if err := e.c.Stop(context.Background()); err != nil {
-		t.Fatalf("stopping: %v", err)
-	}
-	if left := cluster.Leftovers(dir); len(left) > 0 {
-		t.Errorf("left behind after Stop: %v", left)
-	}
+	stopLeavesNothing(t, e.c)
 	if _, err := os.Stat("/sys/class/net/plt-br0"); err == nil {
 		t.Errorf("bridge plt-br0 left behind")
 	}
 	if _, err := os.Stat("/etc/plt-smoke"); err == nil {
 		t.Errorf("volume mount targets under /etc/plt-smoke left behind")
+	}
+}
+
+// stopLeavesNothing stops c and checks that cluster.Leftovers finds
+// nothing of it left.
+func stopLeavesNothing(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	dir := c.Dir
+	if err := c.Stop(context.Background()); err != nil {
+		t.Fatalf("stopping: %v", err)
+	}
+	if left := cluster.Leftovers(dir); len(left) > 0 {
+		t.Errorf("left behind after Stop: %v", left)
 	}
 }
 
