@@ -159,25 +159,10 @@ func (e *installEnv) blackholeUntilReplaced(t *testing.T, victim, victimIP strin
 	return now
 }
 
-// componentsUseTheirServiceAccounts checks that the controllers and probers run
-// under their own ServiceAccounts and that one controller leads.
+// componentsUseTheirServiceAccounts checks that the controllers and probers
+// run under their own ServiceAccounts and that one controller leads.
 func (e *installEnv) componentsUseTheirServiceAccounts(t *testing.T) {
-	ctx, c, cs := e.ctx, e.c, e.cs
-	for sel, sa := range map[string]string{
-		"app.kubernetes.io/name=pulselb-controller": "pulselb-controller",
-		"app.kubernetes.io/name=pulselb-prober":     "pulselb-prober",
-	} {
-		for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
-			if p.Spec.ServiceAccountName != sa {
-				t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, sa)
-			}
-		}
-	}
-	var leaders int
-	poll(ctx, t, 45*time.Second, "one controller leading", func() bool {
-		leaders = len(leaderPods(ctx, t, c))
-		return leaders == 1
-	})
+	componentsUnderTheirServiceAccounts(e.ctx, t, e.c, nil)
 }
 
 // everyProberWritesItsReport waits for a ProbeReport of every node.
@@ -256,12 +241,9 @@ func (e *installEnv) failoverOnBlackholedProxyNode(t *testing.T) {
 func (e *installEnv) noPermissionDenied(t *testing.T) {
 	ctx, c, cs := e.ctx, e.c, e.cs
 	// Every call the components made was allowed by their RBAC.
-	for sel, container := range map[string]string{
-		"app.kubernetes.io/name=pulselb-controller": "controller",
-		"app.kubernetes.io/name=pulselb-prober":     "prober",
-	} {
-		for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
-			log, err := c.ContainerLog(systemNamespace, p.Name, container)
+	for _, comp := range installedComponents {
+		for _, p := range listPods(ctx, t, cs, systemNamespace, comp.selector) {
+			log, err := c.ContainerLog(systemNamespace, p.Name, comp.container)
 			if err != nil {
 				t.Errorf("reading the log of %s: %v", p.Name, err)
 				continue
@@ -338,6 +320,36 @@ func leaderProcessKilled(ctx context.Context, t *testing.T, c *cluster.Cluster, 
 	poll(ctx, t, 90*time.Second, "shop/web back to 2 ingress IPs", func() bool {
 		return len(ingressIPs(ctx, cs, ns, "web")) == 2
 	})
+}
+
+// pulselbComponent is one of pulselb's workloads as deploy/base installs
+// it: the selector of its pods, its ServiceAccount, its container.
+type pulselbComponent struct {
+	selector, serviceAccount, container string
+}
+
+// installedComponents are the controllers and the probers.
+var installedComponents = []pulselbComponent{
+	{"app.kubernetes.io/name=pulselb-controller", "pulselb-controller", "controller"},
+	{"app.kubernetes.io/name=pulselb-prober", "pulselb-prober", "prober"},
+}
+
+// componentsUnderTheirServiceAccounts checks that every controller and
+// prober pod runs under its component's ServiceAccount, calls check (when
+// not nil) on each, and waits for one controller to lead.
+func componentsUnderTheirServiceAccounts(ctx context.Context, t *testing.T, c *cluster.Cluster, check func(corev1.Pod)) {
+	t.Helper()
+	for _, comp := range installedComponents {
+		for _, p := range listPods(ctx, t, c.Client, systemNamespace, comp.selector) {
+			if p.Spec.ServiceAccountName != comp.serviceAccount {
+				t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, comp.serviceAccount)
+			}
+			if check != nil {
+				check(p)
+			}
+		}
+	}
+	poll(ctx, t, 45*time.Second, "one controller leading", func() bool { return len(leaderPods(ctx, t, c)) == 1 })
 }
 
 // leaderNodeBlackholed blackholes the node of the leading controller, which

@@ -268,25 +268,16 @@ func kubeletComponentsRun(ctx context.Context, t *testing.T, c *cluster.Cluster,
 			len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-prober")) == 3
 	})
 	t.Logf("pulselb running and ready %s after the install", time.Since(installed).Round(100*time.Millisecond))
-	for sel, sa := range map[string]string{
-		"app.kubernetes.io/name=pulselb-controller": "pulselb-controller",
-		"app.kubernetes.io/name=pulselb-prober":     "pulselb-prober",
-	} {
-		for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
-			if p.Spec.ServiceAccountName != sa {
-				t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, sa)
+	componentsUnderTheirServiceAccounts(ctx, t, c, func(p corev1.Pod) {
+		for _, st := range p.Status.ContainerStatuses {
+			if st.Image != image && !strings.HasSuffix(st.Image, "/"+image) {
+				t.Errorf("pod %s container %s runs image %q, want %s", p.Name, st.Name, st.Image, image)
 			}
-			for _, st := range p.Status.ContainerStatuses {
-				if st.Image != image && !strings.HasSuffix(st.Image, "/"+image) {
-					t.Errorf("pod %s container %s runs image %q, want %s", p.Name, st.Name, st.Image, image)
-				}
-				if !strings.HasPrefix(st.ContainerID, "containerd://") {
-					t.Errorf("pod %s container %s has ID %q: not run by containerd", p.Name, st.Name, st.ContainerID)
-				}
+			if !strings.HasPrefix(st.ContainerID, "containerd://") {
+				t.Errorf("pod %s container %s has ID %q: not run by containerd", p.Name, st.Name, st.ContainerID)
 			}
 		}
-	}
-	poll(ctx, t, 45*time.Second, "one controller leading", func() bool { return len(leaderPods(ctx, t, c)) == 1 })
+	})
 }
 
 // clientReachesWebOverTCPAndUDP checks a client in the client namespace gets
