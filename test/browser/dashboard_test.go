@@ -254,6 +254,8 @@ const upCell = `document.querySelector('tr.target[data-node="host-a"] td.state')
 // browser, and registers their stops, in the reverse order, with t.
 func newDashboardEnv(t *testing.T) *dashboardEnv {
 	browserPath := requireChromium(t)
+	// Made first, so removed last: after the browser has stopped.
+	userData := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
 	e := &dashboardEnv{}
@@ -325,7 +327,7 @@ func newDashboardEnv(t *testing.T) *dashboardEnv {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(userData),
 		chromedp.WindowSize(1280, 1024),
 	)
 	t.Cleanup(cancelAlloc)
