@@ -213,11 +213,52 @@ func serveOn(t *testing.T, addr string, h http.Handler) (string, func()) {
 // page, without reloading it, that the target is Down, that it went from
 // Up to Down, that its timeline has a down band, that the failover log
 // has an entry with its duration, and that the latency sparklines are
-// drawn. Its screenshots are the ones in docs/dashboard.md.
+// drawn. Its screenshots are the ones in docs/dashboard.md. Each step is a
+// method of dashboardEnv.
 func TestDashboardShowsFailover(t *testing.T) {
+	e := newDashboardEnv(t)
+	e.showsHostAUp(t)
+	e.screenshot(t, "dashboard-healthy.png")
+	// A mark that a reload would wipe.
+	if err := chromedp.Do(e.tab, evaluate(`window.pulselbNotReloaded = true`)); err != nil {
+		t.Fatal(err)
+	}
+	versionBefore := e.prod.dash.Version()
+	e.failHostA(t)
+	e.showsFailover(t, versionBefore)
+	e.screenshot(t, "dashboard-failover.png")
+	e.noConsoleErrors(t)
+}
+
+// dashboardEnv is TestDashboardShowsFailover's setting: two loopback
+// backends, host-a's plain HTTP (the one that fails) and host-b's HTTPS, a
+// scheduler probing them, the dashboard it feeds, and a Chromium tab on the
+// dashboard that records console errors. Everything stops when the test
+// ends.
+type dashboardEnv struct {
+	prod *producer
+	tab  context.Context
+	// webURL is host-a's backend; stopWeb stops it.
+	webURL  string
+	stopWeb func()
+	webAddr netip.AddrPort
+
+	consoleMu     sync.Mutex
+	consoleErrors []string
+}
+
+// upCell is the script that finds host-a's state cell.
+const upCell = `document.querySelector('tr.target[data-node="host-a"] td.state')`
+
+// newDashboardEnv starts the backends, the scheduler, the dashboard and the
+// browser, and registers their stops, in the reverse order, with t.
+func newDashboardEnv(t *testing.T) *dashboardEnv {
 	browserPath := requireChromium(t)
+	// Made first, so removed last: after the browser has stopped.
+	userData := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
+	e := &dashboardEnv{}
 
 	// Backends: plain HTTP (the one that fails) and HTTPS, whose
 	// certificate shows in the certificates table.
@@ -230,9 +271,9 @@ func TestDashboardShowsFailover(t *testing.T) {
 	})
 	// host-a on its own loopback address, so that its address leaving the
 	// published set is visible.
-	webURL, stopWeb := serveOn(t, "127.0.0.2:0", health)
+	e.webURL, e.stopWeb = serveOn(t, "127.0.0.2:0", health)
 	tlsSrv := httptest.NewTLSServer(health)
-	defer tlsSrv.Close()
+	t.Cleanup(tlsSrv.Close)
 
 	httpSpec, tlsSpec := probespec.MustParse("http path=/healthz"), probespec.MustParse("https path=/healthz verify=false")
 	httpProber, err := prober.New(httpSpec, prober.Options{})
@@ -243,15 +284,16 @@ func TestDashboardShowsFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	webAddr, tlsAddr := addrPort(t, webURL), addrPort(t, tlsSrv.URL)
+	tlsAddr := addrPort(t, tlsSrv.URL)
+	e.webAddr = addrPort(t, e.webURL)
 	prod := newProducer("web", map[string]targetMeta{
-		"web@host-a": {node: "host-a", addr: webAddr, probe: httpSpec.String()},
+		"web@host-a": {node: "host-a", addr: e.webAddr, probe: httpSpec.String()},
 		"web@host-b": {node: "host-b", addr: tlsAddr, probe: tlsSpec.String()},
 	})
 	sched := prober.NewScheduler(prober.Config{Interval: 200 * time.Millisecond, FastInterval: 100 * time.Millisecond,
 		Rise: 2, Fall: 2, OnChange: prod.onChange})
 	sched.Set([]prober.Target{
-		{Key: "web@host-a", Addr: webAddr, Protocol: httpSpec.Protocol, Prober: httpProber},
+		{Key: "web@host-a", Addr: e.webAddr, Protocol: httpSpec.Protocol, Prober: httpProber},
 		{Key: "web@host-b", Addr: tlsAddr, Protocol: tlsSpec.Protocol, Prober: tlsProber},
 	})
 	prod.sched = sched
@@ -259,12 +301,13 @@ func TestDashboardShowsFailover(t *testing.T) {
 	// seconds of this test draw a sparkline.
 	prod.dash = dashboard.New(dashboard.Options{Title: "pulselb browser test", KeepAlive: time.Second,
 		History: dashboard.HistoryOptions{LatencyEvery: 250 * time.Millisecond}})
-	defer prod.dash.Close()
+	t.Cleanup(prod.dash.Close)
+	e.prod = prod
 
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	t.Cleanup(wg.Wait)
 	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
+	t.Cleanup(stopRun)
 	wg.Go(func() {
 		if err := sched.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("scheduler: %v", err)
@@ -284,17 +327,16 @@ func TestDashboardShowsFailover(t *testing.T) {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(userData),
 		chromedp.WindowSize(1280, 1024),
 	)
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	tab, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
+	t.Cleanup(cancelTab) // ends the console loop before wg.Wait
+	e.tab = tab
 
 	// Every console error or uncaught exception fails the test: a script
 	// the Content-Security-Policy blocks would show here.
-	var consoleMu sync.Mutex
-	var consoleErrors []string
 	messages := chromedp.Console(tab)
 	wg.Go(func() {
 		for m, err := range messages {
@@ -302,20 +344,25 @@ func TestDashboardShowsFailover(t *testing.T) {
 				return
 			}
 			if m.Type == chromedp.ConsoleError || m.IsException() {
-				consoleMu.Lock()
-				consoleErrors = append(consoleErrors, fmt.Sprintf("%s: %s (%s)", m.Type, m.Text, m.URL))
-				consoleMu.Unlock()
+				e.consoleMu.Lock()
+				e.consoleErrors = append(e.consoleErrors, fmt.Sprintf("%s: %s (%s)", m.Type, m.Text, m.URL))
+				e.consoleMu.Unlock()
 			}
 		}
 	})
-	defer cancelTab() // ends the console loop before wg.Wait
+	if err := chromedp.Do(tab, chromedp.Navigate(dashURL+"/")); err != nil {
+		t.Fatalf("opening the dashboard: %v", err)
+	}
+	return e
+}
 
-	upCell := `document.querySelector('tr.target[data-node="host-a"] td.state')`
+// showsHostAUp waits until the page shows host-a Up with a few latency
+// samples and is live, and checks that its zero down count is neutral.
+func (e *dashboardEnv) showsHostAUp(t *testing.T) {
 	sparkPoints := func(node string) string {
 		return `Number(document.querySelector('tr.target[data-node="` + node + `"] svg.sparkline')?.getAttribute('data-points') ?? 0)`
 	}
-	if err := chromedp.Do(tab,
-		chromedp.Navigate(dashURL+"/"),
+	if err := chromedp.Do(e.tab,
 		chromedp.Poll[chromedp.Void](upCell+`?.textContent === "Up"`, chromedp.WithPollingTimeout(30*time.Second)),
 		chromedp.Poll[chromedp.Void](`document.querySelector('#live')?.textContent === "live"`, chromedp.WithPollingTimeout(15*time.Second)),
 		// A few latency samples of host-a before it fails.
@@ -324,7 +371,7 @@ func TestDashboardShowsFailover(t *testing.T) {
 		t.Fatalf("waiting for the page to show host-a Up with latencies and go live: %v", err)
 	}
 	// Before the failure: a zero count is neutral, not in the down colour.
-	zero, err := chromedp.Run(tab, chromedp.Evaluate[string](
+	zero, err := chromedp.Run(e.tab, chromedp.Evaluate[string](
 		`[...document.querySelectorAll('tr.service[data-service="web"] .count')].find(e => e.textContent === "0 down")?.className ?? "missing"`))
 	if err != nil {
 		t.Fatal(err)
@@ -332,21 +379,24 @@ func TestDashboardShowsFailover(t *testing.T) {
 	if zero != "count count-zero" {
 		t.Errorf("\"0 down\" has class %q, want the neutral count count-zero", zero)
 	}
-	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+}
+
+// screenshot saves a screenshot of the whole page as name.
+func (e *dashboardEnv) screenshot(t *testing.T, name string) {
+	png, err := chromedp.Run(e.tab, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("taking a screenshot: %v", err)
 	}
-	saveScreenshot(t, "dashboard-healthy.png", png)
-	// A mark that a reload would wipe.
-	if err := chromedp.Do(tab, evaluate(`window.pulselbNotReloaded = true`)); err != nil {
-		t.Fatal(err)
-	}
-	versionBefore := prod.dash.Version()
+	saveScreenshot(t, name, png)
+}
 
-	stopWeb()
-	t.Logf("stopped the backend of host-a at %s", webURL)
+// failHostA stops host-a's backend and waits until the page shows host-a
+// Down, its Up→Down transition and its failover, and a down band of 3 s.
+func (e *dashboardEnv) failHostA(t *testing.T) {
+	e.stopWeb()
+	t.Logf("stopped the backend of host-a at %s", e.webURL)
 	downSince := time.Now()
-	if err := chromedp.Do(tab,
+	if err := chromedp.Do(e.tab,
 		chromedp.Poll[chromedp.Void](upCell+`?.textContent === "Down"`, chromedp.WithPollingTimeout(30*time.Second)),
 		chromedp.Poll[chromedp.Void](`document.querySelector('tr.transition[data-node="host-a"][data-from="Up"][data-to="Down"]') !== null`,
 			chromedp.WithPollingTimeout(10*time.Second)),
@@ -358,13 +408,20 @@ func TestDashboardShowsFailover(t *testing.T) {
 	t.Logf("the page showed host-a Down %v after its backend stopped", time.Since(downSince).Round(time.Millisecond))
 	// The down band grows as the page follows the events: wait until host-a
 	// has been down for 3 s, for a band one can see in the screenshot.
-	if err := chromedp.Do(tab, chromedp.Poll[chromedp.Void](
+	if err := chromedp.Do(e.tab, chromedp.Poll[chromedp.Void](
 		`/^Down now for ([3-9]|[1-9][0-9]+)s/.test(document.querySelector('tr.target[data-node="host-a"] .timeline .summary')?.textContent ?? "")`,
 		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Fatalf("waiting for host-a's down band to grow: %v", err)
 	}
+}
 
-	// Read what a user sees.
+// showsFailover reads what a user sees after host-a failed and checks it:
+// host-a Down in the down colour with its transition, outcome, down band
+// and sparkline, host-b and the service still up, the failover entry with
+// host-a's address and its duration, a certificate, a live page that was
+// not reloaded, and a dashboard version past versionBefore.
+func (e *dashboardEnv) showsFailover(t *testing.T, versionBefore uint64) {
+	tab, prod, webAddr := e.tab, e.prod, e.webAddr
 	type seen struct {
 		State      string `json:"state"`
 		StateClass string `json:"stateClass"`
@@ -458,20 +515,19 @@ func TestDashboardShowsFailover(t *testing.T) {
 	if pts := strings.Fields(got.SparkPointsA); len(pts) < 4 {
 		t.Errorf("host-a's sparkline has points %q, want at least 4", got.SparkPointsA)
 	}
+}
 
-	png, err = chromedp.Run(tab, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("taking a screenshot: %v", err)
-	}
-	saveScreenshot(t, "dashboard-failover.png", png)
-
-	consoleMu.Lock()
-	defer consoleMu.Unlock()
-	for _, e := range consoleErrors {
-		t.Errorf("browser console: %s", e)
+// noConsoleErrors fails t for every console error or uncaught exception the
+// page has had.
+func (e *dashboardEnv) noConsoleErrors(t *testing.T) {
+	e.consoleMu.Lock()
+	defer e.consoleMu.Unlock()
+	for _, msg := range e.consoleErrors {
+		t.Errorf("browser console: %s", msg)
 	}
 }
 
+// evaluate runs js in the page, ignoring its value.
 func evaluate(js string) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
 		_, err := chromedp.Evaluate[bool](js)(ctx, t)

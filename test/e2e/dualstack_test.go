@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -27,8 +28,50 @@ import (
 // IPv6 first; its status, probes, proxy rules, traffic, DNS records and
 // failover are checked in both families, and the PROXY protocol's client
 // address in both, then address-type per family and a SingleStack IPv6
-// Service.
+// Service. Each step is a method of dualStackEnv, run in this order on the
+// same cluster.
 func TestDualStack(t *testing.T) {
+	e := newDualStackEnv(t)
+	t.Run("StatusInFamilyOrder", e.statusInFamilyOrder)
+	if t.Failed() {
+		t.Fatalf("shop/web never published; controller log %s; pods: %s", e.ctl.LogPath, describePods(e.ctx, e.cs, systemNamespace))
+	}
+	t.Run("EachFamilyProbedOnItsOwnAddress", e.eachFamilyProbedOnItsOwnAddress)
+	t.Run("ProxyRulesInBothFamilies", e.proxyRulesInBothFamilies)
+	t.Run("ClientReachesBothFamilies", e.clientReachesBothFamilies)
+	// The header port with version 1, whose text form differs by family
+	// (TCP4, TCP6); TestPlanned checks version 2 over IPv4.
+	t.Run("ClientAddressInBothFamilies", func(t *testing.T) {
+		testClientAddress(e.ctx, t, e.cs, clientAddressCase{namespace: "shop", selector: map[string]string{"app": "web"},
+			backendPort: intstr.FromString("http"), version: "v1",
+			policy: corev1.IPFamilyPolicyRequireDualStack, families: []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}})
+	})
+	t.Run("DNSAnswersAAndAAAA", e.dnsAnswersAAndAAAA)
+	t.Run("AddressTypePerFamily", e.addressTypePerFamily)
+	t.Run("NodeBlackholedLeavesBothFamilies", e.nodeBlackholedLeavesBothFamilies)
+}
+
+// dualStackEnv is TestDualStack's cluster: four dual-stack nodes with
+// ExternalIPs, the probers, the controller with its DNS server on dnsAddr,
+// and shop/web, PreferDualStack with IPv6 first, whose every status write
+// rec records.
+type dualStackEnv struct {
+	ctx     context.Context
+	c       *cluster.Cluster
+	cs      kubernetes.Interface
+	dyn     dynamic.Interface
+	dnsAddr string
+	ctl     *controllerProcess
+	addrs   clusterAddresses
+	rec     *scenario.StatusRecorder
+	// ingress is shop/web's status and webNodes its proxy nodes, as
+	// StatusInFamilyOrder found them.
+	ingress, webNodes []string
+}
+
+// newDualStackEnv starts the cluster, the probers (one ProbeReport from
+// every node), the controller, and shop/web.
+func newDualStackEnv(t *testing.T) *dualStackEnv {
 	c := cluster.ForTest(t, cluster.Options{Nodes: 4, ExternalIPs: true, WaitForMachine: 30 * time.Minute,
 		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}})
 	ctx := t.Context()
@@ -44,209 +87,227 @@ func TestDualStack(t *testing.T) {
 	createBackend(ctx, t, cs, "web", 2, []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}})
 	rec := scenario.RecordStatus(ctx, cs, "shop", "web")
 	createDualStackLB(ctx, t, cs, "web", 80, nil, corev1.IPFamilyPolicyPreferDualStack, corev1.IPv6Protocol, corev1.IPv4Protocol)
+	return &dualStackEnv{ctx: ctx, c: c, cs: cs, dyn: dyn, dnsAddr: dnsAddr, ctl: ctl, addrs: addrs, rec: rec}
+}
 
-	proxyNodes := func(svc string) []string {
-		var out []string
-		for _, p := range readyPods(ctx, t, cs, systemNamespace, contract.LabelServiceName+"="+svc) {
-			out = append(out, p.Spec.NodeName)
+// proxyNodes returns the nodes of svc's ready proxy pods, sorted.
+func (e *dualStackEnv) proxyNodes(t *testing.T, svc string) []string {
+	var out []string
+	for _, p := range readyPods(e.ctx, t, e.cs, systemNamespace, contract.LabelServiceName+"="+svc) {
+		out = append(out, p.Spec.NodeName)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// published waits until svc's status lists exactly want(proxy nodes), in
+// that order, and, if probed, each proxy node is probed Up on both its
+// internal addresses; it returns the status and the proxy nodes.
+func (e *dualStackEnv) published(t *testing.T, svc string, timeout time.Duration, want func(nodes []string) []string, probed bool) ([]string, []string) {
+	t.Helper()
+	ctx, cs, addrs := e.ctx, e.cs, e.addrs
+	var got, nodes []string
+	poll(ctx, t, timeout, "shop/"+svc+" published on its 2 proxy nodes as expected", func() bool {
+		e.ctl.alive(t)
+		nodes = e.proxyNodes(t, svc)
+		if len(nodes) != 2 {
+			return false
 		}
-		slices.Sort(out)
-		return out
-	}
-	// published waits until svc's status lists exactly want(proxy nodes),
-	// in that order, and returns the status and the proxy nodes.
-	published := func(t *testing.T, svc string, timeout time.Duration, want func(nodes []string) []string, probed bool) ([]string, []string) {
-		t.Helper()
-		var got, nodes []string
-		poll(ctx, t, timeout, "shop/"+svc+" published on its 2 proxy nodes as expected", func() bool {
-			ctl.alive(t)
-			nodes = proxyNodes(svc)
-			if len(nodes) != 2 {
-				return false
-			}
-			s, err := cs.CoreV1().Services("shop").Get(ctx, svc, metav1.GetOptions{})
-			if err != nil {
-				return false
-			}
-			got = got[:0]
-			for _, in := range s.Status.LoadBalancer.Ingress {
-				got = append(got, in.IP)
-			}
-			if !slices.Equal(got, want(nodes)) {
-				return false
-			}
-			if !probed {
-				return true
-			}
-			reports := listReports(ctx, t, dyn)
-			for _, n := range nodes {
-				for _, a := range []string{addrs[n].internal[corev1.IPv4Protocol], addrs[n].internal[corev1.IPv6Protocol]} {
-					if upVotesAt(reports, "shop/"+svc, 80, n, a) < 2 {
-						return false
-					}
-				}
-			}
-			return true
-		})
-		return got, nodes
-	}
-	// webWant is what shop/web (IPv6 first, address-type auto, so its
-	// nodes' ExternalIPs) publishes on nodes.
-	webWant := func(nodes []string) []string {
-		return addrs.list(nodes, "external", corev1.IPv6Protocol, corev1.IPv4Protocol)
-	}
-
-	var ingress, webNodes []string
-	t.Run("StatusInFamilyOrder", func(t *testing.T) {
-		start := time.Now()
-		ingress, webNodes = published(t, "web", 90*time.Second, webWant, true)
-		t.Logf("shop/web published %v after %s", ingress, time.Since(start).Round(time.Millisecond))
-	})
-	if t.Failed() {
-		t.Fatalf("shop/web never published; controller log %s; pods: %s", ctl.LogPath, describePods(ctx, cs, systemNamespace))
-	}
-
-	t.Run("EachFamilyProbedOnItsOwnAddress", func(t *testing.T) {
-		reports := listReports(ctx, t, dyn)
-		for _, n := range webNodes {
-			for _, fam := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
-				a := addrs[n].internal[fam]
-				if v := upVotesAt(reports, "shop/web", 80, n, a); v < 2 {
-					t.Errorf("%s of %s: %d Up results at %s, want at least 2", fam, n, v, net.JoinHostPort(a, "80"))
-				}
-			}
-			for _, r := range reports {
-				for _, res := range r.Status.Results {
-					if res.Service == "shop/web" && res.Node == n && !slices.Contains([]string{
-						net.JoinHostPort(addrs[n].internal[corev1.IPv4Protocol], "80"),
-						net.JoinHostPort(addrs[n].internal[corev1.IPv6Protocol], "80")}, res.Address) {
-						t.Errorf("report %s probed %s's port at %s, not one of its own addresses", r.Name, n, res.Address)
-					}
-				}
-			}
-		}
-	})
-
-	t.Run("ProxyRulesInBothFamilies", func(t *testing.T) {
-		svc, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
+		s, err := cs.CoreV1().Services("shop").Get(ctx, svc, metav1.GetOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return false
 		}
-		if len(svc.Spec.ClusterIPs) != 2 {
-			t.Fatalf("shop/web ClusterIPs %v, want one per family", svc.Spec.ClusterIPs)
+		got = got[:0]
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			got = append(got, in.IP)
 		}
-		for _, p := range readyPods(ctx, t, cs, systemNamespace, contract.LabelServiceName+"=web") {
-			for _, ip := range svc.Spec.ClusterIPs {
-				tool := "iptables"
-				if strings.Contains(ip, ":") {
-					tool = "ip6tables"
-				}
-				out, err := c.PodExec(ctx, systemNamespace, p.Name, tool, "-w", "-t", "nat", "-S")
-				if err != nil {
-					t.Fatalf("%s in %s: %v %s", tool, p.Name, err, out)
-				}
-				if !strings.Contains(string(out), "DNAT") || !strings.Contains(string(out), ip) {
-					t.Errorf("%s nat rules of %s have no DNAT to %s:\n%s", tool, p.Name, ip, out)
-				}
-			}
+		if !slices.Equal(got, want(nodes)) {
+			return false
 		}
-	})
-
-	t.Run("ClientReachesBothFamilies", func(t *testing.T) {
-		for _, ip := range ingress {
-			url := "http://" + net.JoinHostPort(ip, "80") + "/"
-			poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
-				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
-				name, _ := field(string(out), "name")
-				return err == nil && strings.HasPrefix(name, "shop/web-")
-			})
+		if !probed {
+			return true
 		}
-	})
-
-	// The header port with version 1, whose text form differs by family
-	// (TCP4, TCP6); TestPlanned checks version 2 over IPv4.
-	t.Run("ClientAddressInBothFamilies", func(t *testing.T) {
-		testClientAddress(ctx, t, cs, clientAddressCase{namespace: "shop", selector: map[string]string{"app": "web"},
-			backendPort: intstr.FromString("http"), version: "v1",
-			policy: corev1.IPFamilyPolicyRequireDualStack, families: []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}})
-	})
-
-	t.Run("DNSAnswersAAndAAAA", func(t *testing.T) {
-		name := "web.shop." + controllerZone
-		for _, q := range []struct {
-			qtype uint16
-			fam   corev1.IPFamily
-		}{{dns.TypeA, corev1.IPv4Protocol}, {dns.TypeAAAA, corev1.IPv6Protocol}} {
-			want := addrs.list(webNodes, "external", q.fam)
-			var got []string
-			poll(ctx, t, 10*time.Second, dns.TypeToString[q.qtype]+" "+name+" answering the status' addresses", func() bool {
-				r, err := dnsQuery(dnsAddr, name, q.qtype)
-				if err != nil || r.Rcode != dns.RcodeSuccess {
+		reports := listReports(ctx, t, e.dyn)
+		for _, n := range nodes {
+			for _, a := range []string{addrs[n].internal[corev1.IPv4Protocol], addrs[n].internal[corev1.IPv6Protocol]} {
+				if upVotesAt(reports, "shop/"+svc, 80, n, a) < 2 {
 					return false
 				}
-				got = answerIPs(r)
-				return slices.Equal(got, want)
-			})
-		}
-	})
-
-	t.Run("AddressTypePerFamily", func(t *testing.T) {
-		cases := []struct {
-			svc, addressType string
-			port             int32
-			policy           corev1.IPFamilyPolicy
-			families         []corev1.IPFamily
-			want             func(nodes []string) []string
-		}{
-			{"internal", "internal", 81, corev1.IPFamilyPolicyPreferDualStack, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-				func(n []string) []string {
-					return addrs.list(n, "internal", corev1.IPv4Protocol, corev1.IPv6Protocol)
-				}},
-			{"external", "external", 82, corev1.IPFamilyPolicyRequireDualStack, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-				func(n []string) []string {
-					return addrs.list(n, "external", corev1.IPv4Protocol, corev1.IPv6Protocol)
-				}},
-			// SingleStack IPv6: only IPv6 addresses, both types.
-			{"v6only", "both", 83, corev1.IPFamilyPolicySingleStack, []corev1.IPFamily{corev1.IPv6Protocol},
-				func(n []string) []string {
-					return addrs.list(n, "both", corev1.IPv6Protocol)
-				}},
-		}
-		for _, tc := range cases {
-			createBackendFor(ctx, t, cs, tc.svc)
-			createDualStackLB(ctx, t, cs, tc.svc, tc.port, map[string]string{contract.AnnotationAddressType: tc.addressType}, tc.policy, tc.families...)
-		}
-		for _, tc := range cases {
-			t.Run(tc.svc, func(t *testing.T) {
-				got, _ := published(t, tc.svc, 90*time.Second, tc.want, false)
-				t.Logf("shop/%s (address-type %s, %s %v) published %v", tc.svc, tc.addressType, tc.policy, tc.families, got)
-			})
-		}
-	})
-
-	t.Run("NodeBlackholedLeavesBothFamilies", func(t *testing.T) {
-		published(t, "web", 60*time.Second, webWant, true)
-		victim := webNodes[0]
-		gone := []string{addrs[victim].external[corev1.IPv4Protocol], addrs[victim].external[corev1.IPv6Protocol]}
-		writesBefore := rec.Count()
-		fault, left := blackholeUntilGone(ctx, t, c, rec, ctl, victim, gone...)
-		start := fault.Start
-		for i, ip := range gone {
-			dropped := left[i]
-			t.Logf("blackholed %s: %s left the status %s after the fault", victim, ip, dropped.Round(time.Millisecond))
-			// The bound of TestHealth's IPv4 failover on the same machine.
-			if dropped > 6*time.Second {
-				t.Errorf("%s left after %s, want at most 6s", ip, dropped)
 			}
 		}
-		after, _ := published(t, "web", 60*time.Second, webWant, true)
-		t.Logf("a proxy on another node published after %s: %v", time.Since(start).Round(time.Millisecond), after)
-		for _, w := range rec.Since(writesBefore) {
-			if len(w.IPs) == 0 {
-				t.Errorf("status written empty at %s", w.At.Format(time.RFC3339Nano))
+		return true
+	})
+	return got, nodes
+}
+
+// webWant is what shop/web (IPv6 first, address-type auto, so its nodes'
+// ExternalIPs) publishes on nodes.
+func (e *dualStackEnv) webWant(nodes []string) []string {
+	return e.addrs.list(nodes, "external", corev1.IPv6Protocol, corev1.IPv4Protocol)
+}
+
+// statusInFamilyOrder waits until shop/web publishes its proxy nodes' ExternalIPs,
+// IPv6 first, each node probed Up in both families, and keeps its status
+// and proxy nodes for the later steps.
+func (e *dualStackEnv) statusInFamilyOrder(t *testing.T) {
+	start := time.Now()
+	e.ingress, e.webNodes = e.published(t, "web", 90*time.Second, e.webWant, true)
+	t.Logf("shop/web published %v after %s", e.ingress, time.Since(start).Round(time.Millisecond))
+}
+
+// eachFamilyProbedOnItsOwnAddress checks that every proxy node of shop/web
+// is probed Up on its internal address of each family, and on no other
+// address.
+func (e *dualStackEnv) eachFamilyProbedOnItsOwnAddress(t *testing.T) {
+	ctx := e.ctx
+	reports := listReports(ctx, t, e.dyn)
+	for _, n := range e.webNodes {
+		for _, fam := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
+			a := e.addrs[n].internal[fam]
+			if v := upVotesAt(reports, "shop/web", 80, n, a); v < 2 {
+				t.Errorf("%s of %s: %d Up results at %s, want at least 2", fam, n, v, net.JoinHostPort(a, "80"))
 			}
 		}
-	})
+		for _, r := range reports {
+			for _, res := range r.Status.Results {
+				if res.Service == "shop/web" && res.Node == n && !slices.Contains([]string{
+					net.JoinHostPort(e.addrs[n].internal[corev1.IPv4Protocol], "80"),
+					net.JoinHostPort(e.addrs[n].internal[corev1.IPv6Protocol], "80")}, res.Address) {
+					t.Errorf("report %s probed %s's port at %s, not one of its own addresses", r.Name, n, res.Address)
+				}
+			}
+		}
+	}
+}
+
+// proxyRulesInBothFamilies checks that every proxy of shop/web has a DNAT
+// rule to each of its ClusterIPs, in iptables and ip6tables.
+func (e *dualStackEnv) proxyRulesInBothFamilies(t *testing.T) {
+	ctx, c, cs := e.ctx, e.c, e.cs
+	svc, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.Spec.ClusterIPs) != 2 {
+		t.Fatalf("shop/web ClusterIPs %v, want one per family", svc.Spec.ClusterIPs)
+	}
+	for _, p := range readyPods(ctx, t, cs, systemNamespace, contract.LabelServiceName+"=web") {
+		for _, ip := range svc.Spec.ClusterIPs {
+			tool := "iptables"
+			if strings.Contains(ip, ":") {
+				tool = "ip6tables"
+			}
+			out, err := c.PodExec(ctx, systemNamespace, p.Name, tool, "-w", "-t", "nat", "-S")
+			if err != nil {
+				t.Fatalf("%s in %s: %v %s", tool, p.Name, err, out)
+			}
+			if !strings.Contains(string(out), "DNAT") || !strings.Contains(string(out), ip) {
+				t.Errorf("%s nat rules of %s have no DNAT to %s:\n%s", tool, p.Name, ip, out)
+			}
+		}
+	}
+}
+
+// clientReachesBothFamilies checks that the client reaches a backend of
+// shop/web through each of its published addresses.
+func (e *dualStackEnv) clientReachesBothFamilies(t *testing.T) {
+	ctx, c := e.ctx, e.c
+	for _, ip := range e.ingress {
+		url := "http://" + net.JoinHostPort(ip, "80") + "/"
+		poll(ctx, t, 30*time.Second, "an echo pod answering "+url+" from the client namespace", func() bool {
+			out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
+			name, _ := field(string(out), "name")
+			return err == nil && strings.HasPrefix(name, "shop/web-")
+		})
+	}
+}
+
+// dnsAnswersAAndAAAA checks that the controller's DNS server answers A and
+// AAAA queries for shop/web with the published addresses of each family.
+func (e *dualStackEnv) dnsAnswersAAndAAAA(t *testing.T) {
+	ctx := e.ctx
+	name := "web.shop." + controllerZone
+	for _, q := range []struct {
+		qtype uint16
+		fam   corev1.IPFamily
+	}{{dns.TypeA, corev1.IPv4Protocol}, {dns.TypeAAAA, corev1.IPv6Protocol}} {
+		want := e.addrs.list(e.webNodes, "external", q.fam)
+		var got []string
+		poll(ctx, t, 10*time.Second, dns.TypeToString[q.qtype]+" "+name+" answering the status' addresses", func() bool {
+			r, err := dnsQuery(e.dnsAddr, name, q.qtype)
+			if err != nil || r.Rcode != dns.RcodeSuccess {
+				return false
+			}
+			got = answerIPs(r)
+			return slices.Equal(got, want)
+		})
+	}
+}
+
+// addressTypePerFamily creates three Services, internal and external
+// dual-stack and a SingleStack IPv6 one, and checks that each publishes the
+// addresses of its type in its families' order.
+func (e *dualStackEnv) addressTypePerFamily(t *testing.T) {
+	ctx, cs := e.ctx, e.cs
+	cases := []struct {
+		svc, addressType string
+		port             int32
+		policy           corev1.IPFamilyPolicy
+		families         []corev1.IPFamily
+		want             func(nodes []string) []string
+	}{
+		{"internal", "internal", 81, corev1.IPFamilyPolicyPreferDualStack, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+			func(n []string) []string {
+				return e.addrs.list(n, "internal", corev1.IPv4Protocol, corev1.IPv6Protocol)
+			}},
+		{"external", "external", 82, corev1.IPFamilyPolicyRequireDualStack, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+			func(n []string) []string {
+				return e.addrs.list(n, "external", corev1.IPv4Protocol, corev1.IPv6Protocol)
+			}},
+		// SingleStack IPv6: only IPv6 addresses, both types.
+		{"v6only", "both", 83, corev1.IPFamilyPolicySingleStack, []corev1.IPFamily{corev1.IPv6Protocol},
+			func(n []string) []string {
+				return e.addrs.list(n, "both", corev1.IPv6Protocol)
+			}},
+	}
+	for _, tc := range cases {
+		createBackendFor(ctx, t, cs, tc.svc)
+		createDualStackLB(ctx, t, cs, tc.svc, tc.port, map[string]string{contract.AnnotationAddressType: tc.addressType}, tc.policy, tc.families...)
+	}
+	for _, tc := range cases {
+		t.Run(tc.svc, func(t *testing.T) {
+			got, _ := e.published(t, tc.svc, 90*time.Second, tc.want, false)
+			t.Logf("shop/%s (address-type %s, %s %v) published %v", tc.svc, tc.addressType, tc.policy, tc.families, got)
+		})
+	}
+}
+
+// nodeBlackholedLeavesBothFamilies blackholes a proxy node of shop/web:
+// both its addresses leave the status within 6 s, a proxy on another node
+// is published, and the status is never written empty.
+func (e *dualStackEnv) nodeBlackholedLeavesBothFamilies(t *testing.T) {
+	ctx, c, ctl := e.ctx, e.c, e.ctl
+	e.published(t, "web", 60*time.Second, e.webWant, true)
+	victim := e.webNodes[0]
+	gone := []string{e.addrs[victim].external[corev1.IPv4Protocol], e.addrs[victim].external[corev1.IPv6Protocol]}
+	writesBefore := e.rec.Count()
+	fault, left := blackholeUntilGone(ctx, t, c, e.rec, ctl, victim, gone...)
+	start := fault.Start
+	for i, ip := range gone {
+		dropped := left[i]
+		t.Logf("blackholed %s: %s left the status %s after the fault", victim, ip, dropped.Round(time.Millisecond))
+		// The bound of TestHealth's IPv4 failover on the same machine.
+		if dropped > 6*time.Second {
+			t.Errorf("%s left after %s, want at most 6s", ip, dropped)
+		}
+	}
+	after, _ := e.published(t, "web", 60*time.Second, e.webWant, true)
+	t.Logf("a proxy on another node published after %s: %v", time.Since(start).Round(time.Millisecond), after)
+	for _, w := range e.rec.Since(writesBefore) {
+		if len(w.IPs) == 0 {
+			t.Errorf("status written empty at %s", w.At.Format(time.RFC3339Nano))
+		}
+	}
 }
 
 // familyAddresses are a node's addresses by family.

@@ -698,9 +698,9 @@ func hasEventOn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, 
 }
 
 // installProbers makes the namespaces pulselb-system and shop on c and
-// installs the ProbeReport CRD and the probers (at --v=2), as the health
-// scenarios start; it returns a dynamic client for the reports.
-func installProbers(t *testing.T, c *cluster.Cluster) dynamic.Interface {
+// installs the ProbeReport CRD and the probers (at --v=2, with args), as
+// the health scenarios start; it returns a dynamic client for the reports.
+func installProbers(t *testing.T, c *cluster.Cluster, args ...string) dynamic.Interface {
 	t.Helper()
 	ctx := t.Context()
 	dyn, err := dynamic.NewForConfig(c.RESTConfig)
@@ -713,7 +713,7 @@ func installProbers(t *testing.T, c *cluster.Cluster) dynamic.Interface {
 	if err := deploy.InstallProbeReportCRD(ctx, dyn, systemNamespace); err != nil {
 		t.Fatal(err)
 	}
-	if err := deploy.InstallProbers(ctx, c.Client, systemNamespace, "--v=2"); err != nil {
+	if err := deploy.InstallProbers(ctx, c.Client, systemNamespace, append([]string{"--v=2"}, args...)...); err != nil {
 		t.Fatal(err)
 	}
 	return dyn

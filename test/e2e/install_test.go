@@ -44,180 +44,216 @@ func installBase(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 // runs it end to end under its own ServiceAccounts: a LoadBalancer Service
 // gets the proxy nodes' IPs in its status, a client outside reaches it,
 // the pulselb-dns Service answers its name, and when a proxy node is
-// blackholed its IP leaves the status within seconds.
+// blackholed its IP leaves the status within seconds. Each step is a
+// method of installEnv, run in this order on the same cluster.
 func TestInstall(t *testing.T) {
 	// The install tests wait longer for a machine other tests share.
 	c := cluster.ForTest(t, cluster.Options{Nodes: 3, WaitForMachine: 20 * time.Minute})
-	ctx := t.Context()
-	cs := c.Client
-	installBase(ctx, t, c)
+	e := newInstallEnv(t, c)
+	installBase(e.ctx, t, c)
 	defer func() {
 		if t.Failed() {
-			t.Logf("pods in %s: %s", systemNamespace, describePods(ctx, cs, systemNamespace))
+			t.Logf("pods in %s: %s", systemNamespace, describePods(e.ctx, e.cs, systemNamespace))
 		}
 	}()
+	t.Run("ComponentsUseTheirServiceAccounts", e.componentsUseTheirServiceAccounts)
+	t.Run("EveryProberWritesItsReport", e.everyProberWritesItsReport)
+	e.createShop(t, createWeb)
+	t.Run("StatusHasProxyNodeIPs", e.statusHasProxyNodeIPs)
+	if len(e.ingress) != 2 {
+		t.Fatalf("no ingress; controller logs:\n%s", controllerLogs(e.ctx, t, c))
+	}
+	t.Run("ClientReachesBackendOnNodeIPs", func(t *testing.T) { clientReachesWeb(e.ctx, t, c, e.ingress) })
+	t.Run("DNSServiceAnswers", e.dnsServiceAnswers)
+	t.Run("FailoverOnBlackholedProxyNode", e.failoverOnBlackholedProxyNode)
+	t.Run("LeaderProcessKilled", func(t *testing.T) { leaderProcessKilled(e.ctx, t, c, installNamespace, e.nodeOf) })
+	t.Run("LeaderNodeBlackholed", func(t *testing.T) { leaderNodeBlackholed(e.ctx, t, c, installNamespace) })
+	t.Run("NoPermissionDenied", e.noPermissionDenied)
+	if t.Failed() {
+		t.Logf("controller logs:\n%s", controllerLogs(e.ctx, t, c))
+	}
+}
 
-	t.Run("ComponentsUseTheirServiceAccounts", func(t *testing.T) {
-		for sel, sa := range map[string]string{
-			"app.kubernetes.io/name=pulselb-controller": "pulselb-controller",
-			"app.kubernetes.io/name=pulselb-prober":     "pulselb-prober",
-		} {
-			for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
-				if p.Spec.ServiceAccountName != sa {
-					t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, sa)
-				}
-			}
-		}
-		var leaders int
-		poll(ctx, t, 45*time.Second, "one controller leading", func() bool {
-			leaders = len(leaderPods(ctx, t, c))
-			return leaders == 1
-		})
-	})
+// installNamespace is where the install tests run their Service web.
+const installNamespace = "shop"
 
-	t.Run("EveryProberWritesItsReport", func(t *testing.T) {
-		a, err := deploy.NewApplier(c.RESTConfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res := a.Dynamic.Resource(probeReportResource).Namespace(systemNamespace)
-		poll(ctx, t, 45*time.Second, "a ProbeReport per node", func() bool {
-			l, err := res.List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false
-			}
-			var names []string
-			for _, r := range l.Items {
-				names = append(names, r.GetName())
-			}
-			slices.Sort(names)
-			return slices.Equal(names, c.Nodes())
-		})
-	})
+// installEnv is a cluster with pulselb installed in pulselb-system, as a
+// user installs it (TestInstall, TestKubeletInstall), and the Service web
+// in installNamespace once createShop has made it.
+type installEnv struct {
+	ctx context.Context
+	c   *cluster.Cluster
+	cs  kubernetes.Interface
+	// nodeOf maps a node's IP to the node.
+	nodeOf map[string]string
+	// ingress is web's status, sorted, as the last step that read it
+	// found it.
+	ingress []string
+}
 
-	const ns = "shop"
-	if err := c.CreateNamespaces(ctx, ns); err != nil {
+// newInstallEnv is the environment on c, before anything is installed.
+func newInstallEnv(t *testing.T, c *cluster.Cluster) *installEnv {
+	e := &installEnv{ctx: t.Context(), c: c, cs: c.Client, nodeOf: map[string]string{}}
+	for n, ip := range c.NodeIPs() {
+		e.nodeOf[ip] = n
+	}
+	return e
+}
+
+// createShop makes installNamespace and the Service web in it with
+// createWeb.
+func (e *installEnv) createShop(t *testing.T, createWeb func(context.Context, *testing.T, kubernetes.Interface, string)) {
+	t.Helper()
+	if err := e.c.CreateNamespaces(e.ctx, installNamespace); err != nil {
 		t.Fatal(err)
 	}
-	createWeb(ctx, t, cs, ns)
+	createWeb(e.ctx, t, e.cs, installNamespace)
+}
 
-	nodeOf := map[string]string{}
-	for n, ip := range c.NodeIPs() {
-		nodeOf[ip] = n
+// waitIngress waits until web's status has 2 IPs (of what nodes), and keeps
+// them in e.ingress.
+func (e *installEnv) waitIngress(t *testing.T, what string) {
+	t.Helper()
+	poll(e.ctx, t, 90*time.Second, "shop/web with 2 ingress IPs of "+what, func() bool {
+		e.ingress = ingressIPs(e.ctx, e.cs, installNamespace, "web")
+		return len(e.ingress) == 2
+	})
+}
+
+// proxyNodeOffTheLeader returns a node of e.ingress that does not run the
+// leading controller, and its IP: blackholing it measures pulselb's
+// failover, not a leader change.
+func (e *installEnv) proxyNodeOffTheLeader(t *testing.T) (string, string) {
+	t.Helper()
+	leaderNodes := map[string]bool{}
+	for _, p := range leaderPods(e.ctx, t, e.c) {
+		leaderNodes[p.Spec.NodeName] = true
 	}
-	var ingress []string
-	t.Run("StatusHasProxyNodeIPs", func(t *testing.T) {
-		poll(ctx, t, 90*time.Second, "shop/web with 2 ingress IPs of proxy nodes", func() bool {
-			ingress = ingressIPs(ctx, cs, ns, "web")
-			return len(ingress) == 2
-		})
-		svc, err := cs.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+	for _, ip := range e.ingress {
+		if !leaderNodes[e.nodeOf[ip]] {
+			return e.nodeOf[ip], ip
 		}
-		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			if ing.IPMode == nil || *ing.IPMode != corev1.LoadBalancerIPModeProxy {
-				t.Errorf("ingress %s has ipMode %v, want Proxy", ing.IP, ing.IPMode)
-			}
-			if _, ok := nodeOf[ing.IP]; !ok {
-				t.Errorf("ingress %s is not a node IP (%v)", ing.IP, nodeOf)
-			}
-		}
-		t.Logf("status.loadBalancer.ingress = %v", ingress)
-	})
-	if len(ingress) != 2 {
-		t.Fatalf("no ingress; controller logs:\n%s", controllerLogs(ctx, t, c))
 	}
+	t.Fatalf("every proxy node runs the leader (%v)", leaderNodes)
+	return "", ""
+}
 
-	t.Run("ClientReachesBackendOnNodeIPs", func(t *testing.T) {
-		clientReachesWeb(ctx, t, c, ingress)
+// blackholeUntilReplaced blackholes victim, waits up to bound for its IP
+// to leave web's status and then for the status to hold 2 IPs without it,
+// and returns that status.
+func (e *installEnv) blackholeUntilReplaced(t *testing.T, victim, victimIP string, bound time.Duration) []string {
+	t.Helper()
+	ctx, cs := e.ctx, e.cs
+	blackhole(ctx, t, e.c, victim)
+	start := time.Now()
+	poll(ctx, t, bound, victimIP+" ("+victim+") gone from shop/web's status", func() bool {
+		return !slices.Contains(ingressIPs(ctx, cs, installNamespace, "web"), victimIP)
 	})
+	t.Logf("failover: %s (%s) left status.loadBalancer.ingress %s after it was blackholed", victim, victimIP, time.Since(start).Round(10*time.Millisecond))
+	var now []string
+	poll(ctx, t, 90*time.Second, "shop/web back to 2 ingress IPs without "+victimIP, func() bool {
+		now = ingressIPs(ctx, cs, installNamespace, "web")
+		return len(now) == 2 && !slices.Contains(now, victimIP)
+	})
+	t.Logf("replacement: status %v %s after the blackhole", now, time.Since(start).Round(10*time.Millisecond))
+	return now
+}
 
-	t.Run("DNSServiceAnswers", func(t *testing.T) {
-		dnsSvc, err := cs.CoreV1().Services(systemNamespace).Get(ctx, "pulselb-dns", metav1.GetOptions{})
+// componentsUseTheirServiceAccounts checks that the controllers and probers
+// run under their own ServiceAccounts and that one controller leads.
+func (e *installEnv) componentsUseTheirServiceAccounts(t *testing.T) {
+	componentsUnderTheirServiceAccounts(e.ctx, t, e.c, nil)
+}
+
+// everyProberWritesItsReport waits for a ProbeReport of every node.
+func (e *installEnv) everyProberWritesItsReport(t *testing.T) {
+	ctx, c := e.ctx, e.c
+	a, err := deploy.NewApplier(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := a.Dynamic.Resource(probeReportResource).Namespace(systemNamespace)
+	poll(ctx, t, 45*time.Second, "a ProbeReport per node", func() bool {
+		l, err := res.List(ctx, metav1.ListOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return false
 		}
-		name := "web.shop." + installedZone
-		want := strings.Join(ingress, "\n")
-		var got string
-		// Through kube-proxy: pulselb-dns:53 to the controllers' port 5353.
-		poll(ctx, t, 30*time.Second, fmt.Sprintf("dig @%s %s = %v", dnsSvc.Spec.ClusterIP, name, ingress), func() bool {
-			out, err := c.Exec(ctx, "node-1", "dig", "+short", "+time=1", "+tries=1", "@"+dnsSvc.Spec.ClusterIP, name, "A")
-			lines := strings.Fields(strings.TrimSpace(string(out)))
-			slices.Sort(lines)
-			got = strings.Join(lines, "\n")
-			return err == nil && got == want
-		})
+		var names []string
+		for _, r := range l.Items {
+			names = append(names, r.GetName())
+		}
+		slices.Sort(names)
+		return slices.Equal(names, c.Nodes())
 	})
+}
 
-	t.Run("FailoverOnBlackholedProxyNode", func(t *testing.T) {
-		// Blackhole a proxy node that does not run the leading controller,
-		// so the time measured is pulselb's failover, not a leader change.
-		leaderNodes := map[string]bool{}
-		for _, p := range leaderPods(ctx, t, c) {
-			leaderNodes[p.Spec.NodeName] = true
+// statusHasProxyNodeIPs waits until web's status has 2 IPs, and checks they
+// are node IPs with ipMode Proxy.
+func (e *installEnv) statusHasProxyNodeIPs(t *testing.T) {
+	e.waitIngress(t, "proxy nodes")
+	svc, err := e.cs.CoreV1().Services(installNamespace).Get(e.ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ing.IPMode == nil || *ing.IPMode != corev1.LoadBalancerIPModeProxy {
+			t.Errorf("ingress %s has ipMode %v, want Proxy", ing.IP, ing.IPMode)
 		}
-		var victim, victimIP string
-		for _, ip := range ingress {
-			if !leaderNodes[nodeOf[ip]] {
-				victim, victimIP = nodeOf[ip], ip
-				break
+		if _, ok := e.nodeOf[ing.IP]; !ok {
+			t.Errorf("ingress %s is not a node IP (%v)", ing.IP, e.nodeOf)
+		}
+	}
+	t.Logf("status.loadBalancer.ingress = %v", e.ingress)
+}
+
+// dnsServiceAnswers checks that the pulselb-dns Service answers web's name
+// with its status, through kube-proxy.
+func (e *installEnv) dnsServiceAnswers(t *testing.T) {
+	ctx, c, cs, ingress := e.ctx, e.c, e.cs, e.ingress
+	dnsSvc, err := cs.CoreV1().Services(systemNamespace).Get(ctx, "pulselb-dns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "web.shop." + installedZone
+	want := strings.Join(ingress, "\n")
+	var got string
+	// Through kube-proxy: pulselb-dns:53 to the controllers' port 5353.
+	poll(ctx, t, 30*time.Second, fmt.Sprintf("dig @%s %s = %v", dnsSvc.Spec.ClusterIP, name, ingress), func() bool {
+		out, err := c.Exec(ctx, "node-1", "dig", "+short", "+time=1", "+tries=1", "@"+dnsSvc.Spec.ClusterIP, name, "A")
+		lines := strings.Fields(strings.TrimSpace(string(out)))
+		slices.Sort(lines)
+		got = strings.Join(lines, "\n")
+		return err == nil && got == want
+	})
+}
+
+// failoverOnBlackholedProxyNode blackholes a proxy node that does not run
+// the leading controller: its IP leaves the status within 30 s, a
+// replacement is published, and a client reaches web on the new status.
+func (e *installEnv) failoverOnBlackholedProxyNode(t *testing.T) {
+	victim, victimIP := e.proxyNodeOffTheLeader(t)
+	now := e.blackholeUntilReplaced(t, victim, victimIP, 30*time.Second)
+	clientReachesWeb(e.ctx, t, e.c, now)
+}
+
+// noPermissionDenied checks that the controllers' and probers' logs show no
+// call their RBAC refused.
+func (e *installEnv) noPermissionDenied(t *testing.T) {
+	ctx, c, cs := e.ctx, e.c, e.cs
+	// Every call the components made was allowed by their RBAC.
+	for _, comp := range installedComponents {
+		for _, p := range listPods(ctx, t, cs, systemNamespace, comp.selector) {
+			log, err := c.ContainerLog(systemNamespace, p.Name, comp.container)
+			if err != nil {
+				t.Errorf("reading the log of %s: %v", p.Name, err)
+				continue
+			}
+			for _, l := range strings.Split(string(log), "\n") {
+				if strings.Contains(strings.ToLower(l), "forbidden") {
+					t.Errorf("%s was denied: %s", p.Name, l)
+				}
 			}
 		}
-		if victim == "" {
-			t.Fatalf("every proxy node runs the leader (%v)", leaderNodes)
-		}
-		blackhole(ctx, t, c, victim)
-		start := time.Now()
-		poll(ctx, t, 30*time.Second, victimIP+" ("+victim+") gone from shop/web's status", func() bool {
-			return !slices.Contains(ingressIPs(ctx, cs, ns, "web"), victimIP)
-		})
-		dropped := time.Since(start)
-		t.Logf("failover: %s (%s) left status.loadBalancer.ingress %s after it was blackholed", victim, victimIP, dropped.Round(10*time.Millisecond))
-		var now []string
-		poll(ctx, t, 90*time.Second, "shop/web back to 2 ingress IPs without "+victimIP, func() bool {
-			now = ingressIPs(ctx, cs, ns, "web")
-			return len(now) == 2 && !slices.Contains(now, victimIP)
-		})
-		t.Logf("replacement: status %v %s after the blackhole", now, time.Since(start).Round(10*time.Millisecond))
-		for _, ip := range now {
-			url := fmt.Sprintf("http://%s:80/", ip)
-			poll(ctx, t, 30*time.Second, "an echo pod answering "+url, func() bool {
-				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
-				name, _ := field(string(out), "name")
-				return err == nil && strings.HasPrefix(name, "shop/web-")
-			})
-		}
-	})
-	t.Run("LeaderProcessKilled", func(t *testing.T) {
-		leaderProcessKilled(ctx, t, c, ns, nodeOf)
-	})
-	t.Run("LeaderNodeBlackholed", func(t *testing.T) {
-		leaderNodeBlackholed(ctx, t, c, ns)
-	})
-	t.Run("NoPermissionDenied", func(t *testing.T) {
-		// Every call the components made was allowed by their RBAC.
-		for sel, container := range map[string]string{
-			"app.kubernetes.io/name=pulselb-controller": "controller",
-			"app.kubernetes.io/name=pulselb-prober":     "prober",
-		} {
-			for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
-				log, err := c.ContainerLog(systemNamespace, p.Name, container)
-				if err != nil {
-					t.Errorf("reading the log of %s: %v", p.Name, err)
-					continue
-				}
-				for _, l := range strings.Split(string(log), "\n") {
-					if strings.Contains(strings.ToLower(l), "forbidden") {
-						t.Errorf("%s was denied: %s", p.Name, l)
-					}
-				}
-			}
-		}
-	})
-	if t.Failed() {
-		t.Logf("controller logs:\n%s", controllerLogs(ctx, t, c))
 	}
 }
 
@@ -284,6 +320,36 @@ func leaderProcessKilled(ctx context.Context, t *testing.T, c *cluster.Cluster, 
 	poll(ctx, t, 90*time.Second, "shop/web back to 2 ingress IPs", func() bool {
 		return len(ingressIPs(ctx, cs, ns, "web")) == 2
 	})
+}
+
+// pulselbComponent is one of pulselb's workloads as deploy/base installs
+// it: the selector of its pods, its ServiceAccount, its container.
+type pulselbComponent struct {
+	selector, serviceAccount, container string
+}
+
+// installedComponents are the controllers and the probers.
+var installedComponents = []pulselbComponent{
+	{"app.kubernetes.io/name=pulselb-controller", "pulselb-controller", "controller"},
+	{"app.kubernetes.io/name=pulselb-prober", "pulselb-prober", "prober"},
+}
+
+// componentsUnderTheirServiceAccounts checks that every controller and
+// prober pod runs under its component's ServiceAccount, calls check (when
+// not nil) on each, and waits for one controller to lead.
+func componentsUnderTheirServiceAccounts(ctx context.Context, t *testing.T, c *cluster.Cluster, check func(corev1.Pod)) {
+	t.Helper()
+	for _, comp := range installedComponents {
+		for _, p := range listPods(ctx, t, c.Client, systemNamespace, comp.selector) {
+			if p.Spec.ServiceAccountName != comp.serviceAccount {
+				t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, comp.serviceAccount)
+			}
+			if check != nil {
+				check(p)
+			}
+		}
+	}
+	poll(ctx, t, 45*time.Second, "one controller leading", func() bool { return len(leaderPods(ctx, t, c)) == 1 })
 }
 
 // leaderNodeBlackholed blackholes the node of the leading controller, which

@@ -54,216 +54,191 @@ func overlayBase(t *testing.T, image string) []*unstructured.Unstructured {
 // platform, hostPorts go through portmap, the proxy's rules are in the
 // pod's network namespace and not the node's.
 func TestKubeletInstall(t *testing.T) {
+	e := newKubeletEnv(t)
+	defer func() {
+		if t.Failed() {
+			t.Logf("pods in %s: %s", systemNamespace, describePods(e.ctx, e.cs, systemNamespace))
+			t.Logf("controller logs:\n%s", controllerLogs(e.ctx, t, e.c))
+		}
+	}()
+	t.Run("ComponentsRunUnderTheirServiceAccounts", func(t *testing.T) {
+		kubeletComponentsRun(e.ctx, t, e.c, e.installed, e.rel.name)
+	})
+	e.createShop(t, createKubeletWeb)
+	t.Run("ProxiesPublishedThroughPortmap", e.proxiesPublishedThroughPortmap)
+	if len(e.ingress) != 2 {
+		t.Fatal("no ingress")
+	}
+	t.Run("ProxyRunsIptablesModeInItsOwnNamespace", e.proxyRunsIptablesModeInItsOwnNamespace)
+	t.Run("ImageOfTheMachinesPlatformFromTheIndex", func(t *testing.T) { e.rel.runsOwnPlatform(e.ctx, t, e.c) })
+	t.Run("ClientReachesBackendOverTCPAndUDP", func(t *testing.T) { clientReachesWebOverTCPAndUDP(e.ctx, t, e.c, e.ingress) })
+	t.Run("SourceRangesInPlace", e.sourceRangesInPlace)
+	t.Run("RollingUpgradeLosesNoRequest", func(t *testing.T) {
+		kubeletRollingUpgrade(e.ctx, t, e.c, e.applier, installNamespace, e.rel.name)
+	})
+	// The upgrade may have moved proxies.
+	if e.ingress = ingressIPs(e.ctx, e.cs, installNamespace, "web"); len(e.ingress) != 2 {
+		t.Fatalf("after the upgrade, web's status is %v", e.ingress)
+	}
+	t.Run("BlackholedNodeLeavesStatusAndProxyMoves", e.blackholedNodeLeavesStatusAndProxyMoves)
+	// Last: the proxies roll to pod sysctls, which kubelet-3 refuses.
+	t.Run("ForwardingBySysctls", func(t *testing.T) { kubeletForwardingSysctls(e.ctx, t, e.c, installNamespace) })
+	t.Run("CleanedUp", func(t *testing.T) {
+		// Containers, mounts, cgroups, kubelet's log links, CNI results,
+		// shim sockets: cluster.Leftovers covers kubelet nodes.
+		stopLeavesNothing(t, e.c)
+	})
+}
+
+// kubeletEnv is TestKubeletInstall's cluster: three kubelet nodes with the
+// release's image index imported, and pulselb installed from deploy/base
+// with only the image overridden.
+type kubeletEnv struct {
+	*installEnv
+	rel     releaseImage
+	applier *deploy.Applier
+	// installed is when deploy/base was applied.
+	installed time.Time
+}
+
+// newKubeletEnv reads the release image, starts the cluster and installs
+// deploy/base with the release's image.
+func newKubeletEnv(t *testing.T) *kubeletEnv {
 	var rel releaseImage
 	if os.Geteuid() == 0 { // without root, ForTest skips the test
 		rel = readReleaseImage(t)
 	}
 	c := cluster.ForTest(t, cluster.Options{KubeletNodes: 3, WaitForMachine: 20 * time.Minute,
 		KubeletAllowedUnsafeSysctls: kubeletSysctlOptions(3), KubeletImageArchives: []string{rel.path}})
-	ctx := t.Context()
-	cs := c.Client
+	e := &kubeletEnv{installEnv: newInstallEnv(t, c), rel: rel}
 	a, err := deploy.NewApplier(c.RESTConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	installed := time.Now()
-	if err := a.Install(ctx, overlayBase(t, rel.name)); err != nil {
+	e.applier = a
+	e.installed = time.Now()
+	if err := a.Install(e.ctx, overlayBase(t, rel.name)); err != nil {
 		t.Fatalf("installing deploy/base: %v", err)
 	}
+	return e
+}
+
+// proxiesPublishedThroughPortmap waits until web's status has 2 kubelet
+// node IPs, and checks that each node has the CNI portmap plugin's DNAT
+// rules for the proxy's hostPorts.
+func (e *kubeletEnv) proxiesPublishedThroughPortmap(t *testing.T) {
+	ctx, c := e.ctx, e.c
+	e.waitIngress(t, "kubelet nodes")
+	for _, ip := range e.ingress {
+		node, ok := e.nodeOf[ip]
+		if !ok {
+			t.Fatalf("ingress %s is not a node IP (%v)", ip, e.nodeOf)
+		}
+		// The CNI portmap plugin's DNAT for the proxy's hostPorts, in
+		// the node's namespace.
+		out, err := c.Exec(ctx, node, "iptables-save", "-t", "nat")
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		for _, want := range []string{"-p tcp -m tcp --dport 80 ", "-p udp -m udp --dport 5353 "} {
+			if !hostPortRule(string(out), want) {
+				t.Errorf("node %s has no CNI-DN hostPort rule with %q:\n%s", node, want, out)
+			}
+		}
+	}
+	t.Logf("status.loadBalancer.ingress = %v", e.ingress)
+}
+
+// proxyRunsIptablesModeInItsOwnNamespace checks that both proxies started
+// in iptables mode, with their rules in their pod's network namespace and
+// none in their node's nat table.
+func (e *kubeletEnv) proxyRunsIptablesModeInItsOwnNamespace(t *testing.T) {
+	ctx, c, cs := e.ctx, e.c, e.cs
+	pods := readyPods(ctx, t, cs, systemNamespace, proxyAppSelector)
+	if len(pods) != 2 {
+		t.Fatalf("%d proxy pods ready, want 2", len(pods))
+	}
+	for _, p := range pods {
+		proxyStartedInIptablesMode(t, c, p)
+		rules, err := c.PodExec(ctx, systemNamespace, p.Name, "iptables-save", "-t", "nat")
+		if err != nil {
+			t.Fatalf("%v: %s", err, rules)
+		}
+		if !strings.Contains(string(rules), ":PULSELB-PREROUTING") {
+			t.Errorf("proxy pod %s's namespace has no PULSELB-PREROUTING chain:\n%s", p.Name, rules)
+		}
+		node, err := c.Exec(ctx, p.Spec.NodeName, "iptables-save", "-t", "nat")
+		if err != nil {
+			t.Fatalf("%v: %s", err, node)
+		}
+		if strings.Contains(string(node), "PULSELB") {
+			t.Errorf("node %s's nat table holds pulselb rules:\n%s", p.Spec.NodeName, node)
+		}
+	}
+}
+
+// sourceRangesInPlace checks that the proxies run as pulselb-proxy and
+// that loadBalancerSourceRanges are enforced (testSourceRanges).
+func (e *kubeletEnv) sourceRangesInPlace(t *testing.T) {
+	ctx, cs := e.ctx, e.cs
+	for _, p := range listPods(ctx, t, cs, systemNamespace, proxyAppSelector) {
+		if p.Spec.ServiceAccountName != "pulselb-proxy" {
+			t.Errorf("proxy pod %s runs as service account %q, want pulselb-proxy", p.Name, p.Spec.ServiceAccountName)
+		}
+	}
+	testSourceRanges(ctx, t, cs, installNamespace, map[string]string{"app": "web"}, intstr.FromString("http"), nil)
+}
+
+// blackholedNodeLeavesStatusAndProxyMoves blackholes a proxy node that does
+// not run the leading controller once every proxy node is probed Up: its
+// IP leaves the status within kubeletFailoverTarget, the proxy moves to
+// another node, and a client reaches web on the new status over TCP and
+// UDP.
+func (e *kubeletEnv) blackholedNodeLeavesStatusAndProxyMoves(t *testing.T) {
+	ctx, c, cs := e.ctx, e.c, e.cs
+	// CleanedUp stops the cluster: say what went wrong while it is up.
 	defer func() {
 		if t.Failed() {
 			t.Logf("pods in %s: %s", systemNamespace, describePods(ctx, cs, systemNamespace))
 			t.Logf("controller logs:\n%s", controllerLogs(ctx, t, c))
+			for _, p := range listPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-prober") {
+				log, _ := c.ContainerLog(systemNamespace, p.Name, p.Spec.Containers[0].Name)
+				t.Logf("prober %s on %s:\n%s", p.Name, p.Spec.NodeName, scenario.Tail(string(log), 30))
+			}
 		}
 	}()
-
-	t.Run("ComponentsRunUnderTheirServiceAccounts", func(t *testing.T) {
-		kubeletComponentsRun(ctx, t, c, installed, rel.name)
-	})
-
-	const ns = "shop"
-	if err := c.CreateNamespaces(ctx, ns); err != nil {
+	victim, victimIP := e.proxyNodeOffTheLeader(t)
+	// The failover target is for a steady cluster: every proxy node
+	// probed Up by both of its vantages (the other two nodes) first.
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
 		t.Fatal(err)
 	}
-	createKubeletWeb(ctx, t, cs, ns)
-	nodeOf := map[string]string{}
-	for n, ip := range c.NodeIPs() {
-		nodeOf[ip] = n
+	poll(ctx, t, 60*time.Second, "shop/web:80 Up in both vantages' reports on every proxy node", func() bool {
+		reports := listReports(ctx, t, dyn)
+		for _, ip := range e.ingress {
+			if scenario.UpVotes(reports, "shop/web", 80, e.nodeOf[ip]) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	defer func() {
+		if t.Failed() {
+			for _, r := range listReports(ctx, t, dyn) {
+				t.Logf("report %s: %+v", r.Name, r.Status.Results)
+			}
+		}
+	}()
+	now := e.blackholeUntilReplaced(t, victim, victimIP, kubeletFailoverTarget)
+	var onNodes []string
+	for _, p := range readyPods(ctx, t, cs, systemNamespace, proxyAppSelector) {
+		onNodes = append(onNodes, p.Spec.NodeName)
 	}
-
-	var ingress []string
-	t.Run("ProxiesPublishedThroughPortmap", func(t *testing.T) {
-		poll(ctx, t, 90*time.Second, "shop/web with 2 ingress IPs of kubelet nodes", func() bool {
-			ingress = ingressIPs(ctx, cs, ns, "web")
-			return len(ingress) == 2
-		})
-		for _, ip := range ingress {
-			node, ok := nodeOf[ip]
-			if !ok {
-				t.Fatalf("ingress %s is not a node IP (%v)", ip, nodeOf)
-			}
-			// The CNI portmap plugin's DNAT for the proxy's hostPorts, in
-			// the node's namespace.
-			out, err := c.Exec(ctx, node, "iptables-save", "-t", "nat")
-			if err != nil {
-				t.Fatalf("%v: %s", err, out)
-			}
-			for _, want := range []string{"-p tcp -m tcp --dport 80 ", "-p udp -m udp --dport 5353 "} {
-				if !hostPortRule(string(out), want) {
-					t.Errorf("node %s has no CNI-DN hostPort rule with %q:\n%s", node, want, out)
-				}
-			}
-		}
-		t.Logf("status.loadBalancer.ingress = %v", ingress)
-	})
-	if len(ingress) != 2 {
-		t.Fatal("no ingress")
+	if slices.Contains(onNodes, victim) || len(onNodes) != 2 {
+		t.Errorf("ready proxy pods on %v, want 2 off %s", onNodes, victim)
 	}
-
-	t.Run("ProxyRunsIptablesModeInItsOwnNamespace", func(t *testing.T) {
-		pods := readyPods(ctx, t, cs, systemNamespace, proxyAppSelector)
-		if len(pods) != 2 {
-			t.Fatalf("%d proxy pods ready, want 2", len(pods))
-		}
-		for _, p := range pods {
-			proxyStartedInIptablesMode(t, c, p)
-			rules, err := c.PodExec(ctx, systemNamespace, p.Name, "iptables-save", "-t", "nat")
-			if err != nil {
-				t.Fatalf("%v: %s", err, rules)
-			}
-			if !strings.Contains(string(rules), ":PULSELB-PREROUTING") {
-				t.Errorf("proxy pod %s's namespace has no PULSELB-PREROUTING chain:\n%s", p.Name, rules)
-			}
-			node, err := c.Exec(ctx, p.Spec.NodeName, "iptables-save", "-t", "nat")
-			if err != nil {
-				t.Fatalf("%v: %s", err, node)
-			}
-			if strings.Contains(string(node), "PULSELB") {
-				t.Errorf("node %s's nat table holds pulselb rules:\n%s", p.Spec.NodeName, node)
-			}
-		}
-	})
-
-	t.Run("ImageOfTheMachinesPlatformFromTheIndex", func(t *testing.T) {
-		rel.runsOwnPlatform(ctx, t, c)
-	})
-
-	t.Run("ClientReachesBackendOverTCPAndUDP", func(t *testing.T) {
-		clientReachesWebOverTCPAndUDP(ctx, t, c, ingress)
-	})
-
-	t.Run("SourceRangesInPlace", func(t *testing.T) {
-		for _, p := range listPods(ctx, t, cs, systemNamespace, proxyAppSelector) {
-			if p.Spec.ServiceAccountName != "pulselb-proxy" {
-				t.Errorf("proxy pod %s runs as service account %q, want pulselb-proxy", p.Name, p.Spec.ServiceAccountName)
-			}
-		}
-		testSourceRanges(ctx, t, cs, ns, map[string]string{"app": "web"}, intstr.FromString("http"), nil)
-	})
-
-	t.Run("RollingUpgradeLosesNoRequest", func(t *testing.T) {
-		kubeletRollingUpgrade(ctx, t, c, a, ns, rel.name)
-	})
-	// The upgrade may have moved proxies.
-	if ingress = ingressIPs(ctx, cs, ns, "web"); len(ingress) != 2 {
-		t.Fatalf("after the upgrade, web's status is %v", ingress)
-	}
-
-	t.Run("BlackholedNodeLeavesStatusAndProxyMoves", func(t *testing.T) {
-		// CleanedUp stops the cluster: say what went wrong while it is up.
-		defer func() {
-			if t.Failed() {
-				t.Logf("pods in %s: %s", systemNamespace, describePods(ctx, cs, systemNamespace))
-				t.Logf("controller logs:\n%s", controllerLogs(ctx, t, c))
-				for _, p := range listPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-prober") {
-					log, _ := c.ContainerLog(systemNamespace, p.Name, p.Spec.Containers[0].Name)
-					t.Logf("prober %s on %s:\n%s", p.Name, p.Spec.NodeName, scenario.Tail(string(log), 30))
-				}
-			}
-		}()
-		leaderNodes := map[string]bool{}
-		for _, p := range leaderPods(ctx, t, c) {
-			leaderNodes[p.Spec.NodeName] = true
-		}
-		var victim, victimIP string
-		for _, ip := range ingress {
-			if !leaderNodes[nodeOf[ip]] {
-				victim, victimIP = nodeOf[ip], ip
-				break
-			}
-		}
-		if victim == "" {
-			t.Fatalf("every proxy node runs the leader (%v)", leaderNodes)
-		}
-		// The failover target is for a steady cluster: every proxy node
-		// probed Up by both of its vantages (the other two nodes) first.
-		dyn, err := dynamic.NewForConfig(c.RESTConfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		poll(ctx, t, 60*time.Second, "shop/web:80 Up in both vantages' reports on every proxy node", func() bool {
-			reports := listReports(ctx, t, dyn)
-			for _, ip := range ingress {
-				if scenario.UpVotes(reports, "shop/web", 80, nodeOf[ip]) < 2 {
-					return false
-				}
-			}
-			return true
-		})
-		defer func() {
-			if t.Failed() {
-				for _, r := range listReports(ctx, t, dyn) {
-					t.Logf("report %s: %+v", r.Name, r.Status.Results)
-				}
-			}
-		}()
-		blackhole(ctx, t, c, victim)
-		start := time.Now()
-		poll(ctx, t, kubeletFailoverTarget, victimIP+" ("+victim+") gone from shop/web's status", func() bool {
-			return !slices.Contains(ingressIPs(ctx, cs, ns, "web"), victimIP)
-		})
-		t.Logf("failover: %s (%s) left status.loadBalancer.ingress %s after it was blackholed", victim, victimIP, time.Since(start).Round(10*time.Millisecond))
-		var now []string
-		poll(ctx, t, 90*time.Second, "shop/web back to 2 ingress IPs without "+victimIP, func() bool {
-			now = ingressIPs(ctx, cs, ns, "web")
-			return len(now) == 2 && !slices.Contains(now, victimIP)
-		})
-		t.Logf("replacement: status %v %s after the blackhole", now, time.Since(start).Round(10*time.Millisecond))
-		var onNodes []string
-		for _, p := range readyPods(ctx, t, cs, systemNamespace, proxyAppSelector) {
-			onNodes = append(onNodes, p.Spec.NodeName)
-		}
-		if slices.Contains(onNodes, victim) || len(onNodes) != 2 {
-			t.Errorf("ready proxy pods on %v, want 2 off %s", onNodes, victim)
-		}
-		for _, ip := range now {
-			url := fmt.Sprintf("http://%s:80/", ip)
-			poll(ctx, t, 30*time.Second, "an echo pod answering "+url, func() bool {
-				out, err := c.ClientExec(ctx, "curl", "-sS", "--max-time", "2", url)
-				name, _ := field(string(out), "name")
-				return err == nil && strings.HasPrefix(name, "shop/web-")
-			})
-			addr := net.JoinHostPort(ip, "5353")
-			poll(ctx, t, 30*time.Second, "a UDP echo from "+addr, func() bool { return udpEcho(addr, "after "+ip) == nil })
-		}
-	})
-
-	// Last: the proxies roll to pod sysctls, which kubelet-3 refuses.
-	t.Run("ForwardingBySysctls", func(t *testing.T) {
-		kubeletForwardingSysctls(ctx, t, c, ns)
-	})
-
-	t.Run("CleanedUp", func(t *testing.T) {
-		dir := c.Dir
-		if err := c.Stop(context.Background()); err != nil {
-			t.Fatalf("stopping: %v", err)
-		}
-		// Containers, mounts, cgroups, kubelet's log links, CNI results,
-		// shim sockets: cluster.Leftovers covers kubelet nodes.
-		if left := cluster.Leftovers(dir); len(left) > 0 {
-			t.Errorf("left behind after Stop: %v", left)
-		}
-	})
+	clientReachesWebOverTCPAndUDP(ctx, t, c, now)
 }
 
 // proxyStartedInIptablesMode checks that proxy pod p's log says it started
@@ -293,25 +268,16 @@ func kubeletComponentsRun(ctx context.Context, t *testing.T, c *cluster.Cluster,
 			len(readyPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-prober")) == 3
 	})
 	t.Logf("pulselb running and ready %s after the install", time.Since(installed).Round(100*time.Millisecond))
-	for sel, sa := range map[string]string{
-		"app.kubernetes.io/name=pulselb-controller": "pulselb-controller",
-		"app.kubernetes.io/name=pulselb-prober":     "pulselb-prober",
-	} {
-		for _, p := range listPods(ctx, t, cs, systemNamespace, sel) {
-			if p.Spec.ServiceAccountName != sa {
-				t.Errorf("pod %s runs as service account %q, want %s", p.Name, p.Spec.ServiceAccountName, sa)
+	componentsUnderTheirServiceAccounts(ctx, t, c, func(p corev1.Pod) {
+		for _, st := range p.Status.ContainerStatuses {
+			if st.Image != image && !strings.HasSuffix(st.Image, "/"+image) {
+				t.Errorf("pod %s container %s runs image %q, want %s", p.Name, st.Name, st.Image, image)
 			}
-			for _, st := range p.Status.ContainerStatuses {
-				if st.Image != image && !strings.HasSuffix(st.Image, "/"+image) {
-					t.Errorf("pod %s container %s runs image %q, want %s", p.Name, st.Name, st.Image, image)
-				}
-				if !strings.HasPrefix(st.ContainerID, "containerd://") {
-					t.Errorf("pod %s container %s has ID %q: not run by containerd", p.Name, st.Name, st.ContainerID)
-				}
+			if !strings.HasPrefix(st.ContainerID, "containerd://") {
+				t.Errorf("pod %s container %s has ID %q: not run by containerd", p.Name, st.Name, st.ContainerID)
 			}
 		}
-	}
-	poll(ctx, t, 45*time.Second, "one controller leading", func() bool { return len(leaderPods(ctx, t, c)) == 1 })
+	})
 }
 
 // clientReachesWebOverTCPAndUDP checks a client in the client namespace gets

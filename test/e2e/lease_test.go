@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/pulselb/pulselb/api/contract"
@@ -29,19 +28,7 @@ func TestLeaseUpgrade(t *testing.T) {
 	c := cluster.ForTest(t, cluster.Options{Nodes: 4, WaitForMachine: 30 * time.Minute})
 	ctx := t.Context()
 	cs := c.Client
-	dyn, err := dynamic.NewForConfig(c.RESTConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.CreateNamespaces(ctx, systemNamespace, "shop"); err != nil {
-		t.Fatal(err)
-	}
-	if err := deploy.InstallProbeReportCRD(ctx, dyn, systemNamespace); err != nil {
-		t.Fatal(err)
-	}
-	if err := deploy.InstallProbers(ctx, cs, systemNamespace, "--v=2", "--lease-heartbeat=false"); err != nil {
-		t.Fatal(err)
-	}
+	dyn := installProbers(t, c, "--lease-heartbeat=false")
 	poll(ctx, t, 90*time.Second, "a ProbeReport from every node", func() bool {
 		return len(listReports(ctx, t, dyn)) == 4
 	})
@@ -90,7 +77,7 @@ func TestLeaseUpgrade(t *testing.T) {
 	eventsBefore := verdictEvents()
 
 	// The upgrade: the same DaemonSet without the flag, rolled node by node.
-	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		ds, err := cs.AppsV1().DaemonSets(systemNamespace).Get(ctx, deploy.ProberName, metav1.GetOptions{})
 		if err != nil {
 			return err
