@@ -39,6 +39,13 @@ const (
 	annotationMode  = "pulselb.io/proxy-mode"
 	annotationRepl  = "pulselb.io/replicas"
 	annotationNodes = "pulselb.io/node-selector"
+	annotationProbe = "pulselb.io/probe"
+	// annotationExternal is what external vantages' verdicts do to a
+	// Service; conditionExternal the condition that says what they see.
+	annotationExternal = "pulselb.io/external-vantages"
+	conditionExternal  = "pulselb.io/ExternallyReachable"
+	// vantageName is the soak's external vantage, in the client namespace.
+	vantageName = "outside"
 )
 
 // service is one LoadBalancer Service of the soak.
@@ -51,6 +58,10 @@ type service struct {
 	// Client: a client outside sends it requests through DNS: HTTP to a
 	// TCP Service, datagrams to be echoed to a UDP one.
 	Client bool
+	// ExternalRequired: the Service's addresses are published only while
+	// the external vantage reaches them (pulselb.io/external-vantages:
+	// required).
+	ExternalRequired bool
 }
 
 // churn is the Service the soak edits, deletes and re-creates; churnPort
@@ -61,12 +72,13 @@ const (
 )
 
 // services are the soak's Services: deployment and daemonset mode, TCP
-// and UDP.
+// and UDP, one that requires the external vantage.
 var services = []service{
 	{Name: "web", Port: 80, Client: true},
 	{Name: "everywhere", Port: 8081, DaemonSet: true, Client: true},
 	{Name: "dns", Port: 5300, Protocol: corev1.ProtocolUDP, Client: true},
 	{Name: churn, Port: churnPort},
+	{Name: "outside", Port: 8084, Client: true, ExternalRequired: true},
 }
 
 // env is pulselb installed from deploy/base on a harness cluster with the
@@ -82,13 +94,18 @@ type env struct {
 	// dnsServers are pulselb-dns's NodePort on every node, as a client
 	// outside the cluster reaches it.
 	dnsServers []string
-	logf       func(string, ...any)
+	// vantage is the external vantage, which probes the Services'
+	// published addresses from the client namespace.
+	vantage *scenario.Vantage
+	logf    func(string, ...any)
 }
 
 // setup installs deploy/base (overlaid with Image) from base, exposes
-// pulselb-dns on a NodePort, creates the backend and the Services and
-// waits until every Service is published.
-func setup(ctx context.Context, c *cluster.Cluster, base string, logf func(string, ...any)) (*env, error) {
+// pulselb-dns on a NodePort, starts the external vantage in the client
+// namespace, creates the backend and the Services and waits until every
+// Service is published and the one that requires the vantage is reachable
+// from it. The caller stops the vantage (env.stop).
+func setup(ctx context.Context, c *cluster.Cluster, base string, logf func(string, ...any)) (_ *env, err error) {
 	nodes := c.Nodes()
 	if len(nodes) < 3 {
 		return nil, fmt.Errorf("the soak needs at least 3 nodes, the cluster has %d", len(nodes))
@@ -114,6 +131,19 @@ func setup(ctx context.Context, c *cluster.Cluster, base string, logf func(strin
 	if err := e.exposeDNS(ctx); err != nil {
 		return nil, err
 	}
+	// As docs/external-vantages.md sets one up for the kustomize base.
+	kubeconfig, err := scenario.CreateVantage(ctx, c, vantageName)
+	if err != nil {
+		return nil, err
+	}
+	if e.vantage, err = scenario.StartVantage(ctx, c, vantageName, kubeconfig); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			e.stop()
+		}
+	}()
 	if err := c.CreateNamespaces(ctx, Namespace); err != nil {
 		return nil, err
 	}
@@ -139,8 +169,52 @@ func setup(ctx context.Context, c *cluster.Cluster, base string, logf func(strin
 			return nil, err
 		}
 	}
-	logf("every Service published %s after the install", time.Since(start).Round(time.Millisecond))
+	for _, s := range services {
+		if !s.ExternalRequired {
+			continue
+		}
+		var why string
+		if err := scenario.Poll(ctx, time.Minute, fmt.Sprintf("%s/%s reachable from external vantage %s", Namespace, s.Name, vantageName), func() bool {
+			why = e.unreachableWhy(ctx, s.Name)
+			return why == ""
+		}); err != nil {
+			return nil, fmt.Errorf("%w: %s; vantage log %s", err, why, e.vantage.Log)
+		}
+	}
+	logf("every Service published %s after the install, and reachable from the external vantage", time.Since(start).Round(time.Millisecond))
 	return e, nil
+}
+
+// stop stops the external vantage.
+func (e *env) stop() {
+	if e.vantage == nil {
+		return
+	}
+	if err := e.vantage.Stop(); err != nil {
+		e.logf("%v", err)
+	}
+}
+
+// unreachableWhy says why Service name is not reachable from the external
+// vantage by its condition pulselb.io/ExternallyReachable ("" when it is
+// True) or because the vantage has exited.
+func (e *env) unreachableWhy(ctx context.Context, name string) string {
+	if err := e.vantage.Alive(); err != nil {
+		return err.Error()
+	}
+	svc, err := e.c.Client.CoreV1().Services(Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	for _, c := range svc.Status.Conditions {
+		if c.Type == conditionExternal {
+			if c.Status == metav1.ConditionTrue {
+				return ""
+			}
+			return fmt.Sprintf("condition %s %s/%s: %s", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	return "no condition " + conditionExternal
 }
 
 // exposeDNS makes pulselb-dns a NodePort Service, as a cluster without
@@ -174,6 +248,9 @@ func (e *env) createService(ctx context.Context, s service) error {
 	ann := map[string]string{annotationNodes: corev1.LabelHostname + "!=" + e.backendNode}
 	if s.DaemonSet {
 		ann[annotationMode] = "daemonset"
+	}
+	if s.ExternalRequired {
+		ann[annotationExternal] = "required"
 	}
 	port := corev1.ServicePort{Name: "http", Port: s.Port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}
 	if s.Protocol == corev1.ProtocolUDP {

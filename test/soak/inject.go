@@ -161,23 +161,30 @@ func (s *state) partition(ctx context.Context, f Fault) error {
 	return s.e.c.NodeHeal(context.WithoutCancel(ctx), f.Node)
 }
 
-// editChurn moves the churn Service to its other port and replica count.
+// churnProbes are the probes an edit switches the churn Service between,
+// with its port: the default TCP connect on churnPort, an HTTP check of
+// the backend's health page on the other.
+var churnProbes = [2]string{"tcp", "http path=/health body=ok"}
+
+// editChurn moves the churn Service to its other port, replica count and
+// probe.
 func (s *state) editChurn(ctx context.Context) error {
 	svcs := s.e.c.Client.CoreV1().Services(Namespace)
 	svc, err := svcs.Get(ctx, churn, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	port, replicas := int32(churnPort+1), "3"
+	port, replicas, probe := int32(churnPort+1), "3", churnProbes[1]
 	if svc.Spec.Ports[0].Port != churnPort {
-		port, replicas = churnPort, "2"
+		port, replicas, probe = churnPort, "2", churnProbes[0]
 	}
 	svc.Spec.Ports[0].Port = port
 	svc.Annotations[annotationRepl] = replicas
+	svc.Annotations[annotationProbe] = probe
 	if _, err := svcs.Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
-	s.event("%s/%s now port %d, %s replicas", Namespace, churn, port, replicas)
+	s.event("%s/%s now port %d, %s replicas, probe %q", Namespace, churn, port, replicas, probe)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -40,7 +41,8 @@ const (
 	// and an upgrade has replaced every pulselb pod, within their bounds.
 	InvPlannedCompletes = "planned-change-completes"
 	// InvNoLeak: deleting every Service leaves no proxy workload, PDB,
-	// ProbeReport entry or iptables rule on a node.
+	// ProbeReport entry, iptables rule or conntrack entry DNATed to a
+	// removed proxy pod on a node.
 	InvNoLeak = "nothing-leaks"
 	// InvFlat: the controllers' and probers' goroutines and heap in the
 	// last quarter of the run are within a tolerance of the first
@@ -193,8 +195,60 @@ func (s *state) settle(ctx context.Context) {
 		if err != nil {
 			s.fail(InvSettled+"/"+svc.Name, InvSettled, fmt.Sprintf("%s/%s: %v; status %v", Namespace, svc.Name, err, got))
 		}
+		if svc.ExternalRequired {
+			s.settledOn(ctx, svc.Name, "reachable from external vantage "+vantageName, func() string { return s.e.unreachableWhy(ctx, svc.Name) })
+		}
 	}
+	s.settledOn(ctx, churn, "probed with its current probe", func() string { return s.churnProbedWhyNot(ctx) })
 	s.event("settled")
+}
+
+// settledOn waits up to 2 minutes for Service svc to be what: whyNot
+// returns "". Else it fails InvSettled with whyNot's last answer.
+func (s *state) settledOn(ctx context.Context, svc, what string, whyNot func() string) {
+	var why string
+	err := scenario.Poll(ctx, 2*time.Minute, svc+" "+what, func() bool {
+		why = whyNot()
+		return why == ""
+	})
+	if err != nil {
+		s.fail(InvSettled+"/"+svc+"/"+what, InvSettled, fmt.Sprintf("%s/%s: %v: %s", Namespace, svc, err, why))
+	}
+}
+
+// churnProbedWhyNot says why the churn Service is not probed, by every
+// prober and the external vantage that has a result for it, on its
+// current port with its current probe's protocol and found Up ("" when
+// it is). An edit changes port and probe together (editChurn).
+func (s *state) churnProbedWhyNot(ctx context.Context) string {
+	svc, err := s.e.c.Client.CoreV1().Services(Namespace).Get(ctx, churn, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	probe := cmp.Or(svc.Annotations[annotationProbe], churnProbes[0])
+	proto, _, _ := strings.Cut(probe, " ")
+	port := svc.Spec.Ports[0].Port
+	reports, err := scenario.ListReports(ctx, s.e.dyn, scenario.SystemNamespace)
+	if err != nil {
+		return err.Error()
+	}
+	n := 0
+	for _, r := range reports {
+		for _, res := range r.Status.Results {
+			if res.Service != Namespace+"/"+churn {
+				continue
+			}
+			n++
+			if res.Port != port || res.Protocol != proto || res.State != "Up" {
+				return fmt.Sprintf("ProbeReport %s has port %d on %s probed %s: %s %s %q; want port %d probed %s (%q) Up",
+					r.Name, res.Port, res.Node, res.Protocol, res.State, res.Outcome, res.Message, port, proto, probe)
+			}
+		}
+	}
+	if n == 0 {
+		return "no ProbeReport has a result for it"
+	}
+	return ""
 }
 
 // judgeClients stops the clients and fails every request lost outside
@@ -259,7 +313,8 @@ func (s *state) in(spans [][2]time.Time, t time.Time) bool {
 }
 
 // checkLeaks deletes every Service and waits for their proxies, PDBs,
-// ProbeReport entries and iptables rules to go.
+// ProbeReport entries, iptables rules and the conntrack entries DNATed to
+// their proxy pods to go.
 func (s *state) checkLeaks(ctx context.Context) {
 	cs := s.e.c.Client
 	for _, svc := range services {
@@ -301,12 +356,13 @@ func (s *state) checkLeaks(ctx context.Context) {
 			}
 		}
 		left = append(left, s.leftRules(ctx)...)
+		left = append(left, s.leftConntrack(ctx)...)
 		return len(left) == 0
 	})
 	if err != nil {
 		s.fail(InvNoLeak, InvNoLeak, fmt.Sprintf("%v: %s", err, strings.Join(left, ", ")))
 	}
-	s.event("every Service deleted; leak check done")
+	s.event("every Service deleted; leak check done (conntrack checked for %d removed proxy addresses)", len(s.addrs.removedProxies()))
 }
 
 // leftRules lists the iptables rules of the deleted Services left in the

@@ -159,15 +159,25 @@ func (r *Result) String() string {
 // broken invariants are in the Result.
 func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Result, error) {
 	cfg.defaults()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	addrs, err := watchPodAddresses(watchCtx, c)
+	if err != nil {
+		return nil, err
+	}
 	e, err := setup(ctx, c, cfg.Base, cfg.Logf)
 	if err != nil {
 		return nil, err
 	}
+	// The vantage runs until the leak check is done: its report must
+	// drop the deleted Services too.
+	defer e.stop()
 	sched := cfg.schedule(e.proxyNodes)
 	cfg.Logf("soak seed %d: %d faults over %s (replay with the same seed and duration)", cfg.Seed, len(sched), cfg.Duration)
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	s := newState(e, cfg)
+	s.addrs = addrs
 	for _, svc := range services {
 		s.recorders[svc.Name] = scenario.RecordStatus(runCtx, c.Client, Namespace, svc.Name)
 	}

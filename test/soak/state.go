@@ -18,6 +18,8 @@ type state struct {
 	cfg       Config
 	start     time.Time
 	recorders map[string]*scenario.StatusRecorder
+	// addrs follows which pod addresses were proxy pods'.
+	addrs *podAddresses
 
 	// slot is held by the fault that cuts a node off, partitions two or
 	// puts one in maintenance: one at a time (see Schedule).
