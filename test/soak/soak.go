@@ -1,10 +1,12 @@
 // Package soak runs pulselb, installed from deploy/base on a harness
 // cluster, under a seeded random schedule of overlapping faults (nodes
 // blackholed, taken down and partitioned, proxies, probers and
-// controllers killed, the API server restarted, etcd paused, a Service
-// edited, deleted and re-created) and planned changes (a node's
-// maintenance and drain, an upgrade of pulselb) while clients outside the
-// cluster resolve its Services through pulselb's DNS, and checks
+// controllers killed, the API server restarted, etcd paused, a Service's
+// ports, replicas and probe edited, the Service deleted and re-created)
+// and planned changes (a node's maintenance and drain, an upgrade of
+// pulselb) while clients outside the cluster resolve its Services through
+// pulselb's DNS and an external vantage beside them probes the published
+// addresses (one Service requires it), and checks
 // invariants all along: each broken one is a named Failure with its time
 // and the faults before it. The same seed replays the same schedule. e2e's TestSoak runs a short fixed-seed soak inside `make
 // test`; cmd/pulselb-soak (`make soak`) runs the long one.
