@@ -327,6 +327,10 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return c.stopErr
 }
 
+// BinDir returns the directory of the binaries the cluster runs, pulselb
+// among them (Options.BinDir, or what Binaries built).
+func (c *Cluster) BinDir() string { return c.bin }
+
 // Nodes returns the names of the cluster's nodes, namespace nodes first.
 func (c *Cluster) Nodes() []string {
 	var names []string

@@ -53,13 +53,9 @@ func CreateVantage(ctx context.Context, c *cluster.Cluster, name string) (string
 			return "", fmt.Errorf("creating external vantage %s: %w", name, err)
 		}
 	}
-	bin, err := cluster.Binaries(ctx)
-	if err != nil {
-		return "", err
-	}
 	file := filepath.Join(c.Dir, "vantage-"+name+".kubeconfig")
 	// It waits for the token controller to fill the Secret in.
-	out, err := exec.CommandContext(ctx, filepath.Join(bin, "pulselb"), "vantage-kubeconfig", "--kubeconfig="+c.Kubeconfig,
+	out, err := exec.CommandContext(ctx, filepath.Join(c.BinDir(), "pulselb"), "vantage-kubeconfig", "--kubeconfig="+c.Kubeconfig,
 		"--vantage-name="+name, "--server="+cluster.APIServerURL, "--output="+file).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("pulselb vantage-kubeconfig: %w: %s", err, out)
@@ -81,17 +77,13 @@ type Vantage struct {
 // StartVantage runs external vantage name with kubeconfig in the client
 // namespace, heartbeating every 2 s, its output in the cluster's logs.
 // It dies with the calling process; Stop ends it before.
-func StartVantage(ctx context.Context, c *cluster.Cluster, name, kubeconfig string) (*Vantage, error) {
-	bin, err := cluster.Binaries(ctx)
-	if err != nil {
-		return nil, err
-	}
+func StartVantage(c *cluster.Cluster, name, kubeconfig string) (*Vantage, error) {
 	v := &Vantage{Log: filepath.Join(c.Dir, "logs", "pulselb-vantage-"+name+".log"), done: make(chan struct{})}
 	logf, err := os.Create(v.Log)
 	if err != nil {
 		return nil, err
 	}
-	v.cmd = exec.Command("ip", "netns", "exec", cluster.ClientNamespace, filepath.Join(bin, "pulselb"), "prober", "--external",
+	v.cmd = exec.Command("ip", "netns", "exec", cluster.ClientNamespace, filepath.Join(c.BinDir(), "pulselb"), "prober", "--external",
 		"--vantage-name="+name, "--kubeconfig="+kubeconfig, "--heartbeat=2s", "--metrics-address=", "--v=2")
 	v.cmd.Stdout, v.cmd.Stderr = logf, logf
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

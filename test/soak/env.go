@@ -136,7 +136,7 @@ func setup(ctx context.Context, c *cluster.Cluster, base string, logf func(strin
 	if err != nil {
 		return nil, err
 	}
-	if e.vantage, err = scenario.StartVantage(ctx, c, vantageName, kubeconfig); err != nil {
+	if e.vantage, err = scenario.StartVantage(c, vantageName, kubeconfig); err != nil {
 		return nil, err
 	}
 	defer func() {
