@@ -10,10 +10,12 @@ import (
 )
 
 // TestSoak is the short form of the randomized fault soak (test/soak):
-// pulselb installed from deploy/base on 4 nodes, a fixed seed's two
-// minutes of overlapping faults (every kind but node-down, a maintenance
-// and an upgrade among them), every invariant checked throughout, then
-// every Service deleted and nothing left. `make soak` runs the long form.
+// pulselb installed from deploy/base on 4 nodes with an external vantage
+// in the client namespace, a fixed seed's two minutes of overlapping
+// faults (every kind but node-down, a maintenance and an upgrade among
+// them), every invariant checked throughout, then every Service deleted
+// and nothing left (no workload, report entry, iptables rule or conntrack
+// entry to a removed proxy). `make soak` runs the long form.
 func TestSoak(t *testing.T) {
 	// It waits longer for a machine other tests share, as the install tests do.
 	c := cluster.ForTest(t, cluster.Options{Nodes: 4, WaitForMachine: 20 * time.Minute})
