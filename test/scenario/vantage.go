@@ -109,7 +109,10 @@ func (v *Vantage) Alive() error {
 	select {
 	case <-v.done:
 		b, _ := os.ReadFile(v.Log)
-		return fmt.Errorf("%w (%v): %s", ErrVantageExited, v.err, Tail(string(b), 20))
+		if v.err != nil {
+			return fmt.Errorf("%w (%w): %s", ErrVantageExited, v.err, Tail(string(b), 20))
+		}
+		return fmt.Errorf("%w: %s", ErrVantageExited, Tail(string(b), 20))
 	default:
 		return nil
 	}
