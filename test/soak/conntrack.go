@@ -86,10 +86,18 @@ func (s *state) leftConntrack(ctx context.Context) []string {
 			left = append(left, fmt.Sprintf("conntrack -L on %s: %v", n, err))
 			continue
 		}
-		left = append(left, leakedConntrack(n, string(out), removed)...)
+		leaked := leakedConntrack(n, string(out), removed)
+		if len(leaked) > maxListedEntries {
+			leaked = append(leaked[:maxListedEntries], fmt.Sprintf("on %s, %d more entries DNATed to removed proxy addresses", n, len(leaked)-maxListedEntries))
+		}
+		left = append(left, leaked...)
 	}
 	return left
 }
+
+// maxListedEntries bounds the conntrack entries a failure lists per node:
+// a client's connections to a proxy are hundreds.
+const maxListedEntries = 10
 
 // leakedConntrack returns the entries of node's `conntrack -L` output that
 // the node DNATed to one of the addresses removed: their reply comes from
