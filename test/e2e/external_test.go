@@ -6,17 +6,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -47,7 +43,7 @@ func TestExternalVantages(t *testing.T) {
 	e := newExternalEnv(t)
 	t.Run("Reachable", e.reachable)
 	if t.Failed() {
-		t.Fatalf("never steady; vantage log %s; pods %s", e.vantage.log, describePods(e.ctx, e.cs, systemNamespace))
+		t.Fatalf("never steady; vantage log %s; pods %s", e.vantage.Log, describePods(e.ctx, e.cs, systemNamespace))
 	}
 	t.Run("ExternalPathDown", e.externalPathDown)
 	t.Run("ExternalPathBack", func(t *testing.T) { e.steady(t, 30*time.Second) })
@@ -68,7 +64,7 @@ type externalEnv struct {
 	dyn dynamic.Interface
 	// kubeconfig is the vantage's own, made by `pulselb vantage-kubeconfig`.
 	kubeconfig     string
-	vantage        *vantageProcess
+	vantage        *scenario.Vantage
 	recAdv, recReq *scenario.StatusRecorder
 	// extIP holds each node's ExternalIP, all of them sorted.
 	extIP map[string]string
@@ -150,7 +146,9 @@ func (e *externalEnv) reason(name string) string {
 func (e *externalEnv) steady(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	poll(e.ctx, t, timeout, "both Services published on every node's ExternalIP and reachable from outside", func() bool {
-		e.vantage.alive(t)
+		if err := e.vantage.Alive(); err != nil {
+			t.Fatal(err)
+		}
 		return slices.Equal(e.recAdv.Last(), e.all) && slices.Equal(e.recReq.Last(), e.all) &&
 			e.reason("web-adv") == "True/Reachable" && e.reason("web-req") == "True/Reachable"
 	})
@@ -338,51 +336,13 @@ func createExternalLB(ctx context.Context, t *testing.T, cs kubernetes.Interface
 }
 
 // createVantage creates the external vantage name as
-// docs/external-vantages.md shows (what the chart's externalVantages
-// renders: a ServiceAccount, its token Secret, bindings to the base's
-// roles) and writes its kubeconfig with `pulselb vantage-kubeconfig`,
-// returning the file.
+// docs/external-vantages.md shows (scenario.CreateVantage) and checks that
+// its kubeconfig, which holds a token, is readable by its owner only.
 func createVantage(ctx context.Context, t *testing.T, c *cluster.Cluster, name string) string {
 	t.Helper()
-	cs := c.Client
-	sa := "pulselb-vantage-" + name
-	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: systemNamespace}}
-	steps := []func() error{
-		func() error {
-			_, err := cs.CoreV1().ServiceAccounts(systemNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.CoreV1().Secrets(systemNamespace).Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: sa + "-token", Annotations: map[string]string{corev1.ServiceAccountNameKey: sa}},
-				Type:       corev1.SecretTypeServiceAccountToken}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa},
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "pulselb-external-vantage"}, Subjects: subject}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.RbacV1().RoleBindings(systemNamespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa},
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pulselb-external-vantage"}, Subjects: subject}, metav1.CreateOptions{})
-			return err
-		},
-	}
-	for _, s := range steps {
-		if err := s(); err != nil {
-			t.Fatalf("creating external vantage %s: %v", name, err)
-		}
-	}
-	bin, err := cluster.Binaries(ctx)
+	file, err := scenario.CreateVantage(ctx, c, name)
 	if err != nil {
 		t.Fatal(err)
-	}
-	file := filepath.Join(c.Dir, "vantage-"+name+".kubeconfig")
-	out, err := exec.CommandContext(ctx, filepath.Join(bin, "pulselb"), "vantage-kubeconfig", "--kubeconfig="+c.Kubeconfig,
-		"--vantage-name="+name, "--server="+cluster.APIServerURL, "--output="+file).CombinedOutput()
-	if err != nil {
-		t.Fatalf("pulselb vantage-kubeconfig: %v\n%s", err, out)
 	}
 	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("kubeconfig %s: %v, mode %v; want 0600", file, err, fi.Mode())
@@ -390,64 +350,20 @@ func createVantage(ctx context.Context, t *testing.T, c *cluster.Cluster, name s
 	return file
 }
 
-// vantageProcess is an external vantage running in the client namespace.
-type vantageProcess struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // how it exited, once done is closed
-	log  string
-}
-
-// startVantage runs `pulselb prober --external` in the client namespace
-// with kubeconfig until the test ends.
-func startVantage(t *testing.T, c *cluster.Cluster, name, kubeconfig string) *vantageProcess {
+// startVantage runs external vantage name in the client namespace with
+// kubeconfig until the test ends (scenario.StartVantage).
+func startVantage(t *testing.T, c *cluster.Cluster, name, kubeconfig string) *scenario.Vantage {
 	t.Helper()
-	bin, err := cluster.Binaries(t.Context())
+	v, err := scenario.StartVantage(c, name, kubeconfig)
 	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(c.Dir, "logs", "pulselb-vantage-"+name+".log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("ip", "netns", "exec", cluster.ClientNamespace, filepath.Join(bin, "pulselb"), "prober", "--external",
-		"--vantage-name="+name, "--kubeconfig="+kubeconfig, "--heartbeat=2s", "--metrics-address=", "--v=2")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &vantageProcess{cmd: cmd, done: make(chan struct{}), log: logPath}
-	// Started from a locked thread: a Pdeathsig child dies with the thread
-	// that forked it (cluster.StartLocked).
-	if err := cluster.StartLocked(cmd, func(err error) {
-		p.err = err
-		logf.Close()
-		close(p.done)
-	}); err != nil {
-		logf.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-			t.Errorf("external vantage %s did not stop within 15 s of SIGTERM", name)
+		if err := v.Stop(); err != nil {
+			t.Errorf("external vantage %s: %v", name, err)
 		}
 	})
-	return p
-}
-
-// alive fails t when the vantage has exited.
-func (p *vantageProcess) alive(t *testing.T) {
-	t.Helper()
-	select {
-	case <-p.done:
-		b, _ := os.ReadFile(p.log)
-		t.Fatalf("external vantage exited (%v): %s", p.err, scenario.Tail(string(b), 20))
-	default:
-	}
+	return v
 }
 
 // externalColumnState returns the state in the leading controller's

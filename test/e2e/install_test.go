@@ -261,10 +261,13 @@ func (e *installEnv) noPermissionDenied(t *testing.T) {
 // an OOM kill or a crash would; its pod starts it again) and at once cuts
 // off a proxy node of shop/web that does not run it. The restarted process
 // takes the Lease its pod's previous process held without waiting for it to
-// lapse, so the cut node leaves the status within seconds; before, the
-// Services had no leader for the lease duration (15 s) after the restart,
-// and a fault then waited for it (the fault soak found it after an API
-// server restart, which makes a leader give up the lead and exit).
+// lapse: it holds the Lease within 10 s of the kill (seconds on an idle
+// machine), and the cut node leaves the status within the failover bound
+// of any blackholed node. Before, the Services had no leader for the lease
+// duration (15 s) after the restart, and a fault then waited for it (the
+// fault soak found it after an API server restart, which makes a leader
+// give up the lead and exit). The two are timed apart because detecting
+// the cut node takes a loaded CI machine up to 10 s on its own.
 func leaderProcessKilled(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, nodeOf map[string]string) {
 	cs := c.Client
 	holder := func() string {
@@ -299,20 +302,33 @@ func leaderProcessKilled(ctx context.Context, t *testing.T, c *cluster.Cluster, 
 	}
 	killed := time.Now()
 	b := blackhole(ctx, t, c, victim)
+	// What the fix is about: the restarted process takes the Lease at
+	// once. Without it a standby or the restarted process waits for the
+	// lease duration (15 s) counted from when it read the Lease, so at
+	// least 15 s after the kill.
+	var after string
+	poll(ctx, t, 40*time.Second, "a new holder of the leader Lease", func() bool {
+		after = holder()
+		return after != before
+	})
+	leased := time.Since(killed)
+	// Then the cut node leaves the status as after any other fault:
+	// detection by the probers, a verdict, a status write, which a loaded
+	// CI machine stretches (FailoverOnBlackholedProxyNode's bound).
 	poll(ctx, t, 40*time.Second, victimIP+" ("+victim+") gone from shop/web's status", func() bool {
 		return !slices.Contains(ingressIPs(ctx, cs, ns, "web"), victimIP)
 	})
 	took := time.Since(killed)
-	after := holder()
-	t.Logf("the leader %s killed and %s cut off: %s left the status %s later; the Lease is %s's, was %s's",
-		leader, victim, victimIP, took.Round(10*time.Millisecond), after, before)
-	if j := strings.LastIndexByte(after, '_'); after == before || j < 0 || after[:j] != leader {
+	t.Logf("the leader %s killed and %s cut off: the Lease was %s's after %s (was %s's), %s left the status after %s",
+		leader, victim, after, leased.Round(10*time.Millisecond), before, victimIP, took.Round(10*time.Millisecond))
+	if j := strings.LastIndexByte(after, '_'); j < 0 || after[:j] != leader {
 		t.Errorf("the Lease is held by %q, want a new process of %s", after, leader)
 	}
-	// The standby counts the lease duration from when it saw the last
-	// renewal: 15 s at least without the takeover.
-	if took > 10*time.Second {
-		t.Errorf("the cut node left the status %s after the leader was killed, want at most 10s", took.Round(10*time.Millisecond))
+	if leased > 10*time.Second {
+		t.Errorf("the restarted leader held the Lease %s after it was killed, want at most 10s", leased.Round(10*time.Millisecond))
+	}
+	if took > 30*time.Second {
+		t.Errorf("the cut node left the status %s after the leader was killed, want at most 30s", took.Round(10*time.Millisecond))
 	}
 	if err := b.Heal(ctx); err != nil {
 		t.Fatal(err)
