@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pulselb/pulselb/test/traffic"
 )
 
 // TestBridgeKeepsItsMAC: a bridge made by addBridge keeps its MAC when a
@@ -141,15 +143,7 @@ func TestRemovedPodAnswersNoMore(t *testing.T) {
 
 	next, _ := pod("next")
 	ln := listenIn(t, next, port)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go traffic.Serve(ln, nil)
 	for i := range 20 {
 		if err := connect(); err != nil {
 			t.Fatalf("connection %d to the next pod given %s: %v", i, ip, err)

@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/pulselb/pulselb/test/traffic"
 )
 
 func TestProbeStateMachine(t *testing.T) {
@@ -454,15 +456,7 @@ func acceptingListener(t *testing.T) net.Listener {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go traffic.Serve(l, nil)
 	return l
 }
 

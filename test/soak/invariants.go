@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/pulselb/pulselb/test/scenario"
 	"github.com/pulselb/pulselb/test/traffic"
@@ -52,16 +53,7 @@ const (
 
 // check evaluates the status invariants every 250 ms until ctx ends.
 func (s *state) check(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.checkOnce(time.Now())
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { s.checkOnce(time.Now()) }, 250*time.Millisecond)
 }
 
 func (s *state) checkOnce(now time.Time) {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // sampler follows a process' CPU time and peak RSS.
@@ -20,17 +22,9 @@ type sampler struct {
 	peakHWM int64 // KiB
 }
 
+// run samples every period until ctx is done.
 func (s *sampler) run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.sample()
-		}
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { s.sample() }, every)
 }
 
 // sample reads /proc/PID/stat and /proc/PID/status; a process that exited

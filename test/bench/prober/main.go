@@ -38,6 +38,7 @@ import (
 	"github.com/pulselb/pulselb/prober"
 	"github.com/pulselb/pulselb/test/bench/cpuprofile"
 	"github.com/pulselb/pulselb/test/bench/procstat"
+	"github.com/pulselb/pulselb/test/traffic"
 )
 
 func main() {
@@ -124,15 +125,7 @@ func startServers(n int) (*servers, error) {
 		if err != nil {
 			return nil, err
 		}
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		go traffic.Serve(ln, nil)
 		s.tcp = append(s.tcp, ln.Addr().String())
 		hl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -43,6 +43,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pulselb/pulselb/test/traffic"
 )
 
 const (
@@ -377,18 +379,7 @@ func (tp topology) startServers() (func(), error) {
 		_ = iperf.Process.Kill()
 		return nil, err
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
+	go traffic.Serve(ln, func(c net.Conn) { _, _ = io.Copy(c, c) })
 	return func() {
 		ln.Close()
 		_ = iperf.Process.Kill()
@@ -418,13 +409,8 @@ func waitListening(ns string, addr netip.AddrPort) error {
 }
 
 func (tp topology) startPulselb(bin, mode string) (*exec.Cmd, error) {
-	cmd := exec.Command("ip", "netns", "exec", tp.ns("pod"), bin, "proxy", "--cluster-ips="+clusterIP,
+	return tp.startProxy(bin, "proxy", "--cluster-ips="+clusterIP,
 		fmt.Sprintf("--ports=TCP:%d,UDP:%d,TCP:%d", iperfPort, iperfPort, rrPort), "--mode="+mode, "--drain-timeout=1s")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return cmd, tp.waitProxy(cmd)
 }
 
 // minimalDNAT installs (or, with install false, removes) the least a proxy
@@ -489,26 +475,37 @@ func (tp topology) nodeDNAT(install bool) error {
 }
 
 func (tp topology) startHAProxy(dir string) (*exec.Cmd, error) {
-	// maxconn stays at HAProxy's default, which fits the file descriptor
-	// limit; option splice-auto gives HAProxy the kernel splice pulselb uses.
-	cfg := fmt.Sprintf(`defaults
-	mode tcp
-	option splice-auto
-	timeout connect 5s
-	timeout client 60s
-	timeout server 60s
-listen iperf
+	return tp.startHAProxyWith(filepath.Join(dir, "haproxy.cfg"), fmt.Sprintf(`listen iperf
 	bind :%d
 	server backend %s:%d
 listen rr
 	bind :%d
 	server backend %s:%d
-`, iperfPort, clusterIP, iperfPort, rrPort, clusterIP, rrPort)
-	path := filepath.Join(dir, "haproxy.cfg")
+`, iperfPort, clusterIP, iperfPort, rrPort, clusterIP, rrPort))
+}
+
+// startHAProxyWith writes HAProxy's configuration to path, its defaults
+// and then listens, and starts it in the proxy pod's namespace. maxconn
+// stays at HAProxy's default, which fits the file descriptor limit; option
+// splice-auto gives HAProxy the kernel splice pulselb uses.
+func (tp topology) startHAProxyWith(path, listens string) (*exec.Cmd, error) {
+	cfg := `defaults
+	mode tcp
+	option splice-auto
+	timeout connect 5s
+	timeout client 60s
+	timeout server 60s
+` + listens
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("ip", "netns", "exec", tp.ns("pod"), "haproxy", "-db", "-f", path)
+	return tp.startProxy("haproxy", "-db", "-f", path)
+}
+
+// startProxy starts argv in the proxy pod's namespace and waits until the
+// echo port answers through the node.
+func (tp topology) startProxy(argv ...string) (*exec.Cmd, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", tp.ns("pod")}, argv...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -591,6 +588,13 @@ func (tp topology) latencyN(target string, n int) (p50, p99 time.Duration, err e
 		return 0, 0, err
 	}
 	defer c.Close()
+	return roundTrips(c, n)
+}
+
+// roundTrips runs n 1-byte request/response round trips over c, or as
+// many as fit in the run duration when n is 0, and returns the 50th and
+// 99th percentile.
+func roundTrips(c net.Conn, n int) (p50, p99 time.Duration, err error) {
 	end := time.Now().Add(*duration)
 	_ = c.SetDeadline(end.Add(5 * time.Second))
 	var rtts []time.Duration

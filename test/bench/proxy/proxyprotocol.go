@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,8 @@ import (
 
 	proxyproto "github.com/pires/go-proxyproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/pulselb/pulselb/test/traffic"
 )
 
 // The relay cases: pulselb's relay writing a version 2 header and HAProxy
@@ -160,24 +161,17 @@ func (tp topology) startPPServers() (func(), error) {
 		return nil, err
 	}
 	serve := func(ln net.Listener, header bool, handle func(c net.Conn, r *bufio.Reader)) {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReaderSize(c, 256<<10)
-				if header {
-					h, err := proxyproto.Read(r)
-					if err != nil || !h.Command.IsProxy() {
-						log.Printf("bench/proxy: backend: no PROXY header: %v", err)
-						return
-					}
+		traffic.Serve(ln, func(c net.Conn) {
+			r := bufio.NewReaderSize(c, 256<<10)
+			if header {
+				h, err := proxyproto.Read(r)
+				if err != nil || !h.Command.IsProxy() {
+					log.Printf("bench/proxy: backend: no PROXY header: %v", err)
+					return
 				}
-				handle(c, r)
-			}()
-		}
+			}
+			handle(c, r)
+		})
 	}
 	sink := func(c net.Conn, r *bufio.Reader) {
 		n, err := io.Copy(io.Discard, r)
@@ -205,26 +199,15 @@ func (tp topology) startPPServers() (func(), error) {
 }
 
 func (tp topology) startPulselbPP(bin string) (*exec.Cmd, error) {
-	cmd := exec.Command("ip", "netns", "exec", tp.ns("pod"), bin, "proxy", "--cluster-ips="+clusterIP,
+	return tp.startProxy(bin, "proxy", "--cluster-ips="+clusterIP,
 		fmt.Sprintf("--ports=TCP:%d,TCP:%d,TCP:%d,TCP:%d,TCP:%d", ppSinkPort, ppRRPort, plainSinkPort, plainRRPort, rrPort),
 		fmt.Sprintf("--proxy-protocol=TCP:%d=v2,TCP:%d=v2", ppSinkPort, ppRRPort), "--mode=userspace", "--drain-timeout=1s")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return cmd, tp.waitProxy(cmd)
 }
 
 func (tp topology) startHAProxyPP(dir string) (*exec.Cmd, error) {
 	// The same settings as the plain HAProxy case, plus send-proxy-v2 on
 	// the header ports.
-	cfg := fmt.Sprintf(`defaults
-	mode tcp
-	option splice-auto
-	timeout connect 5s
-	timeout client 60s
-	timeout server 60s
-listen sink
+	return tp.startHAProxyWith(filepath.Join(dir, "haproxy-pp.cfg"), fmt.Sprintf(`listen sink
 	bind :%d
 	server backend %s:%d send-proxy-v2
 listen ppecho
@@ -240,17 +223,7 @@ listen rr
 	bind :%d
 	server backend %s:%d
 `, ppSinkPort, clusterIP, ppSinkPort, ppRRPort, clusterIP, ppRRPort, plainSinkPort, clusterIP, plainSinkPort,
-		plainRRPort, clusterIP, plainRRPort, rrPort, clusterIP, rrPort)
-	path := filepath.Join(dir, "haproxy-pp.cfg")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		return nil, err
-	}
-	cmd := exec.Command("ip", "netns", "exec", tp.ns("pod"), "haproxy", "-db", "-f", path)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return cmd, tp.waitProxy(cmd)
+		plainRRPort, clusterIP, plainRRPort, rrPort, clusterIP, rrPort))
 }
 
 // dialClient connects from the client namespace to nodeIP:port. The
@@ -352,23 +325,5 @@ func (tp topology) ppLatency(port, n int) (p50, p99 time.Duration, err error) {
 		return 0, 0, err
 	}
 	defer c.Close()
-	end := time.Now().Add(*duration)
-	_ = c.SetDeadline(end.Add(5 * time.Second))
-	var rtts []time.Duration
-	b := []byte{1}
-	for i := 0; n == 0 || i < n; i++ {
-		if n == 0 && time.Now().After(end) {
-			break
-		}
-		t0 := time.Now()
-		if _, err := c.Write(b); err != nil {
-			return 0, 0, err
-		}
-		if _, err := io.ReadFull(c, b); err != nil {
-			return 0, 0, err
-		}
-		rtts = append(rtts, time.Since(t0))
-	}
-	slices.Sort(rtts)
-	return rtts[len(rtts)/2], rtts[len(rtts)*99/100], nil
+	return roundTrips(c, n)
 }

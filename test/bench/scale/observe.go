@@ -45,28 +45,20 @@ func newStatusWatch() *statusWatch { return &statusWatch{history: map[string][]s
 // run lists and watches the Services until ctx is done, watching again
 // when a watch ends.
 func (w *statusWatch) run(ctx context.Context, cs kubernetes.Interface) {
-	for ctx.Err() == nil {
-		list, err := cs.CoreV1().Services(benchNS).List(ctx, metav1.ListOptions{})
+	svcs := cs.CoreV1().Services(benchNS)
+	listAndWatch(ctx, func(ctx context.Context) ([]*corev1.Service, string, error) {
+		l, err := svcs.List(ctx, metav1.ListOptions{})
 		if err != nil {
-			time.Sleep(time.Second)
-			continue
+			return nil, "", err
 		}
-		now := time.Now()
-		for i := range list.Items {
-			w.add(&list.Items[i], now)
+		return pointers(l.Items), l.ResourceVersion, nil
+	}, func(ctx context.Context, rv string) (watch.Interface, error) {
+		return svcs.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+	}, func(t watch.EventType, svc *corev1.Service, at time.Time) {
+		if t == watch.Added || t == watch.Modified {
+			w.add(svc, at)
 		}
-		wi, err := cs.CoreV1().Services(benchNS).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-		if err != nil {
-			time.Sleep(time.Second)
-			continue
-		}
-		for e := range wi.ResultChan() {
-			if svc, ok := e.Object.(*corev1.Service); ok && (e.Type == watch.Added || e.Type == watch.Modified) {
-				w.add(svc, time.Now())
-			}
-		}
-		wi.Stop()
-	}
+	})
 }
 
 func (w *statusWatch) add(svc *corev1.Service, at time.Time) {
@@ -148,28 +140,19 @@ func newVoteWatch() *voteWatch {
 }
 
 func (w *voteWatch) run(ctx context.Context, reports *v1alpha1.Client) {
-	for ctx.Err() == nil {
-		list, err := reports.List(ctx, systemNS, metav1.ListOptions{})
+	listAndWatch(ctx, func(ctx context.Context) ([]*v1alpha1.ProbeReport, string, error) {
+		l, err := reports.List(ctx, systemNS, metav1.ListOptions{})
 		if err != nil {
-			time.Sleep(time.Second)
-			continue
+			return nil, "", err
 		}
-		now := time.Now()
-		for i := range list.Items {
-			w.add(&list.Items[i], now)
+		return pointers(l.Items), l.ResourceVersion, nil
+	}, func(ctx context.Context, rv string) (watch.Interface, error) {
+		return reports.Watch(ctx, systemNS, metav1.ListOptions{ResourceVersion: rv})
+	}, func(t watch.EventType, r *v1alpha1.ProbeReport, at time.Time) {
+		if t == watch.Added || t == watch.Modified {
+			w.add(r, at)
 		}
-		wi, err := reports.Watch(ctx, systemNS, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-		if err != nil {
-			time.Sleep(time.Second)
-			continue
-		}
-		for e := range wi.ResultChan() {
-			if r, ok := e.Object.(*v1alpha1.ProbeReport); ok && (e.Type == watch.Added || e.Type == watch.Modified) {
-				w.add(r, time.Now())
-			}
-		}
-		wi.Stop()
-	}
+	})
 }
 
 func (w *voteWatch) add(r *v1alpha1.ProbeReport, at time.Time) {

@@ -52,27 +52,17 @@ func newRemaker(cs kubernetes.Interface) *remaker {
 // a watch ends.
 func (r *remaker) run(ctx context.Context) {
 	pods := r.cs.CoreV1().Pods(systemNS)
-	for ctx.Err() == nil {
-		list, err := pods.List(ctx, metav1.ListOptions{})
+	listAndWatch(ctx, func(ctx context.Context) ([]*corev1.Pod, string, error) {
+		l, err := pods.List(ctx, metav1.ListOptions{})
 		if err != nil {
-			time.Sleep(time.Second)
-			continue
+			return nil, "", err
 		}
-		for i := range list.Items {
-			r.observe(ctx, watch.Modified, &list.Items[i])
-		}
-		wi, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-		if err != nil {
-			time.Sleep(time.Second)
-			continue
-		}
-		for e := range wi.ResultChan() {
-			if p, ok := e.Object.(*corev1.Pod); ok {
-				r.observe(ctx, e.Type, p)
-			}
-		}
-		wi.Stop()
-	}
+		return pointers(l.Items), l.ResourceVersion, nil
+	}, func(ctx context.Context, rv string) (watch.Interface, error) {
+		return pods.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+	}, func(t watch.EventType, p *corev1.Pod, _ time.Time) {
+		r.observe(ctx, t, p)
+	})
 }
 
 // observe acts on one pod event: a proxy pod being deleted is removed at

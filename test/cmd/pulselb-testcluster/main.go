@@ -37,6 +37,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/traffic"
 )
 
 const defaultDir = "/tmp/pulselb-testcluster"
@@ -231,42 +232,35 @@ func serve(ctx context.Context, opts cluster.Options) error {
 // serveControl answers one-line fault commands: "NAME down|up|blackhole|heal",
 // "NAME partition OTHER".
 func serveControl(ctx context.Context, c *cluster.Cluster, l net.Listener) {
-	for {
-		conn, err := l.Accept()
+	traffic.Serve(l, func(conn net.Conn) {
+		line, err := bufio.NewReader(conn).ReadString('\n')
 		if err != nil {
 			return
 		}
-		go func() {
-			defer conn.Close()
-			line, err := bufio.NewReader(conn).ReadString('\n')
-			if err != nil {
-				return
-			}
-			f := strings.Fields(line)
-			err = errors.New("bad command")
-			if len(f) >= 2 {
-				switch f[1] {
-				case "down":
-					err = c.NodeDown(ctx, f[0])
-				case "up":
-					err = c.NodeUp(ctx, f[0])
-				case "blackhole":
-					err = c.NodeBlackhole(ctx, f[0])
-				case "heal":
-					err = c.NodeHeal(ctx, f[0])
-				case "partition":
-					if len(f) == 3 {
-						err = c.NodePartition(ctx, f[0], f[2])
-					}
+		f := strings.Fields(line)
+		err = errors.New("bad command")
+		if len(f) >= 2 {
+			switch f[1] {
+			case "down":
+				err = c.NodeDown(ctx, f[0])
+			case "up":
+				err = c.NodeUp(ctx, f[0])
+			case "blackhole":
+				err = c.NodeBlackhole(ctx, f[0])
+			case "heal":
+				err = c.NodeHeal(ctx, f[0])
+			case "partition":
+				if len(f) == 3 {
+					err = c.NodePartition(ctx, f[0], f[2])
 				}
 			}
-			if err != nil {
-				fmt.Fprintf(conn, "error: %v\n", err)
-				return
-			}
-			fmt.Fprintln(conn, "ok")
-		}()
-	}
+		}
+		if err != nil {
+			fmt.Fprintf(conn, "error: %v\n", err)
+			return
+		}
+		fmt.Fprintln(conn, "ok")
+	})
 }
 
 func control(dir, line string) error {
