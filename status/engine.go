@@ -32,7 +32,7 @@ type Engine struct {
 	upSeen map[string]bool
 	quiet  map[string]bool
 	// back holds when each node's beacon last turned Up from Down, for
-	// ReturnGrace. Only Judge uses it.
+	// ReturnGrace and ReturnMax. Only Judge and Rejudge use it.
 	back map[string]time.Time
 
 	// What Rejudge needs of the previous round, kept by Judge and Rejudge:
@@ -84,12 +84,26 @@ func (e *Engine) quietChange(t Target, was, is Verdict) bool {
 	return false
 }
 
+// expireBack forgets the nodes back from Down whose probers vote again at
+// now: ReturnGrace has passed since the node's beacon came back and its
+// prober has written its report since, or ReturnMax has passed (see
+// ReturnMax). e.judging must be held.
+func (e *Engine) expireBack(reports Reports, now time.Time) {
+	for n, t := range e.back {
+		since := now.Sub(t)
+		if since >= ReturnMax || since >= ReturnGrace && reports.Written(n).After(t) {
+			delete(e.back, n)
+		}
+	}
+}
+
 // Judge judges targets over reports at now and returns those whose verdict
 // changed, in the order of targets. Beacons are judged first, ignoring the
 // probers on nodes whose beacon was Down before this round; then the
 // other targets, ignoring the probers on nodes whose beacon is Down now.
 // Both ignore, too, the probers on nodes whose beacon came back Up less
-// than ReturnGrace ago.
+// than ReturnGrace ago, or whose report predates that return (at most
+// ReturnMax).
 // It sets each target's Ignore itself. Targets not in targets are
 // forgotten.
 func (e *Engine) Judge(reports Reports, targets []Target, now time.Time) []Change {
@@ -109,11 +123,7 @@ func (e *Engine) judge(reports Reports, targets []Target, now time.Time) []Chang
 	if e.back == nil {
 		e.back = map[string]time.Time{}
 	}
-	for n, t := range e.back {
-		if now.Sub(t) >= ReturnGrace {
-			delete(e.back, n)
-		}
-	}
+	e.expireBack(reports, now)
 	// down holds the nodes whose probers do not vote: Down, or back from
 	// Down for less than ReturnGrace.
 	down := map[string]bool{}
@@ -290,8 +300,9 @@ func (e *Engine) remember(targets []Target, ignored [2]map[string]bool) {
 // previous round: the targets named in keys (a prober's observation of
 // them changed, see Reports.Put), those a prober in vantages probes (it
 // turned fresh or stale), those whose ignored probers changed (a beacon's
-// verdict changed, or ReturnGrace passed), those held Down by flap
-// damping (the hold ends with time) and those whose Down verdict is quiet.
+// verdict changed, or a returned prober votes again: see expireBack),
+// those held Down by flap damping (the hold ends with time) and those
+// whose Down verdict is quiet.
 // Every other target's verdict is what it was: its inputs are the same,
 // and Judge with the same inputs and the verdict it gave before gives it
 // again. A round with nothing to judge again does nothing. It returns the
@@ -328,11 +339,7 @@ func (e *Engine) Rejudge(reports Reports, keys, vantages []string, now time.Time
 			dirty[i] = true
 		}
 	}
-	for n, t := range e.back {
-		if now.Sub(t) >= ReturnGrace {
-			delete(e.back, n)
-		}
-	}
+	e.expireBack(reports, now)
 	// The beacons' ignored probers, as Judge finds them.
 	down := maps.Clone(e.beaconDown)
 	for n := range e.back {

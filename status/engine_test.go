@@ -77,6 +77,10 @@ func TestEngine(t *testing.T) {
 		// each named target at the round's time.
 		flapping int
 		downFor  map[string]time.Duration
+		// written gives the named probers' reports an older heartbeatTime
+		// (since the start) than the round's; they stay fresh, as a
+		// current Lease keeps them.
+		written map[string]time.Duration
 	}
 	b2Down := []says{{"n1", "b2", down}, {"n3", "b2", down}, {"n4", "b2", up}}
 	tests := []struct {
@@ -108,6 +112,36 @@ func TestEngine(t *testing.T) {
 			{at: time.Second + ReturnGrace, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
 				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}},
 				want: map[string]Verdict{"b2": u, "b1": d}, changes: []string{"b1 Unknown>Down"}},
+		}},
+		// The fault soak's case: n2's report from while it was cut off
+		// reaches the API server seconds after its return, with n2's Lease
+		// renewal, while n3 is cut off from n1 only.
+		{"a prober back from Down does not count while its report predates its return, up to ReturnMax", []round{
+			{at: 0, says: b2Down, want: map[string]Verdict{"b2": d, "b1": unk}, changes: []string{"b2 Unknown>Down"}},
+			{at: time.Second, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up}},
+				want: map[string]Verdict{"b2": u}, changes: []string{"b2 Down>Up"}},
+			{at: time.Second + ReturnGrace, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
+				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}},
+				written: map[string]time.Duration{"n2": 500 * time.Millisecond},
+				want:    map[string]Verdict{"b2": u, "b1": unk}},
+			{at: time.Second + ReturnMax - time.Millisecond, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
+				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}},
+				written: map[string]time.Duration{"n2": 500 * time.Millisecond},
+				want:    map[string]Verdict{"b2": u, "b1": unk}},
+			// Written since its return: n2 votes again.
+			{at: time.Second + ReturnMax - time.Millisecond/2, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
+				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}},
+				written: map[string]time.Duration{"n2": 1001 * time.Millisecond},
+				want:    map[string]Verdict{"b2": u, "b1": d}, changes: []string{"b1 Unknown>Down"}},
+		}},
+		{"a prober back from Down whose report it never wrote again counts after ReturnMax", []round{
+			{at: 0, says: b2Down, want: map[string]Verdict{"b2": d, "b1": unk}, changes: []string{"b2 Unknown>Down"}},
+			{at: time.Second, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up}},
+				want: map[string]Verdict{"b2": u}, changes: []string{"b2 Down>Up"}},
+			{at: time.Second + ReturnMax, says: []says{{"n1", "b2", up}, {"n3", "b2", up}, {"n4", "b2", up},
+				{"n2", "b1", down}, {"n3", "b1", down}, {"n4", "b1", up}},
+				written: map[string]time.Duration{"n2": 500 * time.Millisecond},
+				want:    map[string]Verdict{"b2": u, "b1": d}, changes: []string{"b1 Unknown>Down"}},
 		}},
 		{"flap damping holds an Up after a flap, then releases it", []round{
 			{at: 0, says: webSays(up), want: map[string]Verdict{"web": u}, changes: []string{"web Unknown>Up"}},
@@ -159,7 +193,13 @@ func TestEngine(t *testing.T) {
 					nameOf[engineTargets[n].Key] = n
 				}
 				var changes []string
-				for _, c := range e.Judge(engineReports(now, r.says...), targets, now) {
+				reports := engineReports(now, r.says...)
+				for n, at := range r.written {
+					ir := reports.byNode[n]
+					ir.written, ir.fresh = start.Add(at), true
+					reports.byNode[n] = ir
+				}
+				for _, c := range e.Judge(reports, targets, now) {
 					changes = append(changes, fmt.Sprintf("%s %s>%s", nameOf[c.Target.Key], c.From.Verdict, c.To.Verdict))
 				}
 				if !slices.Equal(changes, r.changes) {
@@ -281,7 +321,10 @@ func TestRejudgeAsJudge(t *testing.T) {
 				says[n] = map[string]v1alpha1.State{}
 				fresh[n] = true
 			}
-			build := func(by string, now time.Time) *v1alpha1.ProbeReport {
+			// written[by] is when by last wrote its report: both engines
+			// see the same heartbeatTimes (ReturnMax).
+			written := map[string]time.Time{}
+			build := func(by string) *v1alpha1.ProbeReport {
 				r := &v1alpha1.ProbeReport{ObjectMeta: metav1.ObjectMeta{Name: by}}
 				for _, tg := range targets {
 					st := says[by][tg.Key]
@@ -299,27 +342,29 @@ func TestRejudgeAsJudge(t *testing.T) {
 							Port: ports[tg.Key], PortProtocol: "TCP", Observation: obs})
 					}
 				}
-				if fresh[by] {
-					r.Status.HeartbeatTime = metav1.NewTime(now)
-				}
+				r.Status.HeartbeatTime = metav1.NewTime(written[by])
 				return r
 			}
 			var full, inc Engine
 			var idx Reports
 			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			put := func(by string) []string {
+				written[by] = now
+				return idx.Put(build(by))
+			}
 			for round := range 400 {
 				var keys, flipped []string
 				switch round {
 				case 0:
 					for _, n := range nodes {
-						idx.Put(build(n, now))
+						put(n)
 					}
 				default:
 					for range rng.IntN(4) {
 						by := nodes[rng.IntN(len(nodes))]
 						tg := targets[rng.IntN(len(targets))]
 						says[by][tg.Key] = states[rng.IntN(len(states))]
-						keys = append(keys, idx.Put(build(by, now))...)
+						keys = append(keys, put(by)...)
 					}
 					if rng.IntN(3) == 0 {
 						// Every vantage of a target at once: verdicts
@@ -328,7 +373,7 @@ func TestRejudgeAsJudge(t *testing.T) {
 						st := states[rng.IntN(2)]
 						for _, by := range tg.Vantages {
 							says[by][tg.Key] = st
-							keys = append(keys, idx.Put(build(by, now))...)
+							keys = append(keys, put(by)...)
 						}
 					}
 					if rng.IntN(10) == 0 {
@@ -343,7 +388,11 @@ func TestRejudgeAsJudge(t *testing.T) {
 				}
 				var reports []*v1alpha1.ProbeReport
 				for _, n := range nodes {
-					reports = append(reports, build(n, now))
+					reports = append(reports, build(n))
+				}
+				fullIdx := IndexReports(reports, now)
+				for _, n := range nodes {
+					fullIdx.SetFresh(n, fresh[n])
 				}
 				// Now and then the targets change (a proxy is done
 				// starting), which takes a Judge of every target, or a
@@ -358,7 +407,7 @@ func TestRejudgeAsJudge(t *testing.T) {
 					full.Restore(k, VerdictDown)
 					inc.Restore(k, VerdictDown)
 				}
-				a := full.Judge(IndexReports(reports, now), targets, now)
+				a := full.Judge(fullIdx, targets, now)
 				var b []Change
 				if newTargets {
 					b = inc.Judge(idx, targets, now)

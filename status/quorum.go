@@ -56,6 +56,18 @@ const (
 	// its Down votes are stale; with one transient failure elsewhere they
 	// would fail a healthy node the moment the cut-off one returns.
 	ReturnGrace = 5 * time.Second
+	// ReturnMax bounds how long after its node's beacon is Up again a
+	// vantage whose report predates its return still does not vote. A
+	// report written while the prober was cut off can reach the API server
+	// long after the cut ends (its write waited in a TCP retransmission,
+	// and the prober's Lease renewal, arriving with it, makes it fresh), so
+	// past ReturnGrace a returned vantage votes again only once its report
+	// was written after its return (heartbeatTime, by its own clock). One
+	// that writes only on change and finds after its return what it found
+	// before writes nothing new; it votes again ReturnMax after the return,
+	// the age at which a report without a Lease goes stale
+	// (contract.StaleHeartbeats of the default heartbeat).
+	ReturnMax = 30 * time.Second
 )
 
 // Judgement is a verdict with the counts behind it.
@@ -111,6 +123,8 @@ type Reports struct {
 
 type indexedReport struct {
 	fresh bool
+	// written is the report's heartbeatTime: when its prober wrote it.
+	written time.Time
 	// external marks an external vantage's report; allDown says it has
 	// results and every one is Down.
 	external, allDown bool
@@ -123,6 +137,12 @@ type indexedReport struct {
 func (r Reports) Vantage(node string) (fresh, ok bool) {
 	ir, ok := r.byNode[node]
 	return ir.fresh, ok
+}
+
+// Written returns when node's prober wrote the report indexed for it, by
+// the prober's clock (its heartbeatTime); zero when there is none.
+func (r Reports) Written(node string) time.Time {
+	return r.byNode[node].written
 }
 
 // Observation returns what vantage's report, fresh or stale, says about
@@ -158,6 +178,7 @@ func IndexVantages(reports []*v1alpha1.ProbeReport, leases map[string]*coordinat
 func indexReport(r *v1alpha1.ProbeReport, fresh bool) indexedReport {
 	ir := indexedReport{
 		fresh:    fresh,
+		written:  r.Status.HeartbeatTime.Time,
 		external: r.Status.External,
 		allDown:  len(r.Status.Results) > 0,
 		results:  make(map[string]*v1alpha1.Observation, len(r.Status.Results)),
