@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -189,6 +190,44 @@ func (c *Cluster) KillContainer(namespace, pod, container string) error {
 // flags, waiting until it is ready.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	return c.cp.restartAPIServer(ctx)
+}
+
+// WaitAPIService waits until each of nodes reaches the API server through
+// the kubernetes Service, as the node's pods do (a TCP connect from its
+// namespace), or until timeout. After an API server restart that comes
+// seconds after the API server is ready: it takes its address out of the
+// Service when it stops and puts it back when it starts, and each node's
+// kube-proxy programs the address again only once its own watch is back.
+// Without kube-proxy (Options.NoKubeProxy) nothing routes the Service, and
+// it returns at once.
+func (c *Cluster) WaitAPIService(ctx context.Context, nodes []string, timeout time.Duration) error {
+	if c.opts.NoKubeProxy {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	addr := net.JoinHostPort(c.opts.apiServiceIP(), "443")
+	for _, name := range nodes {
+		n, err := c.netNode(name)
+		if err != nil {
+			return err
+		}
+		for {
+			dctx, dcancel := context.WithTimeout(ctx, time.Second)
+			conn, err := dialInNetns(dctx, n.ns, "tcp", addr)
+			dcancel()
+			if err == nil {
+				conn.Close()
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s does not reach the API server at %s (the kubernetes Service): %w", name, addr, err)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // PauseEtcd freezes etcd (SIGSTOP) for d, as a stalled disk or a

@@ -100,7 +100,10 @@ func (s *state) run(ctx context.Context, f Fault) error {
 		return c.KillContainer(sys, victim, "controller")
 	case RestartAPIServer:
 		defer s.stall()()
-		return c.RestartAPIServer(ctx)
+		if err := c.RestartAPIServer(ctx); err != nil {
+			return err
+		}
+		return s.waitAPIService(ctx)
 	case PauseEtcd:
 		defer s.stall()()
 		s.event("etcd stopped (SIGSTOP) for %s", f.Hold)
@@ -111,6 +114,35 @@ func (s *state) run(ctx context.Context, f Fault) error {
 		return s.recreateChurn(ctx)
 	}
 	return fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+// waitAPIService waits, after an API server restart, until every node not
+// cut off reaches the API server through the kubernetes Service, as its
+// pods do: only then is the control plane back for pulselb's controllers
+// and probers, seconds after the API server is ready again (see
+// cluster.WaitAPIService). A node cut off meanwhile is not waited for.
+func (s *state) waitAPIService(ctx context.Context) error {
+	c := s.e.c
+	ready := time.Now()
+	for {
+		var nodes []string
+		s.mu.Lock()
+		for _, n := range c.Nodes() {
+			if _, cut := s.cut[n]; !cut {
+				nodes = append(nodes, n)
+			}
+		}
+		s.mu.Unlock()
+		err := c.WaitAPIService(ctx, nodes, time.Second)
+		if err == nil {
+			s.event("the API server is reachable through the kubernetes Service from every node not cut off, %s after it was ready",
+				time.Since(ready).Round(time.Millisecond))
+			return nil
+		}
+		if ctx.Err() != nil || time.Since(ready) > 2*time.Minute {
+			return err
+		}
+	}
 }
 
 // hold waits for d or the end of ctx.
