@@ -116,8 +116,16 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 			return fmt.Errorf("listing pods: %w", err)
 		}
 	}
+	// The pods an earlier sync placed, as placed, though the cache may
+	// still show them gated: their homes are taken.
+	view := slices.Clone(own)
+	for i, p := range own {
+		if node, ok := c.placed.recently(p.UID, c.now()); ok && placement.Gated(p) {
+			view[i] = placement.AsPlaced(p, node)
+		}
+	}
 	homes := placement.Homes(placement.HomeInput{
-		Pods:           own,
+		Pods:           view,
 		Others:         others,
 		Published:      publishedNodes(svc),
 		Eligible:       want.EligibleNodes,
@@ -133,7 +141,7 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 	var errs []error
 	for _, h := range homes {
 		p := h.Pod
-		if c.placed.recently(p.UID, c.now()) {
+		if _, ok := c.placed.recently(p.UID, c.now()); ok {
 			continue // placed by an earlier sync the cache has not caught up with
 		}
 		switch {
@@ -170,7 +178,7 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 			errs = append(errs, fmt.Errorf("placing proxy pod %s/%s: %w", p.Namespace, p.Name, err))
 			continue
 		}
-		c.placed.add(p.UID, c.now())
+		c.placed.add(p.UID, node, c.now())
 		c.metrics.writes.WithLabelValues("pods", "patch").Inc()
 		logger.Info("Placed proxy pod", "pod", klog.KObj(p), "node", node, "reason", h.Reason)
 	}
@@ -193,33 +201,45 @@ func publishedNodes(svc *corev1.Service) []string {
 // still shows it gated.
 const placedSeen = 10 * time.Second
 
-// placedPods remembers the proxy pods a sync placed, so that the next sync,
-// from a cache that has not seen the patch yet, does not place them again.
-// It is safe for concurrent use by the sync workers.
+// placedPods remembers the proxy pods a sync placed and where, so that the
+// next sync, from a cache that has not seen the patch yet, neither places
+// them again nor gives their homes to another pod. It is safe for
+// concurrent use by the sync workers.
 type placedPods struct {
 	mu sync.Mutex
-	at map[types.UID]time.Time
+	at map[types.UID]placedAt
 }
 
-// add records that pod uid was placed at now.
-func (p *placedPods) add(uid types.UID, now time.Time) {
+// placedAt is when a pod was placed, and on which node ("": released to
+// the scheduler).
+type placedAt struct {
+	at   time.Time
+	node string
+}
+
+// add records that pod uid was placed on node at now.
+func (p *placedPods) add(uid types.UID, node string, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.at == nil {
-		p.at = map[types.UID]time.Time{}
+		p.at = map[types.UID]placedAt{}
 	}
-	for u, t := range p.at {
-		if now.Sub(t) > placedSeen {
+	for u, pa := range p.at {
+		if now.Sub(pa.at) > placedSeen {
 			delete(p.at, u)
 		}
 	}
-	p.at[uid] = now
+	p.at[uid] = placedAt{at: now, node: node}
 }
 
-// recently reports whether pod uid was placed less than placedSeen before now.
-func (p *placedPods) recently(uid types.UID, now time.Time) bool {
+// recently returns the node pod uid was placed on, if it was placed less
+// than placedSeen before now.
+func (p *placedPods) recently(uid types.UID, now time.Time) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	t, ok := p.at[uid]
-	return ok && now.Sub(t) <= placedSeen
+	pa, ok := p.at[uid]
+	if !ok || now.Sub(pa.at) > placedSeen {
+		return "", false
+	}
+	return pa.node, true
 }

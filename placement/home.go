@@ -320,6 +320,22 @@ func PinPatch(node, hostname string) ([]byte, error) {
 	return b, nil
 }
 
+// AsPlaced returns a copy of gated proxy pod p as PinPatch(node, …) leaves
+// it: ungated and, when node is not "", pinned to node. A sync that runs
+// before the cache shows a placement hands Homes the pod as placed, so that
+// no other gated pod is given its home.
+func AsPlaced(p *corev1.Pod, node string) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Spec.SchedulingGates = slices.DeleteFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == contract.SchedulingGateHome })
+	if node != "" {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[contract.AnnotationHome] = node
+	}
+	return p
+}
+
 // ReplacedInPlace returns the published nodes whose proxy is being
 // replaced in place by one of other host ports (a Service whose ports
 // changed, 80 to 81): such a node runs a Ready proxy of the Service on none
