@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -257,6 +258,45 @@ func (e *installEnv) noPermissionDenied(t *testing.T) {
 	}
 }
 
+// settled waits until the fault of the step before has healed in every
+// vote: every prober finds every node's beacon Up, and no node is labelled
+// unhealthy. A node cut off right after another one's heal keeps voting the
+// healed node Down until its report goes stale (about 30 s), which then
+// also holds back the verdict on the cut node itself: two faults at once,
+// which the soak covers, not the single fault a step times.
+func settled(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notUp []string
+	start := time.Now()
+	err = scenario.Poll(ctx, 60*time.Second, "every prober finding every node up", func() bool {
+		reports, err := scenario.ListReports(ctx, dyn, systemNamespace)
+		if err != nil {
+			notUp = []string{err.Error()}
+			return false
+		}
+		notUp = scenario.BeaconsNotUp(reports, c.Nodes())
+		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			notUp = append(notUp, err.Error())
+			return false
+		}
+		for _, n := range nodes.Items {
+			if _, ok := n.Labels[contract.LabelUnhealthy]; ok {
+				notUp = append(notUp, n.Name+" labelled "+contract.LabelUnhealthy)
+			}
+		}
+		return len(notUp) == 0
+	})
+	if err != nil {
+		t.Fatalf("%v: %s", err, strings.Join(notUp, "; "))
+	}
+	t.Logf("every prober finds every node up (waited %s)", time.Since(start).Round(10*time.Millisecond))
+}
+
 // leaderProcessKilled kills the leading controller's process (kill -9, as
 // an OOM kill or a crash would; its pod starts it again) and at once cuts
 // off a proxy node of shop/web that does not run it. The restarted process
@@ -277,6 +317,7 @@ func leaderProcessKilled(ctx context.Context, t *testing.T, c *cluster.Cluster, 
 		}
 		return ptr.Deref(l.Spec.HolderIdentity, "")
 	}
+	settled(ctx, t, c)
 	before := holder()
 	i := strings.LastIndexByte(before, '_')
 	if i < 0 {
@@ -377,6 +418,7 @@ func componentsUnderTheirServiceAccounts(ctx context.Context, t *testing.T, c *c
 // leader does; and that the cut-off leader stops leading.
 func leaderNodeBlackholed(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
 	cs := c.Client
+	settled(ctx, t, c)
 	// Backends: web's pods; proxies: one on every node.
 	web, err := cs.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {

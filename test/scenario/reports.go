@@ -76,3 +76,36 @@ func UpVotes(reports []ProbeReport, service string, port int32, node string) int
 	}
 	return n
 }
+
+// BeaconsNotUp returns, for each report, the beacons it does not find Up
+// ("node-1 on node-2" reads: node-1's prober does not find node-2's beacon
+// Up), and the nodes in nodes with no report or no beacon result in one.
+// An empty result means every prober finds every other node up: a fault
+// before has healed in every vote.
+func BeaconsNotUp(reports []ProbeReport, nodes []string) []string {
+	var out []string
+	byName := map[string]ProbeReport{}
+	for _, r := range reports {
+		byName[r.Name] = r
+	}
+	for _, by := range nodes {
+		r, ok := byName[by]
+		if !ok {
+			out = append(out, by+": no report")
+			continue
+		}
+		state := map[string]string{}
+		for _, b := range r.Status.Beacons {
+			state[b.Node] = b.State
+		}
+		for _, n := range nodes {
+			if n == by {
+				continue
+			}
+			if s := state[n]; s != "Up" {
+				out = append(out, fmt.Sprintf("%s on %s: %q", by, n, s))
+			}
+		}
+	}
+	return out
+}
