@@ -106,13 +106,15 @@ type Controller struct {
 	budgets         policylisters.PodDisruptionBudgetNamespaceLister
 	synced          []cache.InformerSynced
 
-	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	// The work queues last for the process; each term as leader (Run)
+	// has its own queue behind them (termQueue).
+	queue *termQueue[cache.ObjectName]
 	// urgent holds the Services whose verdicts changed, synced by workers
 	// of their own so that a failover never waits behind routine syncs;
 	// syncing keeps a Service from being synced from both queues at once.
-	urgent    workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	urgent    *termQueue[cache.ObjectName]
 	syncing   keyLocks
-	nodeQueue workqueue.TypedRateLimitingInterface[string]
+	nodeQueue *termQueue[string]
 
 	// reports is nil when the health pipeline is off; leases is nil
 	// without prober Leases.
@@ -218,15 +220,9 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 			svcInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced,
 			podInformer.Informer().HasSynced, deployInformer.Informer().HasSynced, dsInformer.Informer().HasSynced, pdbInformer.Informer().HasSynced,
 		},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "services", MetricsProvider: queueMetrics{cfg.Metrics}}),
-		urgent: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "failovers", MetricsProvider: queueMetrics{cfg.Metrics}}),
-		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", MetricsProvider: queueMetrics{cfg.Metrics}}),
+		queue:      newTermQueue[cache.ObjectName]("services", cfg.Metrics),
+		urgent:     newTermQueue[cache.ObjectName]("failovers", cfg.Metrics),
+		nodeQueue:  newTermQueue[string]("nodes", cfg.Metrics),
 		records:    map[cache.ObjectName]*serviceRecord{},
 		echoes:     map[cache.ObjectName][]string{},
 		allowLists: map[cache.ObjectName]allowListSince{},
@@ -344,16 +340,22 @@ func New(ctx context.Context, client kubernetes.Interface, cluster, system infor
 // Run waits for the caches, removes orphaned workloads, and runs workers
 // until ctx is done; it returns when every worker has finished its item.
 // It ends a standby begun by RunHealth: from now on the verdict changes are
-// acted on.
+// acted on. A term as leader is one Run: when it returns, the replica is a
+// standby again (its verdicts kept warm, none acted on), and the next Run
+// starts a new term with every Service and node queued again.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	logger := klog.FromContext(ctx)
 	var wg sync.WaitGroup
 	defer func() {
+		c.standby.Store(true)
 		c.queue.ShutDown()
 		c.urgent.ShutDown()
 		c.nodeQueue.ShutDown()
 		wg.Wait()
+		c.queue.renew()
+		c.urgent.renew()
+		c.nodeQueue.renew()
 		logger.Info("Stopped controller")
 	}()
 
@@ -362,6 +364,11 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		return fmt.Errorf("waiting for informer caches to sync: %w", ctx.Err())
 	}
 	c.standby.Store(false)
+	// What the informers queued before, and whatever a term before this
+	// one left undone (its queues are gone).
+	if err := c.enqueueAll(); err != nil {
+		return err
+	}
 	if err := c.collectOrphans(ctx); err != nil {
 		// Not fatal: the orphans are retried at the next start, and a
 		// Service's own sync removes its stale workloads.
@@ -375,6 +382,25 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	wg.Go(func() { wait.UntilWithContext(ctx, c.runNodeWorker, time.Second) })
 	c.startHealth(ctx)
 	<-ctx.Done()
+	return nil
+}
+
+// enqueueAll queues every Service and node from the caches.
+func (c *Controller) enqueueAll() error {
+	services, err := c.services.List(everything)
+	if err != nil {
+		return fmt.Errorf("listing Services: %w", err)
+	}
+	for _, svc := range services {
+		c.queue.Add(cache.MetaObjectToName(svc))
+	}
+	nodes, err := c.nodes.List(everything)
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	for _, n := range nodes {
+		c.nodeQueue.Add(n.Name)
+	}
 	return nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -220,10 +219,16 @@ func (e *election) lock(recorder resourcelock.EventRecorder) (resourcelock.Inter
 }
 
 // lead calls run while this replica holds the leader Lease (at once
-// without leader election) until ctx is done, and returns the exit code:
-// 1 when the Lease is lost while running, so that the restarted process
-// starts clean instead of two leaders reconciling. While it waits, it
-// takes the Lease from a leader whose node role judges failed.
+// without leader election) until ctx is done, and returns the exit code.
+// A term as leader ends when the Lease is lost (run's context is done, and
+// lead waits for run to return); the replica is then a standby again,
+// with its caches and verdicts warm, rather than a process that exits and
+// waits for the kubelet to start it again: the fault soak found a node
+// cut off right after the other replica's own cut had cost it the lead,
+// with no standby left to take over for 15 s. A replica that lost the
+// Lease writes nothing (the fence), and run's writes carry
+// resourceVersions. While it waits, it takes the Lease from a leader whose
+// node role judges failed, as a standby does.
 func (e *election) lead(ctx context.Context, stop func(), role leaderRole, recorder record.EventRecorder, run func(context.Context)) int {
 	logger := klog.FromContext(ctx)
 	if !e.cfg.enabled {
@@ -237,10 +242,11 @@ func (e *election) lead(ctx context.Context, stop func(), role leaderRole, recor
 		logger.Error(err, "Creating leader lock failed")
 		return 1
 	}
-	exit := 0
 	for ctx.Err() == nil {
 		electCtx, cancel := context.WithCancel(ctx)
 		var started atomic.Bool
+		// ran is closed when run returns; started says it was called.
+		ran := make(chan struct{})
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			// Each read wakes watchLeader too: a holder that is this
 			// pod's previous process needs no verdict to be replaced,
@@ -253,6 +259,7 @@ func (e *election) lead(ctx context.Context, stop func(), role leaderRole, recor
 			Name:            e.cfg.lease,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) {
+					defer close(ran)
 					started.Store(true)
 					e.state.setLeading(true)
 					logger.Info("Started leading", "identity", identity)
@@ -261,11 +268,7 @@ func (e *election) lead(ctx context.Context, stop func(), role leaderRole, recor
 				OnStoppedLeading: func() {
 					e.state.setLeading(false)
 					if started.Load() && ctx.Err() == nil {
-						// Lost the lease while running: exit so that the
-						// restarted process starts clean instead of two
-						// leaders reconciling.
 						logger.Info("Lost leader lease", "identity", identity)
-						exit = 1
 					}
 				},
 				OnNewLeader: func(id string) {
@@ -293,12 +296,17 @@ func (e *election) lead(ctx context.Context, stop func(), role leaderRole, recor
 		cancel()
 		<-done
 		if started.Load() {
-			break
+			// The elector calls run in a goroutine of its own: the term
+			// is over once run has returned.
+			<-ran
+			if ctx.Err() == nil {
+				logger.Info("Standing by after the lead was lost", "identity", identity)
+			}
 		}
 	}
 	stop()
-	logger.Info("Stopped", "exitCode", strconv.Itoa(exit))
-	return exit
+	logger.Info("Stopped")
+	return 0
 }
 
 // watchLeader waits, after each round of verdicts and each read of the

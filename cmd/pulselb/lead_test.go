@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,10 +279,12 @@ func TestTakeoverLeadsAndStaysUnfenced(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	led := make(chan struct{})
+	var leading sync.Once
 	done := make(chan int, 1)
 	go func() {
 		done <- e.lead(ctx, cancel, role, record.NewFakeRecorder(100), func(ctx context.Context) {
-			close(led)
+			// A term lost to a slow machine is followed by another.
+			leading.Do(func() { close(led) })
 			<-ctx.Done()
 		})
 	}()
@@ -311,4 +315,140 @@ func TestTakeoverLeadsAndStaysUnfenced(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// syncRole is a leaderRole whose failed nodes change while it is read.
+type syncRole struct {
+	pods map[string]string
+	mu   sync.Mutex
+	down map[string]bool
+}
+
+func (r *syncRole) NodeDown(node string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.down[node]
+}
+
+func (r *syncRole) PodNode(name string) (string, bool) {
+	n, ok := r.pods[name]
+	return n, ok
+}
+
+func (r *syncRole) fail(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down[node] = true
+}
+
+// TestLeaderThatLostTheLeaseStandsBy: a leader whose Lease another replica
+// took ends its term and stands by, rather than exit; once the new
+// holder's node fails, it takes the Lease back and leads a second term.
+// The fault soak found the exit's cost: the replica that had lost the lead
+// during its node's cut was restarting when the new leader's node was cut.
+func TestLeaderThatLostTheLeaseStandsBy(t *testing.T) {
+	const other = "pulselb-controller-a_x7k2m9pq"
+	client := fake.NewClientset()
+	cfg := electionConfig{enabled: true, namespace: "pulselb-system", lease: "pulselb-controller",
+		duration: 2 * time.Second, renewDeadline: 1500 * time.Millisecond, retryPeriod: 200 * time.Millisecond}
+	e := newElection(cfg, client, "pulselb-controller-b")
+	role := &syncRole{pods: map[string]string{"pulselb-controller-a": "node-1"}, down: map[string]bool{}}
+	// While another replica holds the Lease, this one's writes of it are
+	// refused, as the API server refuses a write from an older version
+	// (the fake clientset checks none).
+	var stolen atomic.Bool
+	client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if stolen.Load() && ptr.Deref(l.Spec.HolderIdentity, "") == e.state.identity {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, l.Name, errors.New("changed"))
+		}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	terms := make(chan context.Context, 4)
+	done := make(chan int, 1)
+	go func() {
+		done <- e.lead(ctx, cancel, role, record.NewFakeRecorder(100), func(ctx context.Context) {
+			terms <- ctx
+			<-ctx.Done()
+		})
+	}()
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				e.poke()
+			}
+		}
+	}()
+	next := func(what string) context.Context {
+		t.Helper()
+		select {
+		case term := <-terms:
+			return term
+		case code := <-done:
+			t.Fatalf("lead returned %d, want it %s", code, what)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no term %s", what)
+		}
+		return nil
+	}
+	first := next("to lead at first")
+
+	// Another replica takes the Lease, and keeps it renewed.
+	stolen.Store(true)
+	leases := client.CoordinationV1().Leases("pulselb-system")
+	for first.Err() == nil {
+		l, err := leases.Get(ctx, "pulselb-controller", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(other), &now
+		l.Spec.LeaseDurationSeconds = ptr.To[int32](2)
+		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+		select {
+		case <-first.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	select {
+	case code := <-done:
+		t.Fatalf("lead returned %d after the lead was lost, want it to stand by", code)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if e.mayWrite() {
+		t.Error("the replica that lost the Lease may still write")
+	}
+
+	// The new holder's node fails: the standby takes the Lease back.
+	stolen.Store(false)
+	role.fail("node-1")
+	second := next("to lead again once the holder's node failed")
+	if second.Err() != nil {
+		t.Fatal("the second term's context is done already")
+	}
+	l, err := leases.Get(ctx, "pulselb-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *l.Spec.HolderIdentity; got != e.state.identity {
+		t.Errorf("holder %q, want %q", got, e.state.identity)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit code %d, want 0", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("lead did not return after its context was done")
+	}
 }

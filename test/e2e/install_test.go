@@ -540,13 +540,15 @@ func ingressIPs(ctx context.Context, cs kubernetes.Interface, ns, name string) [
 	return out
 }
 
-// leaderPods returns the controller pods whose log says they lead.
+// leaderPods returns the controller pods whose log says they lead: it
+// says they started leading, and did not lose the lead since (a replica
+// that loses it stands by, and may lead again).
 func leaderPods(ctx context.Context, t *testing.T, c *cluster.Cluster) []corev1.Pod {
 	t.Helper()
 	var out []corev1.Pod
 	for _, p := range listPods(ctx, t, c.Client, systemNamespace, "app.kubernetes.io/name=pulselb-controller") {
 		log, err := c.ContainerLog(systemNamespace, p.Name, "controller")
-		if err == nil && strings.Contains(string(log), `"Started leading"`) && !strings.Contains(string(log), `"Lost leader lease"`) {
+		if err == nil && strings.LastIndex(string(log), `"Started leading"`) > strings.LastIndex(string(log), `"Lost leader lease"`) {
 			out = append(out, p)
 		}
 	}

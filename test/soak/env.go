@@ -62,6 +62,8 @@ type service struct {
 	// the external vantage reaches them (pulselb.io/external-vantages:
 	// required).
 	ExternalRequired bool
+	// Probe is the Service's pulselb.io/probe, when not the default.
+	Probe string
 }
 
 // churn is the Service the soak edits, deletes and re-creates; churnPort
@@ -76,7 +78,11 @@ const (
 var services = []service{
 	{Name: "web", Port: 80, Client: true},
 	{Name: "everywhere", Port: 8081, DaemonSet: true, Client: true},
-	{Name: "dns", Port: 5300, Protocol: corev1.ProtocolUDP, Client: true},
+	// dns's probe asks the echo backend for an answer: the default udp
+	// probe takes silence for Up, and so cannot see its node cut off
+	// (docs/probes.md); only the node's beacon can, which is missing while
+	// the node's prober restarts (docs/health.md).
+	{Name: "dns", Port: 5300, Protocol: corev1.ProtocolUDP, Client: true, Probe: "udp send=soak-probe expect=^soak-probe$"},
 	{Name: churn, Port: churnPort},
 	{Name: "outside", Port: 8084, Client: true, ExternalRequired: true},
 }
@@ -251,6 +257,9 @@ func (e *env) createService(ctx context.Context, s service) error {
 	}
 	if s.ExternalRequired {
 		ann[annotationExternal] = "required"
+	}
+	if s.Probe != "" {
+		ann[annotationProbe] = s.Probe
 	}
 	port := corev1.ServicePort{Name: "http", Port: s.Port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}
 	if s.Protocol == corev1.ProtocolUDP {

@@ -97,7 +97,7 @@ func (s *state) checkOnce(now time.Time) {
 			ip := s.e.nodeIP[node]
 			s.measure(s.pending, node, svc.Name, since, ws, func(ips []string) bool { return !slices.Contains(ips, ip) }, "left", &s.failovers)
 			start := from(since)
-			if !stalled && now.Sub(start) > s.cfg.FailoverBound && slices.Contains(last.IPs, ip) {
+			if !stalled && !failingOpen(last.Conds) && now.Sub(start) > s.cfg.FailoverBound && slices.Contains(last.IPs, ip) {
 				s.fail(fmt.Sprintf("%s/%s/%s/%d", InvStaleAddress, svc.Name, node, since.UnixNano()), InvStaleAddress,
 					fmt.Sprintf("%s/%s still publishes %s (%s), cut off since +%s, %s after the bound's start +%s (bound %s); status %v",
 						Namespace, svc.Name, ip, node, s.since(since), now.Sub(start).Round(time.Millisecond), s.since(start), s.cfg.FailoverBound, last.IPs))
@@ -396,4 +396,12 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// failingOpen reports conditions saying that no proxy node of the Service
+// is healthy: pulselb then publishes every node with a ready proxy
+// (all-down: publish-all, the default), a cut one among them, by design,
+// rather than an empty status.
+func failingOpen(conds []string) bool {
+	return slices.ContainsFunc(conds, func(c string) bool { return strings.HasPrefix(c, "Healthy=False/AllDown") })
 }

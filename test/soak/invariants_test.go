@@ -112,3 +112,19 @@ func TestHeldSince(t *testing.T) {
 		}
 	}
 }
+
+func TestFailingOpen(t *testing.T) {
+	for _, tt := range []struct {
+		conds []string
+		want  bool
+	}{
+		{[]string{`ProxiesScheduled=True/Scheduled "x"`, `Healthy=False/AllDown "no proxy node is healthy; publishing all 2 proxy nodes (all-down: publish-all)"`}, true},
+		{[]string{`Healthy=True/Healthy "2 of 3 ready proxy nodes are healthy"`}, false},
+		{[]string{`Healthy=False/NoProxyReady "no proxy pod is ready"`}, false},
+		{nil, false},
+	} {
+		if got := failingOpen(tt.conds); got != tt.want {
+			t.Errorf("failingOpen(%q) = %v, want %v", tt.conds, got, tt.want)
+		}
+	}
+}
