@@ -16,6 +16,24 @@ import (
 	"github.com/pulselb/pulselb/placement"
 )
 
+// homeProxy is a proxy pod of svc named name on node (none when gated, as
+// created behind the home gate), of template hash, holding port.
+func homeProxy(svc *corev1.Service, name, node, hash string, port int32, gated, terminating bool) *corev1.Pod {
+	p := readyPod(svc, node)
+	p.Name, p.UID = name, types.UID("uid-"+name)
+	p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = hash
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP}}
+	if gated {
+		p.Spec.NodeName = ""
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: contract.SchedulingGateHome}}
+		p.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	}
+	if terminating {
+		p.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
+	}
+	return p
+}
+
 // TestSyncPortChangeKeepsAddresses: a Service published on n1 and n2 whose
 // port changed from 80 to 81 (its Deployment rolling) keeps both
 // addresses, its first new proxy is pinned to n1, next to the old one, and
@@ -32,19 +50,7 @@ func TestSyncPortChangeKeepsAddresses(t *testing.T) {
 		}
 	})
 	proxy := func(name, node, hash string, port int32, gated, terminating bool) *corev1.Pod {
-		p := readyPod(svc, node)
-		p.Name = name
-		p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = hash
-		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP}}
-		if gated {
-			p.Spec.NodeName = ""
-			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: contract.SchedulingGateHome}}
-			p.Status = corev1.PodStatus{Phase: corev1.PodPending}
-		}
-		if terminating {
-			p.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
-		}
-		return p
+		return homeProxy(svc, name, node, hash, port, gated, terminating)
 	}
 	nodes := []*corev1.Node{newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), newNode("n3", "10.0.0.3")}
 	for _, tt := range []struct {
@@ -109,19 +115,7 @@ func TestSyncPlacedPodStillGatedInCache(t *testing.T) {
 		}
 	})
 	proxy := func(name, node, hash string, gated, terminating bool) *corev1.Pod {
-		p := readyPod(svc, node)
-		p.Name, p.UID = name, types.UID("uid-"+name)
-		p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = hash
-		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80, Protocol: corev1.ProtocolTCP}}
-		if gated {
-			p.Spec.NodeName = ""
-			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: contract.SchedulingGateHome}}
-			p.Status = corev1.PodStatus{Phase: corev1.PodPending}
-		}
-		if terminating {
-			p.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
-		}
-		return p
+		return homeProxy(svc, name, node, hash, 80, gated, terminating)
 	}
 	nodes := []*corev1.Node{newNode("n1", "10.0.0.1"), newNode("n2", "10.0.0.2"), newNode("n3", "10.0.0.3")}
 	// n1's old proxy serves; n2's, terminating, frees its home.

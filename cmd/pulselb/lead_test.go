@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -289,18 +290,7 @@ func TestTakeoverLeadsAndStaysUnfenced(t *testing.T) {
 		})
 	}()
 	// Verdict rounds, as the controller's health loop makes them.
-	go func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				e.poke()
-			}
-		}
-	}()
+	go wait.UntilWithContext(ctx, func(context.Context) { e.poke() }, 100*time.Millisecond)
 	select {
 	case <-led:
 	case <-time.After(5 * time.Second):
@@ -374,18 +364,7 @@ func TestLeaderThatLostTheLeaseStandsBy(t *testing.T) {
 			<-ctx.Done()
 		})
 	}()
-	go func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				e.poke()
-			}
-		}
-	}()
+	go wait.UntilWithContext(ctx, func(context.Context) { e.poke() }, 100*time.Millisecond)
 	next := func(what string) context.Context {
 		t.Helper()
 		select {
