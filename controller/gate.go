@@ -98,7 +98,7 @@ func (c *Controller) openGates(ctx context.Context, svc *corev1.Service, own []*
 // host them. A pod whose home is still held by an older proxy stays gated;
 // the Service is looked at again when it may stop waiting.
 func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want placement.Workload, own []*corev1.Pod, nodes []*corev1.Node, endpoints map[string]bool) error {
-	if want.Deployment == nil || !slices.ContainsFunc(own, func(p *corev1.Pod) bool { return placement.Gated(p) || placement.PinnedNode(p) != "" }) {
+	if want.Deployment == nil || !slices.ContainsFunc(own, func(p *corev1.Pod) bool { return placement.Gated(p) || contract.PinnedNode(p) != "" }) {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
@@ -152,11 +152,11 @@ func (c *Controller) placeHomes(ctx context.Context, svc *corev1.Service, want p
 		case h.Delete:
 			err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				errs = append(errs, fmt.Errorf("deleting proxy pod %s/%s pinned to node %s: %w", p.Namespace, p.Name, placement.PinnedNode(p), err))
+				errs = append(errs, fmt.Errorf("deleting proxy pod %s/%s pinned to node %s: %w", p.Namespace, p.Name, contract.PinnedNode(p), err))
 				continue
 			}
 			c.metrics.writes.WithLabelValues("pods", "delete").Inc()
-			logger.Info("Deleted proxy pod pinned to a node that cannot host it", "pod", klog.KObj(p), "node", placement.PinnedNode(p), "reason", h.Reason)
+			logger.Info("Deleted proxy pod pinned to a node that cannot host it", "pod", klog.KObj(p), "node", contract.PinnedNode(p), "reason", h.Reason)
 			continue
 		}
 		node, hostname := h.Node, ""

@@ -83,8 +83,8 @@ func TestSyncPortChangeKeepsAddresses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if placement.Gated(p) || placement.PinnedNode(p) != "n1" {
-				t.Errorf("new-1: gated %v, pinned to %q; want released to n1", placement.Gated(p), placement.PinnedNode(p))
+			if placement.Gated(p) || contract.PinnedNode(p) != "n1" {
+				t.Errorf("new-1: gated %v, pinned to %q; want released to n1", placement.Gated(p), contract.PinnedNode(p))
 			}
 			// Synced again before the cache shows the patch: not placed twice.
 			f.client.ClearActions()
@@ -134,7 +134,7 @@ func TestSyncPlacedPodStillGatedInCache(t *testing.T) {
 		if placement.Gated(p) {
 			return "gated"
 		}
-		return placement.PinnedNode(p)
+		return contract.PinnedNode(p)
 	}
 	if got := pinned("new-b"); got != "n2" {
 		t.Fatalf("new-b pinned to %q, want n2 (its home, being freed)", got)

@@ -121,11 +121,12 @@ func PortConflicts(svc *corev1.Service, own, others []*corev1.Pod) []Conflict {
 	return out
 }
 
-// heldByOwn reports whether another of the Service's own pods is bound, so
-// the Pending pod may simply wait for it during a rollout.
+// heldByOwn reports whether another of the Service's own pods is bound
+// (running or terminating: a terminating pod holds its host ports until it
+// is gone), so the Pending pod may simply wait for it during a rollout.
 func heldByOwn(pending *corev1.Pod, own []*corev1.Pod) bool {
 	for _, p := range own {
-		if p != pending && p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+		if p != pending && p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			return true
 		}
 	}

@@ -28,6 +28,11 @@ func proxyPod(svc *corev1.Service, name, nodeName string, ports ...int32) *corev
 	return p
 }
 
+func terminating(p *corev1.Pod) *corev1.Pod {
+	p.DeletionTimestamp = &metav1.Time{}
+	return p
+}
+
 func TestPortConflicts(t *testing.T) {
 	web := service()
 	api := service(func(s *corev1.Service) { s.Name = "api" })
@@ -47,6 +52,10 @@ func TestPortConflicts(t *testing.T) {
 		{"a rollout waiting for its own pod is no conflict",
 			[]*corev1.Pod{pending, proxyPod(web, "web-a", "n1", 80, 443)},
 			[]*corev1.Pod{proxyPod(web, "web-a", "n1", 80, 443)},
+			nil},
+		{"a rollout waiting for its own terminating pod is no conflict",
+			[]*corev1.Pod{pending, terminating(proxyPod(web, "web-a", "n1", 80, 443))},
+			[]*corev1.Pod{terminating(proxyPod(web, "web-a", "n1", 80, 443))},
 			nil},
 		{"holders out of view",
 			[]*corev1.Pod{pending}, nil,

@@ -147,7 +147,7 @@ func Homes(in HomeInput) []Home {
 		}
 		n := p.Spec.NodeName
 		if n == "" {
-			n = PinnedNode(p)
+			n = contract.PinnedNode(p)
 			if n != "" && p.DeletionTimestamp == nil && !eligible[n] {
 				out = append(out, Home{Pod: p, Delete: true, Reason: HomeGone})
 				continue
@@ -293,11 +293,6 @@ func rolloutFrees(started, replicas, maxUnavailable int) bool {
 // Gated reports whether proxy pod p still waits for its home.
 func Gated(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == contract.SchedulingGateHome })
-}
-
-// PinnedNode returns the node a proxy pod was pinned to (PinPatch), or "".
-func PinnedNode(p *corev1.Pod) string {
-	return p.Annotations[contract.AnnotationHome]
 }
 
 // PinPatch returns the strategic merge patch that releases a gated proxy

@@ -309,7 +309,7 @@ func TestPinPatch(t *testing.T) {
 	if Gated(p) || len(p.Spec.SchedulingGates) != 1 || p.Spec.SchedulingGates[0].Name != "example.com/other" {
 		t.Errorf("gates %v, want only the other one left", p.Spec.SchedulingGates)
 	}
-	if got := PinnedNode(p); got != "node-2" {
+	if got := contract.PinnedNode(p); got != "node-2" {
 		t.Errorf("PinnedNode = %q, want node-2", got)
 	}
 	if !maps.Equal(p.Spec.NodeSelector, map[string]string{corev1.LabelHostname: "host-2"}) {
@@ -318,8 +318,8 @@ func TestPinPatch(t *testing.T) {
 	if fmt.Sprint(p.Spec.Affinity) != fmt.Sprint(gated.Spec.Affinity) || len(p.Spec.Containers[0].Ports) != 1 {
 		t.Errorf("affinity %v, containers %v changed", p.Spec.Affinity, p.Spec.Containers)
 	}
-	if released := apply("", ""); Gated(released) || PinnedNode(released) != "" || len(released.Spec.NodeSelector) != 0 {
-		t.Errorf("released without a node: gated %v, pinned to %q, node selector %v", Gated(released), PinnedNode(released), released.Spec.NodeSelector)
+	if released := apply("", ""); Gated(released) || contract.PinnedNode(released) != "" || len(released.Spec.NodeSelector) != 0 {
+		t.Errorf("released without a node: gated %v, pinned to %q, node selector %v", Gated(released), contract.PinnedNode(released), released.Spec.NodeSelector)
 	}
 }
 

@@ -140,7 +140,7 @@ type Result struct {
 // Decide computes what svc's status, annotations and conditions should be.
 func Decide(in Input) Result {
 	svc := in.Service
-	scheduled, ready, draining := podNodes(in.Pods)
+	scheduled, ready, draining, pinned := podNodes(in.Pods)
 	running := runningNodes(in.Pods)
 	for n := range in.Held {
 		if draining[n] || ready[n] {
@@ -171,13 +171,20 @@ func Decide(in Input) Result {
 		// The fallbacks, best first: proxies ready; proxies being removed
 		// but still forwarding for their drain delay (a drain of every
 		// proxy node at once, whose replacements are not ready yet);
-		// proxies scheduled.
+		// proxies scheduled, or pinned to a node and waiting for its host
+		// ports (the successor of a proxy replaced in place, as a
+		// one-proxy Service's rollout does: its node keeps the address
+		// from the old proxy's drain to the new one's start).
 		candidates := ready
 		if len(candidates) == 0 {
 			candidates = draining
 		}
 		if len(candidates) == 0 {
 			candidates = scheduled
+			if len(pinned) > 0 {
+				candidates = maps.Clone(scheduled)
+				maps.Copy(candidates, pinned)
+			}
 		}
 		nodes, failOpen = Publish(reachable, slices.Sorted(maps.Keys(candidates)), in.AllDown)
 	} else if backless := probedDown(in, running); len(backless) > 0 {
@@ -342,17 +349,25 @@ func Publish(healthy, candidates []string, allDown string) (published []string, 
 }
 
 // podNodes returns the nodes of the pods that are scheduled (bound, not
-// terminating, not finished), of those the ones also Running and Ready, and
-// the nodes of terminating pods still Running and Ready: proxies that keep
-// forwarding for their drain delay.
-func podNodes(pods []*corev1.Pod) (scheduled, ready, draining map[string]bool) {
-	scheduled, ready, draining = map[string]bool{}, map[string]bool{}, map[string]bool{}
+// terminating, not finished), of those the ones also Running and Ready, the
+// nodes of terminating pods whose containers still run ready (proxies that
+// keep forwarding for their drain delay, whether or not their readiness
+// gate opened), and the nodes unbound pods are pinned to
+// (contract.PinnedNode).
+func podNodes(pods []*corev1.Pod) (scheduled, ready, draining, pinned map[string]bool) {
+	scheduled, ready, draining, pinned = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if p.Spec.NodeName == "" {
+			if n := contract.PinnedNode(p); n != "" && p.DeletionTimestamp == nil {
+				pinned[n] = true
+			}
 			continue
 		}
 		if p.DeletionTimestamp != nil {
-			if contract.PodReady(p) {
+			if contract.ContainersReady(p) || contract.PodReady(p) {
 				draining[p.Spec.NodeName] = true
 			}
 			continue
@@ -362,7 +377,7 @@ func podNodes(pods []*corev1.Pod) (scheduled, ready, draining map[string]bool) {
 			ready[p.Spec.NodeName] = true
 		}
 	}
-	return scheduled, ready, draining
+	return scheduled, ready, draining, pinned
 }
 
 // runningNodes returns the nodes of the scheduled pods whose containers are

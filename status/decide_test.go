@@ -41,10 +41,24 @@ func node(name string, addrs ...string) *corev1.Node {
 }
 
 // pod returns a proxy pod on nodeName: state is "ready", "running"
-// (not ready), "pending" (bound, not running) or "terminating".
+// (not ready), "pending" (bound, not running), "terminating",
+// "terminating-gated" (terminating, its containers ready, its readiness
+// gate closed) or "pinned" (unbound, pinned to nodeName).
 func pod(nodeName, state string) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "pulselb-system", Name: "p-" + nodeName}, Spec: corev1.PodSpec{NodeName: nodeName}}
 	switch state {
+	case "terminating-gated":
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionFalse},
+		}
+		p.DeletionTimestamp = &now
+	case "pinned":
+		p.Name += "-next"
+		p.Spec.NodeName = ""
+		p.Annotations = map[string]string{contract.AnnotationHome: nodeName}
+		p.Status.Phase = corev1.PodPending
 	case "ready", "terminating":
 		p.Status.Phase = corev1.PodRunning
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
@@ -173,6 +187,32 @@ func TestDecide(t *testing.T) {
 				return s
 			}(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "terminating"), pod("b", "terminating"), pod("c", "pending")}},
 			want: []string{"10.0.0.1", "10.0.0.2"}, healthy: ReasonAllDown, scheduled: ReasonScheduled,
+		},
+		{
+			// A one-proxy Service rolled in place (its other nodes cut
+			// off): the old proxy drains, its successor is pinned to the
+			// same node and waits for the host port.
+			name: "published Service rolled in place keeps its node while the old proxy drains, ready or not",
+			in: Input{Service: func() *corev1.Service {
+				s := svc()
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}}
+				return s
+			}(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "terminating-gated"), pod("a", "pinned")}},
+			want: []string{"10.0.0.1"}, healthy: ReasonAllDown, scheduled: ReasonPending,
+		},
+		{
+			name: "published Service rolled in place keeps its node between the old proxy's exit and the successor's binding",
+			in: Input{Service: func() *corev1.Service {
+				s := svc()
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.1"}}
+				return s
+			}(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "pinned")}},
+			want: []string{"10.0.0.1"}, healthy: ReasonAllDown, scheduled: ReasonPending,
+		},
+		{
+			name: "a pinned pod does not publish a Service with nothing published",
+			in:   Input{Service: svc(), Nodes: internalOnly, Pods: []*corev1.Pod{pod("a", "pinned")}},
+			want: nil, healthy: ReasonNoProxyReady, scheduled: ReasonPending,
 		},
 		{
 			name: "externalTrafficPolicy Local publishes only nodes with a ready endpoint",

@@ -51,6 +51,12 @@ const SchedulingGateHome = Prefix + "home"
 // node's hostname label).
 const AnnotationHome = Prefix + "home"
 
+// PinnedNode returns the node a proxy pod was pinned to (AnnotationHome),
+// or "".
+func PinnedNode(p *corev1.Pod) string {
+	return p.Annotations[AnnotationHome]
+}
+
 // Node labels pulselb reads and writes.
 const (
 	// LabelExcludeFromLB is Kubernetes' well-known exclusion label; any
@@ -128,6 +134,21 @@ func PodReady(p *corev1.Pod) bool {
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// ContainersReady reports whether p is Running with every container
+// ready (passing its readiness probe), whether or not its readiness gates
+// are open: a proxy that forwards.
+func ContainersReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.ContainersReady {
 			return c.Status == corev1.ConditionTrue
 		}
 	}

@@ -188,6 +188,10 @@ func TestPlannedChanges(t *testing.T) {
 			map[string]string{contract.AnnotationNodeSelector: corev1.LabelHostname + "!=" + env.BackendNode})
 	})
 
+	t.Run("OneProxyRolledInPlace", func(t *testing.T) {
+		testOneProxyRolledInPlace(ctx, t, c.Client, planned.AppNamespace, env.SharedProxyNode(ctx), map[string]string{"app": planned.Backend})
+	})
+
 	t.Run("ConnectionSurvivesDrain", func(t *testing.T) {
 		node := env.SharedProxyNode(ctx)
 		noDelayThere := hasProxy(plannedNoDelay.Name, node)

@@ -8,10 +8,13 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/scenario"
 )
 
 // podAddresses follows, from a watch of every pod, which kind of pod
@@ -53,6 +56,27 @@ func (a *podAddresses) saw(obj any) {
 	for _, ip := range p.Status.PodIPs {
 		a.proxy[ip.IP] = p.Labels[labelServiceNS] == Namespace
 	}
+}
+
+// proberPods selects the prober pods.
+var proberPods = func() labels.Selector {
+	sel, err := labels.Parse(scenario.ProberSelector)
+	if err != nil {
+		panic(err)
+	}
+	return sel
+}()
+
+// readyProbers returns the nodes with a ready prober pod, not
+// terminating.
+func (a *podAddresses) readyProbers() map[string]bool {
+	out := map[string]bool{}
+	for _, obj := range a.store.List() {
+		if p, ok := obj.(*corev1.Pod); ok && proberPods.Matches(labels.Set(p.Labels)) && p.DeletionTimestamp == nil && contract.PodReady(p) {
+			out[p.Spec.NodeName] = true
+		}
+	}
+	return out
 }
 
 // removedProxies returns the addresses whose last holder was a soak proxy

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/pulselb/pulselb/status"
 	"github.com/pulselb/pulselb/test/scenario"
 	"github.com/pulselb/pulselb/test/traffic"
 )
@@ -72,7 +73,17 @@ func (s *state) checkOnce(now time.Time) {
 	}
 	s.checks++
 	healthy := len(s.e.proxyNodes) - len(cut) - len(s.maintained)
+	short := s.voting.track(cut, s.addrs.readyProbers(), now)
+	quorum := map[string]time.Time{}
+	for node := range cut {
+		if t, ok := s.voting.quorumSince(node); ok {
+			quorum[node] = t
+		}
+	}
 	s.mu.Unlock()
+	for _, node := range short {
+		s.event("%s is cut off with fewer than %d probers elsewhere ready to vote; its failover bound waits for them", node, status.MinDownVotes)
+	}
 	for _, svc := range services {
 		s.mu.Lock()
 		absent := s.absent[svc.Name]
@@ -96,8 +107,9 @@ func (s *state) checkOnce(now time.Time) {
 		for node, since := range cut {
 			ip := s.e.nodeIP[node]
 			s.measure(s.pending, node, svc.Name, since, ws, func(ips []string) bool { return !slices.Contains(ips, ip) }, "left", &s.failovers)
-			start := from(since)
-			if !stalled && !failingOpen(last.Conds) && now.Sub(start) > s.cfg.FailoverBound && slices.Contains(last.IPs, ip) {
+			votersAt, voting := quorum[node]
+			start := later(from(since), votersAt)
+			if voting && !stalled && !failingOpen(last.Conds) && now.Sub(start) > s.cfg.FailoverBound && slices.Contains(last.IPs, ip) {
 				s.fail(fmt.Sprintf("%s/%s/%s/%d", InvStaleAddress, svc.Name, node, since.UnixNano()), InvStaleAddress,
 					fmt.Sprintf("%s/%s still publishes %s (%s), cut off since +%s, %s after the bound's start +%s (bound %s); status %v",
 						Namespace, svc.Name, ip, node, s.since(since), now.Sub(start).Round(time.Millisecond), s.since(start), s.cfg.FailoverBound, last.IPs))
@@ -396,6 +408,62 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// voters follows, for each node cut off, whether a quorum of probers can
+// vote on it: a node is down by quorum only once status.MinDownVotes
+// probers on nodes not cut off are ready (a single prober never fails a
+// node), so its failover bound starts no earlier.
+type voters map[string]*voteEpisode
+
+type voteEpisode struct {
+	cutAt time.Time // the cut this episode follows
+	// quorumAt is when the voters last became enough; zero while they
+	// are not.
+	quorumAt time.Time
+	// short is set once the episode was reported short of voters.
+	short bool
+}
+
+// track updates v for the nodes cut off (node → since when) given the
+// nodes with a ready prober, at now. It returns the cut nodes newly short
+// of voters, once per cut, sorted.
+func (v voters) track(cut map[string]time.Time, ready map[string]bool, now time.Time) (short []string) {
+	n := 0
+	for node := range ready {
+		if _, c := cut[node]; !c {
+			n++
+		}
+	}
+	maps.DeleteFunc(v, func(node string, e *voteEpisode) bool { return !cut[node].Equal(e.cutAt) })
+	for _, node := range slices.Sorted(maps.Keys(cut)) {
+		e := v[node]
+		if e == nil {
+			e = &voteEpisode{cutAt: cut[node]}
+			v[node] = e
+		}
+		switch {
+		case n < status.MinDownVotes:
+			e.quorumAt = time.Time{}
+			if !e.short {
+				e.short = true
+				short = append(short, node)
+			}
+		case e.quorumAt.IsZero():
+			e.quorumAt = now
+		}
+	}
+	return short
+}
+
+// quorumSince returns when node, cut off, last got a quorum of voters,
+// and false while it has none.
+func (v voters) quorumSince(node string) (time.Time, bool) {
+	e := v[node]
+	if e == nil || e.quorumAt.IsZero() {
+		return time.Time{}, false
+	}
+	return e.quorumAt, true
 }
 
 // failingOpen reports conditions saying that no proxy node of the Service

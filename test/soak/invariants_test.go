@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +127,49 @@ func TestFailingOpen(t *testing.T) {
 		if got := failingOpen(tt.conds); got != tt.want {
 			t.Errorf("failingOpen(%q) = %v, want %v", tt.conds, got, tt.want)
 		}
+	}
+}
+
+func TestVoters(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	v := voters{}
+	cut := map[string]time.Time{"node-3": at(0)}
+	all := map[string]bool{"node-1": true, "node-2": true, "node-3": true, "node-4": true}
+	one := map[string]bool{"node-3": true, "node-4": true} // node-1's and node-2's probers restarting
+
+	if short := v.track(cut, one, at(0)); !slices.Equal(short, []string{"node-3"}) {
+		t.Errorf("cut with one voter: short %v, want [node-3]", short)
+	}
+	if _, ok := v.quorumSince("node-3"); ok {
+		t.Error("cut with one voter: quorum, want none")
+	}
+	if short := v.track(cut, one, at(1)); len(short) != 0 {
+		t.Errorf("still one voter: short %v again, want it once per cut", short)
+	}
+	v.track(cut, all, at(5))
+	if got, ok := v.quorumSince("node-3"); !ok || !got.Equal(at(5)) {
+		t.Errorf("voters back at +5s: quorum since %v (%v), want +5s", got, ok)
+	}
+	v.track(cut, all, at(6))
+	if got, _ := v.quorumSince("node-3"); !got.Equal(at(5)) {
+		t.Errorf("voters still there at +6s: quorum since %v, want +5s", got)
+	}
+	v.track(map[string]time.Time{}, all, at(7))
+	if len(v) != 0 {
+		t.Errorf("after the heal: %d episodes kept, want none", len(v))
+	}
+	recut := map[string]time.Time{"node-3": at(8)}
+	if short := v.track(recut, all, at(8)); len(short) != 0 {
+		t.Errorf("cut again with every voter: short %v", short)
+	}
+	if got, ok := v.quorumSince("node-3"); !ok || !got.Equal(at(8)) {
+		t.Errorf("cut again at +8s with every voter: quorum since %v (%v), want +8s", got, ok)
+	}
+	// A partition cuts two nodes: the voters are the two others.
+	two := map[string]time.Time{"node-1": at(9), "node-3": at(9)}
+	v.track(two, all, at(9))
+	if _, ok := v.quorumSince("node-1"); !ok {
+		t.Error("node-1 and node-3 cut, node-2 and node-4 voting: no quorum, want one")
 	}
 }

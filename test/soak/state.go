@@ -37,6 +37,9 @@ type state struct {
 	// those under way, during which no status can follow.
 	controlUp time.Time
 	stalled   int
+	// voting follows whether a quorum of probers can vote on each node
+	// cut off.
+	voting voters
 	// leaderKilled is when the leading controller was last killed: no
 	// controller writes a status until the standby takes the Lease.
 	leaderKilled time.Time
@@ -69,7 +72,7 @@ type state struct {
 
 func newState(e *env, cfg Config) *state {
 	return &state{e: e, cfg: cfg, recorders: map[string]*scenario.StatusRecorder{},
-		cut: map[string]time.Time{}, healed: map[string]time.Time{}, maintained: map[string]bool{}, absent: map[string]bool{}, image: Image,
+		cut: map[string]time.Time{}, voting: voters{}, healed: map[string]time.Time{}, maintained: map[string]bool{}, absent: map[string]bool{}, image: Image,
 		published: map[string]bool{}, pending: map[string]time.Time{}, back: map[string]time.Time{}, reported: map[string]bool{}, injected: map[Kind]int{}}
 }
 
