@@ -172,6 +172,28 @@ func Candidates(pods []*corev1.Pod, ready map[string]bool, zone map[string]strin
 	return out
 }
 
+// BeaconNodes returns the nodes whose beacon is probed: those of pods
+// (prober pods) not terminating, ready or not, on a node that ready
+// reports Ready, with the node's zone, each once, in pods' order. A prober
+// that is not ready (starting, restarting, in a crash loop) does not probe
+// nor vote, but its node is still probed: the beacon probe counts a
+// refused connection as the node reached (prober.Beacon), and only
+// silence as Down.
+func BeaconNodes(pods []*corev1.Pod, ready map[string]bool, zone map[string]string) []Vantage {
+	var out []Vantage
+	seen := map[string]bool{}
+	for _, p := range pods {
+		n := p.Spec.NodeName
+		if n == "" || seen[n] || !ready[n] || p.DeletionTimestamp != nil ||
+			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		seen[n] = true
+		out = append(out, Vantage{Node: n, Zone: zone[n]})
+	}
+	return out
+}
+
 // ProberLeasePrefix starts the name of every prober's Lease in the pulselb
 // namespace; the rest is the prober's node. The prefix keeps a node from
 // sharing a name with another Lease there, such as the controller's leader

@@ -38,7 +38,8 @@ type TargetInput struct {
 type Targets struct {
 	// Candidates are the probers that may be vantages (Candidates).
 	Candidates []Vantage
-	// Beacons are the node beacons, one per candidate with an address.
+	// Beacons are the node beacons, one per node with a prober pod
+	// (BeaconNodes) and an address.
 	Beacons []BeaconTarget
 	// Ports are the Service ports, one per Service, port and node,
 	// whatever the number of proxy pods serving it there.
@@ -126,8 +127,8 @@ const (
 	ExcludedPortOutOfRange ExcludedReason = "portOutOfRange"
 )
 
-// ListTargets returns the targets of in: the beacon of every candidate
-// prober's node that has an address, and every served port (Settings.Probes)
+// ListTargets returns the targets of in: the beacon of every node with a
+// prober pod, ready or not (BeaconNodes), that has an address, and every served port (Settings.Probes)
 // of every Active Service on each node running one of its proxy pods that
 // holds the port, with their vantages. It reads nothing but in.
 func ListTargets(in TargetInput) Targets {
@@ -152,9 +153,9 @@ func ListTargets(in TargetInput) Targets {
 		}
 		return netip.Addr{}
 	}
-	for _, v := range out.Candidates {
-		// A candidate's node has an address unless its status is being
-		// written: no prober can reach its beacon then.
+	for _, v := range BeaconNodes(in.Probers, ready, zone) {
+		// A node has an address unless its status is being written: no
+		// prober can reach its beacon then.
 		if a := addr(v.Node); a.IsValid() {
 			key := BeaconKey(v.Node)
 			out.Beacons = append(out.Beacons, BeaconTarget{Key: key, Node: v.Node, Zone: v.Zone, Addr: a, Vantages: vantages(key, v.Node, v.Zone)})

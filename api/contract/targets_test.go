@@ -76,9 +76,13 @@ func TestListTargets(t *testing.T) {
 		targetPod("stray", "n1", map[string]string{LabelAppName: ProxyAppName}),
 	}
 	var probers []*corev1.Pod
-	for _, n := range []string{"n1", "n2", "n3", "n4", "n5"} {
+	for _, n := range []string{"n1", "n2", "n3", "n4", "n5", "n6"} {
 		probers = append(probers, targetPod("prober-"+n, n, map[string]string{LabelAppName: ProberAppName}))
 	}
+	// n4's prober restarts: no vantage, but its node keeps a beacon. n6's
+	// is being deleted: neither.
+	probers[3].Status.Conditions[0].Status = corev1.ConditionFalse
+	probers[5].DeletionTimestamp = &now
 	parsed := 0
 	in := TargetInput{
 		Service: func(n types.NamespacedName) (*corev1.Service, bool) { s, ok := services[n]; return s, ok },
@@ -88,7 +92,7 @@ func TestListTargets(t *testing.T) {
 			return settings
 		},
 		Nodes: []*corev1.Node{targetNode("n1", "10.0.0.1", "fd00::1"), targetNode("n2", "10.0.0.2"), targetNode("n3", "10.0.0.3"),
-			targetNode("n4", "10.0.0.4"), targetNode("n5")},
+			targetNode("n4", "10.0.0.4"), targetNode("n5"), targetNode("n6", "10.0.0.6")},
 		Probers: probers, Proxies: proxies, Vantages: 3,
 	}
 	got := ListTargets(in)
@@ -146,7 +150,17 @@ func TestListTargets(t *testing.T) {
 		beacons = append(beacons, b.Node)
 	}
 	if want := []string{"n1", "n2", "n3", "n4"}; !slices.Equal(beacons, want) {
-		t.Errorf("beacons of %v, want %v (n5 has no address)", beacons, want)
+		t.Errorf("beacons of %v, want %v (n4's prober not ready, n5 without an address, n6's prober deleted)", beacons, want)
+	}
+	var cands []string
+	for _, v := range got.Candidates {
+		cands = append(cands, v.Node)
+	}
+	if want := []string{"n1", "n2", "n3", "n5"}; !slices.Equal(cands, want) {
+		t.Errorf("vantages %v, want %v (the ready probers)", cands, want)
+	}
+	if b := got.Beacons[3]; len(b.Vantages) != 3 || slices.Contains(b.Vantages, "n4") {
+		t.Errorf("n4's beacon judged by %v, want 3 ready probers of other nodes", b.Vantages)
 	}
 	if parsed != 1 {
 		t.Errorf("settings read %d times, want once: only web has targets", parsed)

@@ -466,7 +466,9 @@ func (a *Agent) targets(ctx context.Context) ([]prober.Target, map[string]report
 		if err != nil {
 			return nil, nil, err
 		}
-		out = append(out, prober.Target{Key: b.Key, Addr: netip.AddrPortFrom(b.Addr, a.cfg.BeaconPort), Protocol: probespec.TCP, Prober: p})
+		// A refusal says the node is there, whether or not its prober
+		// is ready to answer (prober.Beacon).
+		out = append(out, prober.Target{Key: b.Key, Addr: netip.AddrPortFrom(b.Addr, a.cfg.BeaconPort), Protocol: probespec.TCP, Prober: prober.Beacon(p)})
 		meta[b.Key] = report.Target{Beacon: true, Node: b.Node, Protocol: probespec.TCP}
 	}
 	for _, t := range list.Ports {

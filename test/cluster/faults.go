@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -167,6 +168,12 @@ func (c *Cluster) netNode(name string) (*simNode, error) {
 // KillContainer kills a container's process with SIGKILL; the simulator
 // restarts it per the pod's restart policy.
 func (c *Cluster) KillContainer(namespace, pod, container string) error {
+	return c.SignalContainer(namespace, pod, container, syscall.SIGKILL)
+}
+
+// SignalContainer sends sig to a container's process: SIGSTOP freezes it
+// (its sockets stay open, its probes time out), SIGCONT resumes it.
+func (c *Cluster) SignalContainer(namespace, pod, container string, sig syscall.Signal) error {
 	c.kubelet.mu.Lock()
 	rt := c.kubelet.pods[c.kubelet.podKeys[namespace+"/"+pod]]
 	c.kubelet.mu.Unlock()
@@ -183,7 +190,7 @@ func (c *Cluster) KillContainer(namespace, pod, container string) error {
 	if p == nil || p.exited() {
 		return fmt.Errorf("container %s of pod %s/%s is not running", container, namespace, pod)
 	}
-	return p.cmd.Process.Kill()
+	return p.cmd.Process.Signal(sig)
 }
 
 // RestartAPIServer stops the API server and starts it again with the same

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,6 +70,7 @@ func TestInstall(t *testing.T) {
 	t.Run("FailoverOnBlackholedProxyNode", e.failoverOnBlackholedProxyNode)
 	t.Run("LeaderProcessKilled", func(t *testing.T) { leaderProcessKilled(e.ctx, t, c, installNamespace, e.nodeOf) })
 	t.Run("LeaderNodeBlackholed", func(t *testing.T) { leaderNodeBlackholed(e.ctx, t, c, installNamespace) })
+	t.Run("CutWhileProberStopped", e.cutWhileProberStopped)
 	t.Run("NoPermissionDenied", e.noPermissionDenied)
 	if t.Failed() {
 		t.Logf("controller logs:\n%s", controllerLogs(e.ctx, t, c))
@@ -564,4 +566,58 @@ func controllerLogs(ctx context.Context, t *testing.T, c *cluster.Cluster) strin
 		fmt.Fprintf(&b, "--- %s on %s:\n%s\n", p.Name, p.Spec.NodeName, scenario.Tail(string(log), 30))
 	}
 	return b.String()
+}
+
+// cutWhileProberStopped cuts off a proxy node whose prober is not ready
+// (frozen with SIGSTOP, so its readiness probe fails while its beacon's
+// socket still accepts): the node's beacon is still probed, Up while the
+// node answers, and Down by quorum once it is cut off, so the node is
+// labelled unhealthy whatever its Services' probes can see. A node's
+// beacon used to be probed only while its prober was ready.
+func (e *installEnv) cutWhileProberStopped(t *testing.T) {
+	ctx, c, cs := e.ctx, e.c, e.cs
+	settled(ctx, t, c)
+	victim, _ := e.proxyNodeOffTheLeader(t)
+	var prober string
+	for _, p := range readyPods(ctx, t, cs, systemNamespace, scenario.ProberSelector) {
+		if p.Spec.NodeName == victim {
+			prober = p.Name
+		}
+	}
+	if prober == "" {
+		t.Fatalf("no ready prober on %s", victim)
+	}
+	if err := c.SignalContainer(systemNamespace, prober, "prober", syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.SignalContainer(systemNamespace, prober, "prober", syscall.SIGCONT) })
+	stopped := time.Now()
+	// Readiness fails after 3 probes 5 s apart; liveness kills the
+	// process after 3 failures 10 s apart, about 30 s after the stop.
+	poll(ctx, t, 25*time.Second, "the prober on "+victim+" not ready", func() bool {
+		p, err := cs.CoreV1().Pods(systemNamespace).Get(ctx, prober, metav1.GetOptions{})
+		return err == nil && !contract.PodReady(p)
+	})
+	t.Logf("the prober on %s not ready %s after SIGSTOP", victim, time.Since(stopped).Round(time.Millisecond))
+	labelled := func() bool {
+		n, err := cs.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+		_, ok := n.Labels[contract.LabelUnhealthy]
+		return err == nil && ok
+	}
+	if labelled() {
+		t.Fatalf("%s labelled %s while it answers and only its prober is stopped", victim, contract.LabelUnhealthy)
+	}
+	fault := blackhole(ctx, t, c, victim)
+	cut := time.Now()
+	poll(ctx, t, 10*time.Second, victim+" labelled "+contract.LabelUnhealthy+" by its beacon's verdict", labelled)
+	t.Logf("%s labelled %s %s after the cut (%s after SIGSTOP)", victim, contract.LabelUnhealthy,
+		time.Since(cut).Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
+	if err := fault.Heal(ctx); err != nil {
+		t.Error(err)
+	}
+	if err := c.SignalContainer(systemNamespace, prober, "prober", syscall.SIGCONT); err != nil {
+		t.Logf("resuming the prober: %v (the kubelet restarted it)", err)
+	}
+	poll(ctx, t, 60*time.Second, "label "+contract.LabelUnhealthy+" removed from "+victim+" after healing", func() bool { return !labelled() })
+	settled(ctx, t, c)
 }
