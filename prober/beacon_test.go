@@ -24,30 +24,17 @@ func TestBeacon(t *testing.T) {
 	}
 
 	// A listening beacon: Up, as before.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	listening := netip.MustParseAddrPort(ln.Addr().String())
+	listening := serveTCP(t, "127.0.0.1", func(net.Conn) {})
 	if r := probe(beacon, listening); r.Outcome != L4OK {
 		t.Errorf("listening beacon: %s %v, want L4OK", r.Outcome, r.Err)
 	}
-	// Nothing listens any more: the node's stack refuses. The TCP probe
-	// says L4CON; the beacon counts the node reached.
-	ln.Close()
-	if r := probe(tcp, listening); r.Outcome != L4CON {
+	// Nothing listens: the node's stack refuses. The TCP probe says
+	// L4CON; the beacon counts the node reached.
+	closed := closedTCPPort(t, "127.0.0.1")
+	if r := probe(tcp, closed); r.Outcome != L4CON {
 		t.Fatalf("closed port through the tcp probe: %s %v, want L4CON", r.Outcome, r.Err)
 	}
-	r := probe(beacon, listening)
+	r := probe(beacon, closed)
 	if r.Outcome != L4OK || r.Err != nil || !strings.Contains(r.Detail, "refused") {
 		t.Errorf("refused beacon: %s %v %q, want L4OK saying refused", r.Outcome, r.Err, r.Detail)
 	}
@@ -55,11 +42,11 @@ func TestBeacon(t *testing.T) {
 	silent := Func(func(context.Context, netip.AddrPort) Result {
 		return Result{Outcome: L4TOUT, Err: context.DeadlineExceeded}
 	})
-	if r := probe(Beacon(silent), listening); r.Outcome != L4TOUT || r.Up() {
+	if r := probe(Beacon(silent), closed); r.Outcome != L4TOUT || r.Up() {
 		t.Errorf("timed-out beacon: %s, want L4TOUT, Down", r.Outcome)
 	}
 	unreachable := Func(func(context.Context, netip.AddrPort) Result { return Result{Outcome: L4UNREACH} })
-	if r := probe(Beacon(unreachable), listening); r.Outcome != L4UNREACH {
+	if r := probe(Beacon(unreachable), closed); r.Outcome != L4UNREACH {
 		t.Errorf("unreachable beacon: %s, want L4UNREACH", r.Outcome)
 	}
 }

@@ -128,27 +128,20 @@ func NodeReady(node *corev1.Node) bool {
 
 // PodReady reports whether p is Running with its Ready condition True,
 // terminating or not.
-func PodReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+func PodReady(p *corev1.Pod) bool { return runningWith(p, corev1.PodReady) }
 
 // ContainersReady reports whether p is Running with every container
 // ready (passing its readiness probe), whether or not its readiness gates
 // are open: a proxy that forwards.
-func ContainersReady(p *corev1.Pod) bool {
+func ContainersReady(p *corev1.Pod) bool { return runningWith(p, corev1.ContainersReady) }
+
+// runningWith reports whether p is Running with condition t True.
+func runningWith(p *corev1.Pod, t corev1.PodConditionType) bool {
 	if p.Status.Phase != corev1.PodRunning {
 		return false
 	}
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.ContainersReady {
+		if c.Type == t {
 			return c.Status == corev1.ConditionTrue
 		}
 	}
