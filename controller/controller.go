@@ -133,6 +133,9 @@ type Controller struct {
 	judging      judging
 	targetInputs []cache.Store
 	restarts     restartBackoffs
+	// reaper holds the proxy Deployments deleted whose ReplicaSets the
+	// leader sees gone (reaper.go).
+	reaper reaper
 	// endpointGaps holds the Local Services' nodes that lost their last
 	// endpoint a moment ago (LocalEndpointGrace).
 	endpointGaps endpointGaps
@@ -374,12 +377,17 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		// Service's own sync removes its stale workloads.
 		logger.Error(err, "Collecting orphaned proxy workloads failed")
 	}
+	if err := c.findGhosts(ctx); err != nil {
+		// Not fatal either: the next term looks again.
+		logger.Error(err, "Looking for proxy ReplicaSets of deleted Deployments failed")
+	}
 	logger.Info("Starting workers", "count", workers)
 	for range workers {
 		wg.Go(func() { wait.UntilWithContext(ctx, c.runServiceWorker, time.Second) })
 		wg.Go(func() { wait.UntilWithContext(ctx, c.runUrgentWorker, time.Second) })
 	}
 	wg.Go(func() { wait.UntilWithContext(ctx, c.runNodeWorker, time.Second) })
+	wg.Go(func() { c.reap(ctx) })
 	c.startHealth(ctx)
 	<-ctx.Done()
 	return nil

@@ -216,6 +216,13 @@ func (c *Controller) deleteWorkload(ctx context.Context, a placement.WorkloadAct
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("deleting %s %s/%s: %w", resource, ns, name, err)
 	}
+	if _, ok := a.Object.(*appsv1.Deployment); ok {
+		// Its ReplicaSets are the garbage collector's, and the reaper's
+		// if they outstay reapGrace.
+		if svc, ok := contract.ServiceOf(a.Object.GetLabels()); ok {
+			c.reaper.mourn(a.Object.GetUID(), svc, name, c.now())
+		}
+	}
 	c.metrics.writes.WithLabelValues(resource, "delete").Inc()
 	logger.Info("Deleted proxy workload", "kind", a.Kind(), "workload", klog.KRef(ns, name), "reason", a.Reason)
 	return nil

@@ -198,11 +198,14 @@ func runController(args []string, _, stderr io.Writer) int {
 		defer func() { stop(); waitDNS() }()
 	}
 
-	shutdown := inf.start(ctx)
+	// The caches are the verdicts and the DNS answers: they redial an
+	// API server that cannot be reached rather than back off from it.
+	watchCtx := redialing(ctx)
+	shutdown := inf.start(watchCtx)
 	defer shutdown()
 	if health.Reports != nil {
-		go health.Reports.RunWithContext(ctx)
-		go health.Leases.RunWithContext(ctx)
+		go health.Reports.RunWithContext(watchCtx)
+		go health.Leases.RunWithContext(watchCtx)
 	}
 	if f.election.enabled {
 		// Judge on every replica, so that a standby sees the leader's

@@ -45,7 +45,7 @@ func addKubeFlags(fs *flag.FlagSet, qps float64, burst int) *kubeFlags {
 
 // config returns the client configuration: from the kubeconfig file when
 // one is named, else the pod's in-cluster configuration, with the role's
-// rate limits and user agent.
+// rate limits and user agent, and redial for the requests that ask for it.
 func (f *kubeFlags) config(userAgent string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
@@ -59,6 +59,7 @@ func (f *kubeFlags) config(userAgent string) (*rest.Config, error) {
 	}
 	cfg.QPS, cfg.Burst = float32(f.qps), f.burst
 	cfg.UserAgent = userAgent
+	cfg.Wrap(newRedial)
 	f.host = cfg.Host
 	return cfg, nil
 }
@@ -157,11 +158,12 @@ func newInformerFactories(client kubernetes.Interface, namespace string) informe
 	}
 }
 
-// start starts the informers requested so far and returns the function
-// that waits for them to stop once ctx is done.
+// start starts the informers requested so far, with ctx (and so its
+// values: redialing) and returns the function that waits for them to stop
+// once ctx is done.
 func (f informerFactories) start(ctx context.Context) (shutdown func()) {
-	f.cluster.Start(ctx.Done())
-	f.system.Start(ctx.Done())
+	f.cluster.StartWithContext(ctx)
+	f.system.StartWithContext(ctx)
 	return func() {
 		f.system.Shutdown()
 		f.cluster.Shutdown()

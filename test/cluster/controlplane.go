@@ -61,9 +61,13 @@ func (cp *controlPlane) startAPIServer(ctx context.Context) error {
 	return nil
 }
 
-func (cp *controlPlane) restartAPIServer(ctx context.Context) error {
+func (cp *controlPlane) restartAPIServer(ctx context.Context, down time.Duration) error {
 	if err := cp.apiserver.stop(10 * time.Second); err != nil {
 		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(down):
 	}
 	return cp.startAPIServer(ctx)
 }

@@ -196,7 +196,14 @@ func (c *Cluster) SignalContainer(namespace, pod, container string, sig syscall.
 // RestartAPIServer stops the API server and starts it again with the same
 // flags, waiting until it is ready.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
-	return c.cp.restartAPIServer(ctx)
+	return c.cp.restartAPIServer(ctx, 0)
+}
+
+// APIServerOutage stops the API server, keeps it stopped for down, and
+// starts it again with the same flags, waiting until it is ready: an
+// outage long enough for the clients' reconnections to back off.
+func (c *Cluster) APIServerOutage(ctx context.Context, down time.Duration) error {
+	return c.cp.restartAPIServer(ctx, down)
 }
 
 // WaitAPIService waits until each of nodes reaches the API server through

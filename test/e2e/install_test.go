@@ -71,6 +71,7 @@ func TestInstall(t *testing.T) {
 	t.Run("LeaderProcessKilled", func(t *testing.T) { leaderProcessKilled(e.ctx, t, c, installNamespace, e.nodeOf) })
 	t.Run("LeaderNodeBlackholed", func(t *testing.T) { leaderNodeBlackholed(e.ctx, t, c, installNamespace) })
 	t.Run("CutWhileProberStopped", e.cutWhileProberStopped)
+	t.Run("LeaderNodeCutAfterAPIOutage", func(t *testing.T) { leaderNodeCutAfterAPIOutage(e.ctx, t, c, installNamespace) })
 	t.Run("NoPermissionDenied", e.noPermissionDenied)
 	if t.Failed() {
 		t.Logf("controller logs:\n%s", controllerLogs(e.ctx, t, c))

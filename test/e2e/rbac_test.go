@@ -100,6 +100,7 @@ func serviceAccountAccess() []saAccess {
 			{"list", "coordination.k8s.io", "leases", "", sys, ""}, {"watch", "coordination.k8s.io", "leases", "", sys, ""},
 			{"patch", "", "nodes", "status", "", "node-1"}, {"create", "", "pods", "eviction", sys, "x"},
 			{"patch", "", "pods", "status", sys, "x"}, {"create", "policy", "poddisruptionbudgets", "", sys, ""}, {"delete", "policy", "poddisruptionbudgets", "", sys, "x"},
+			{"list", "apps", "replicasets", "", sys, ""}, {"patch", "apps", "replicasets", "", sys, "x"}, {"delete", "apps", "replicasets", "", sys, "x"},
 		},
 		denied: []access{
 			{"get", "", "secrets", "", sys, "x"}, {"list", "", "secrets", "", sys, ""}, {"list", "", "secrets", "", "", ""},
@@ -110,6 +111,7 @@ func serviceAccountAccess() []saAccess {
 			{"create", "policy", "poddisruptionbudgets", "", "shop", ""},
 			{"delete", "", "pods", "", "shop", "x"}, {"patch", "", "pods", "", "shop", "x"}, {"create", "", "pods", "", sys, ""}, {"create", "", "pods", "exec", sys, "x"},
 			{"create", "apps", "deployments", "", "shop", ""}, {"update", "apps", "deployments", "", "kube-system", "x"},
+			{"create", "apps", "replicasets", "", sys, ""}, {"delete", "apps", "replicasets", "", "shop", "x"}, {"list", "apps", "replicasets", "", "", ""},
 			{"update", "coordination.k8s.io", "leases", "", sys, "other"}, {"update", "coordination.k8s.io", "leases", "", "kube-system", "x"},
 			{"update", "coordination.k8s.io", "leases", "", sys, "pulselb-prober-node-1"}, {"list", "coordination.k8s.io", "leases", "", "", ""},
 			{"update", "pulselb.io", "probereports", "", sys, "node-1"}, {"create", "pulselb.io", "probereports", "", sys, ""},

@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pulselb/pulselb/api/contract"
+	"github.com/pulselb/pulselb/test/cluster"
+	"github.com/pulselb/pulselb/test/scenario"
+)
+
+// apiOutage is how long leaderNodeCutAfterAPIOutage keeps the API server
+// stopped: client-go's reflectors, failing all along, then wait 13-26 s
+// between their tries, so a cache on the default back-off resumes tens of
+// seconds after the server is back.
+const apiOutage = 20 * time.Second
+
+// leaderNodeCutAfterAPIOutage stops the API server for apiOutage, and as
+// soon as every node reaches it again and a controller leads, cuts off the
+// leader's node: the standby must see that node fail from its verdicts and
+// take over within the failover bound. Its ProbeReport cache is what it
+// judges from; before the controller's informers redialed, that cache was
+// still backing off when the node failed, and the status kept the dead
+// node until the Lease lapsed (the fault soak's "leader's node cut 8 s
+// after an API server restart").
+func leaderNodeCutAfterAPIOutage(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
+	cs := c.Client
+	settled(ctx, t, c)
+	web, err := cs.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := slices.Clone(web.Spec.Ports)
+	for i := range ports {
+		ports[i].NodePort = 0
+		ports[i].Port += 8100
+	}
+	const name = "outage"
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{contract.AnnotationProxyMode: "daemonset"}},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: web.Spec.Selector, Ports: ports},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cs.CoreV1().Services(ns).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	})
+	nodes := c.Nodes()
+	poll(ctx, t, 120*time.Second, fmt.Sprintf("%s/%s published on all %d nodes", ns, name, len(nodes)), func() bool {
+		return len(ingressIPs(ctx, cs, ns, name)) == len(nodes)
+	})
+
+	outage := time.Now()
+	if err := c.APIServerOutage(ctx, apiOutage); err != nil {
+		t.Fatal(err)
+	}
+	ready := time.Now()
+	if err := c.WaitAPIService(ctx, nodes, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("API server stopped %s, ready %s after it stopped, reachable from every node %s after that",
+		apiOutage, ready.Sub(outage).Round(10*time.Millisecond), time.Since(ready).Round(10*time.Millisecond))
+	var leader corev1.Pod
+	poll(ctx, t, 45*time.Second, "one controller leading after the outage", func() bool {
+		l := leaderPods(ctx, t, c)
+		if len(l) == 1 {
+			leader = l[0]
+		}
+		return len(l) == 1
+	})
+	if t.Failed() {
+		return
+	}
+	victim := leader.Spec.NodeName
+	victimIP := c.NodeIPs()[victim]
+	// A recorder started now: its own watch is new, not one backing off.
+	rec := scenario.RecordStatus(ctx, cs, ns, name)
+	poll(ctx, t, 10*time.Second, "the status recorder's first observation", func() bool { return rec.Count() > 0 })
+	if !slices.Contains(rec.Last(), victimIP) {
+		t.Fatalf("%s (%s, the leader's node) not in %s/%s's status before the cut: %v", victimIP, victim, ns, name, rec.Last())
+	}
+
+	fault := blackhole(ctx, t, c, victim)
+	start := time.Now()
+	t.Logf("cut off %s (the leader %s's node) %s after the API server was ready", victim, leader.Name, start.Sub(ready).Round(10*time.Millisecond))
+	poll(ctx, t, 40*time.Second, victimIP+" ("+victim+", the leader's node) gone from "+ns+"/"+name+"'s status", func() bool {
+		return !rec.FirstWithout(victimIP, start).IsZero()
+	})
+	dropped := rec.FirstWithout(victimIP, start).Sub(start)
+	t.Logf("the leader's node %s (%s) left the status %s after it was cut off", victim, victimIP, dropped.Round(10*time.Millisecond))
+	if dropped > 5*time.Second {
+		t.Errorf("the leader's node left the status %s after it was cut off, want within 5s (the Lease lasts 15s)\n%s",
+			dropped.Round(10*time.Millisecond), controllerLogs(ctx, t, c))
+	}
+	if err := fault.Heal(context.WithoutCancel(ctx)); err != nil {
+		t.Error(err)
+	}
+	poll(ctx, t, 90*time.Second, victimIP+" back in "+ns+"/"+name+"'s status", func() bool {
+		return slices.Contains(rec.Last(), victimIP)
+	})
+}
