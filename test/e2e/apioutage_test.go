@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/pulselb/pulselb/api/contract"
 	"github.com/pulselb/pulselb/test/cluster"
 	"github.com/pulselb/pulselb/test/scenario"
 )
@@ -33,32 +31,14 @@ const apiOutage = 20 * time.Second
 func leaderNodeCutAfterAPIOutage(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
 	cs := c.Client
 	settled(ctx, t, c)
-	web, err := cs.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ports := slices.Clone(web.Spec.Ports)
-	for i := range ports {
-		ports[i].NodePort = 0
-		ports[i].Port += 8100
-	}
 	const name = "outage"
-	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{contract.AnnotationProxyMode: "daemonset"}},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: web.Spec.Selector, Ports: ports},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	publishEverywhere(ctx, t, c, ns, name, 8100)
 	t.Cleanup(func() {
 		if err := cs.CoreV1().Services(ns).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}); err != nil {
 			t.Error(err)
 		}
 	})
 	nodes := c.Nodes()
-	poll(ctx, t, 120*time.Second, fmt.Sprintf("%s/%s published on all %d nodes", ns, name, len(nodes)), func() bool {
-		return len(ingressIPs(ctx, cs, ns, name)) == len(nodes)
-	})
-
 	outage := time.Now()
 	if err := c.APIServerOutage(ctx, apiOutage); err != nil {
 		t.Fatal(err)
@@ -71,15 +51,8 @@ func leaderNodeCutAfterAPIOutage(ctx context.Context, t *testing.T, c *cluster.C
 	}
 	t.Logf("API server stopped %s, ready %s after it stopped, reachable from every node %s after that",
 		apiOutage, ready.Sub(outage).Round(10*time.Millisecond), time.Since(ready).Round(10*time.Millisecond))
-	var leader corev1.Pod
-	poll(ctx, t, 45*time.Second, "one controller leading after the outage", func() bool {
-		l := leaderPods(ctx, t, c)
-		if len(l) == 1 {
-			leader = l[0]
-		}
-		return len(l) == 1
-	})
-	if t.Failed() {
+	leader, ok := oneLeader(ctx, t, c, "one controller leading after the outage")
+	if !ok {
 		return
 	}
 	victim := leader.Spec.NodeName

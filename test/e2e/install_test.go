@@ -422,36 +422,9 @@ func componentsUnderTheirServiceAccounts(ctx context.Context, t *testing.T, c *c
 func leaderNodeBlackholed(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
 	cs := c.Client
 	settled(ctx, t, c)
-	// Backends: web's pods; proxies: one on every node.
-	web, err := cs.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Its own port: web's proxies hold port 80 on their nodes.
-	ports := slices.Clone(web.Spec.Ports)
-	for i := range ports {
-		ports[i].NodePort = 0
-		ports[i].Port += 8000
-	}
-	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "everywhere", Namespace: ns, Annotations: map[string]string{contract.AnnotationProxyMode: "daemonset"}},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: web.Spec.Selector, Ports: ports},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	nodes := len(c.Nodes())
-	poll(ctx, t, 120*time.Second, fmt.Sprintf("%s/everywhere published on all %d nodes", ns, nodes), func() bool {
-		return len(ingressIPs(ctx, cs, ns, "everywhere")) == nodes
-	})
-	var leader corev1.Pod
-	poll(ctx, t, 45*time.Second, "one controller leading", func() bool {
-		l := leaderPods(ctx, t, c)
-		if len(l) == 1 {
-			leader = l[0]
-		}
-		return len(l) == 1
-	})
-	if t.Failed() {
+	publishEverywhere(ctx, t, c, ns, "everywhere", 8000)
+	leader, ok := oneLeader(ctx, t, c, "one controller leading")
+	if !ok {
 		return
 	}
 	victim := leader.Spec.NodeName
@@ -514,6 +487,49 @@ func leaderNodeBlackholed(ctx context.Context, t *testing.T, c *cluster.Cluster,
 	if err := cs.CoreV1().Services(ns).Delete(ctx, "everywhere", metav1.DeleteOptions{}); err != nil {
 		t.Error(err)
 	}
+}
+
+// publishEverywhere creates name in ns, a daemonset-mode copy of web (its
+// backends, a proxy on every node) on web's ports plus offset (web's
+// proxies hold its own ports), and waits until it is published on every
+// node.
+func publishEverywhere(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, name string, offset int32) {
+	t.Helper()
+	cs := c.Client
+	web, err := cs.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := slices.Clone(web.Spec.Ports)
+	for i := range ports {
+		ports[i].NodePort = 0
+		ports[i].Port += offset
+	}
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{contract.AnnotationProxyMode: "daemonset"}},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: web.Spec.Selector, Ports: ports},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := len(c.Nodes())
+	poll(ctx, t, 120*time.Second, fmt.Sprintf("%s/%s published on all %d nodes", ns, name, nodes), func() bool {
+		return len(ingressIPs(ctx, cs, ns, name)) == nodes
+	})
+}
+
+// oneLeader waits up to 45 s until exactly one controller pod leads and
+// returns it; false when t failed meanwhile.
+func oneLeader(ctx context.Context, t *testing.T, c *cluster.Cluster, what string) (corev1.Pod, bool) {
+	t.Helper()
+	var leader corev1.Pod
+	poll(ctx, t, 45*time.Second, what, func() bool {
+		l := leaderPods(ctx, t, c)
+		if len(l) == 1 {
+			leader = l[0]
+		}
+		return len(l) == 1
+	})
+	return leader, !t.Failed()
 }
 
 // addressChanges counts the writes in ws whose addresses differ from the
