@@ -579,6 +579,49 @@ func proxyStartEnd(p *corev1.Pod, now time.Time, window time.Duration) time.Time
 	return limit
 }
 
+// verdictLag is how long after a proxy's containers are ready, beyond its
+// rise probes at their interval and one interval more for the phase of the
+// first, its probers' reports can take to say it is Up: their coalesced
+// write (agent.DefaultMinWriteInterval), the informer, and the condition's
+// time, which is truncated to the second.
+const verdictLag = 2 * time.Second
+
+// markEarly sets Early on the health of each node whose proxy of svc has
+// served (its containers ready) for less than its probes need to find it
+// Up (rise probes of its slowest port, an interval, verdictLag), and
+// returns how long until the first of them is no longer early; zero when
+// none is. A Down verdict on such a node may be from before the proxy
+// forwarded.
+func markEarly(health map[string]status.Health, settings contract.Settings, own []*corev1.Pod, now time.Time) time.Duration {
+	var window time.Duration
+	for _, p := range settings.Probes {
+		window = max(window, time.Duration(p.Rise+1)*p.Interval)
+	}
+	window += verdictLag
+	var next time.Duration
+	for _, p := range own {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type != corev1.ContainersReady || cond.Status != corev1.ConditionTrue {
+				continue
+			}
+			left := cond.LastTransitionTime.Add(window).Sub(now)
+			if left <= 0 {
+				break
+			}
+			h := health[p.Spec.NodeName]
+			h.Early = true
+			health[p.Spec.NodeName] = h
+			if next == 0 || left < next {
+				next = left
+			}
+		}
+	}
+	return next
+}
+
 // statusTargets returns what the quorum judges of targets.
 func statusTargets(targets []healthTarget) []status.Target {
 	out := make([]status.Target, len(targets))

@@ -927,3 +927,47 @@ func (c *Controller) healthTargets() ([]healthTarget, error) {
 	targets, _, err := c.listTargets(&contract.ParseCache{})
 	return targets, err
 }
+
+// TestMarkEarly: a proxy whose containers became ready less than its rise
+// probes, an interval and verdictLag ago is Early (its Down verdict may be
+// from before it forwarded), one ready longer ago, terminating or unbound
+// is not, and the wait is until the first stops being early.
+func TestMarkEarly(t *testing.T) {
+	now := time.Date(2026, 12, 4, 20, 37, 2, 0, time.UTC)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Annotations: map[string]string{
+		contract.AnnotationProbe + ".8443": "tcp interval=3s rise=3",
+	}}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{
+		{Port: 80, Protocol: corev1.ProtocolTCP}, {Port: 8443, Protocol: corev1.ProtocolTCP},
+	}}}
+	settings, problems := contract.Parse(svc)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	// The slowest port: rise 3 at 3 s, plus an interval, plus verdictLag.
+	window := 4*3*time.Second + verdictLag
+	ready := func(node string, ago time.Duration) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-" + node}, Spec: corev1.PodSpec{NodeName: node},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-ago))},
+				{Type: corev1.PodReady, Status: corev1.ConditionFalse},
+			}}}
+	}
+	leaving := ready("d", time.Second)
+	leaving.DeletionTimestamp = &metav1.Time{Time: now}
+	unbound := ready("", 0)
+	pending := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "e"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	down := status.Health{Down: true}
+	health := map[string]status.Health{"a": down, "b": down, "c": down, "d": down, "e": down}
+	wait := markEarly(health, settings, []*corev1.Pod{ready("a", time.Second), ready("b", 5*time.Second), ready("c", window), leaving, unbound, pending}, now)
+	for n, want := range map[string]bool{"a": true, "b": true, "c": false, "d": false, "e": false} {
+		if got := health[n]; got.Early != want || !got.Down {
+			t.Errorf("%s: %+v, want Early %v and still Down", n, got, want)
+		}
+	}
+	if want := window - 5*time.Second; wait != want {
+		t.Errorf("wait %v, want %v (until b is no longer early)", wait, want)
+	}
+	if wait := markEarly(map[string]status.Health{}, settings, []*corev1.Pod{ready("c", 2*window)}, now); wait != 0 {
+		t.Errorf("wait %v with no proxy early, want 0", wait)
+	}
+}

@@ -116,6 +116,13 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	in.BehindProxies = behind
 	in.Health = c.health(svc, nodes, own, want.Settings.PublishWhen, held)
+	if c.reports != nil && len(svc.Status.LoadBalancer.Ingress) == 0 {
+		// Nothing published yet: whether its backends answer is known
+		// only once its proxies have served long enough to be probed.
+		if wait := markEarly(in.Health, want.Settings, own, c.now()); wait > 0 {
+			c.queue.AddAfter(key, wait)
+		}
+	}
 	in.Held = c.replacedInPlace(svc, want, own, in.Health)
 	if err := c.openGates(ctx, svc, own, want.Settings.PublishWhen); err != nil {
 		return err

@@ -13,8 +13,9 @@ import (
 // TestAddressBeforeBackends: a new Service whose proxies run but whose
 // backends do not answer yet (every running proxy probed Down, readiness
 // gates closed) is published on those proxies' nodes, failing open, so it
-// has its address at once; not while a proxy waits for its first verdict,
-// not onto a node leaving, and not with all-down: publish-none.
+// has its address at once; not while a proxy waits for its first verdict
+// or has served too briefly for its verdict to be on what it serves, not
+// onto a node leaving, and not with all-down: publish-none.
 func TestAddressBeforeBackends(t *testing.T) {
 	gated := func(n string) *corev1.Pod {
 		p := pod(n, "running") // Ready False: the gate is closed
@@ -36,6 +37,9 @@ func TestAddressBeforeBackends(t *testing.T) {
 			[]string{"198.18.1.1", "198.18.1.2"}, ReasonAllDown},
 		{"one still waiting for its verdict", map[string]Health{"n1": down, "n2": {Down: true, Pending: true}}, "", nil, nil, ReasonNoProxyReady},
 		{"no verdict at all", nil, "", nil, nil, ReasonNoProxyReady},
+		// Its probers began when its pod was bound: refused by nothing
+		// listening, not by the Service.
+		{"one serving too briefly for its verdict", map[string]Health{"n1": down, "n2": {Down: true, Early: true, PortErrors: down.PortErrors}}, "", nil, nil, ReasonNoProxyReady},
 		{"publish-none", map[string]Health{"n1": down, "n2": down}, contract.AllDownPublishNone, nil, nil, ReasonNoProxyReady},
 		{"a node leaving is left out", map[string]Health{"n1": down, "n2": down, "n3": down}, "",
 			[]*corev1.Node{leaving}, []string{"198.18.1.1", "198.18.1.2"}, ReasonAllDown},

@@ -56,6 +56,13 @@ type Health struct {
 	// not Down means "kept because it is already published", which says
 	// nothing about the node's health; see Healthy.
 	Pending bool
+	// Early is set while the node's proxy has served for too short a
+	// time for its probes to have found it serving: a Down verdict may
+	// still be one reached before the proxy forwarded, when its probers
+	// were refused by nothing listening. It keeps a Service that has no
+	// address from being published as one whose backends do not answer
+	// (see probedDown).
+	Early bool
 }
 
 // Problem is a configuration problem to report: Reason is the Event reason
@@ -239,8 +246,35 @@ func Decide(in Input) Result {
 	byFamily := func(a, b netip.Addr) int {
 		return cmp.Or(cmp.Compare(families[familyOf(a)], families[familyOf(b)]), a.Compare(b))
 	}
+	// The addresses already published keep their places, so that the
+	// first one stays first while it is published: scripts, tools and
+	// Kubernetes' own specs read ingress[0] as "the" address, and an
+	// address that joins (a second proxy probed Up after the first, a
+	// node back from a failure) must not take its place because it sorts
+	// lower. New addresses follow them, sorted.
+	was := map[string]int{}
+	for i, in := range svc.Status.LoadBalancer.Ingress {
+		if _, dup := was[in.IP]; !dup {
+			was[in.IP] = i
+		}
+	}
 	slices.SortFunc(ingress, func(a, b corev1.LoadBalancerIngress) int {
-		return byFamily(netip.MustParseAddr(a.IP), netip.MustParseAddr(b.IP))
+		ia, ib := netip.MustParseAddr(a.IP), netip.MustParseAddr(b.IP)
+		if c := cmp.Compare(families[familyOf(ia)], families[familyOf(ib)]); c != 0 {
+			return c
+		}
+		pa, oldA := was[a.IP]
+		pb, oldB := was[b.IP]
+		switch {
+		case oldA && oldB:
+			return cmp.Compare(pa, pb)
+		case oldA != oldB:
+			if oldA {
+				return -1
+			}
+			return 1
+		}
+		return ia.Compare(ib)
 	})
 	slices.SortFunc(externalIPs, byFamily)
 	slices.SortFunc(internalIPs, byFamily)
@@ -401,12 +435,14 @@ func runningNodes(pods []*corev1.Pod) map[string]bool {
 // (a verdict, not merely pending), when every one of them is: the Service
 // answers through none of its running proxies. Nodes labelled unhealthy
 // or leaving are never among them, nor are any when one proxy is still
-// waiting for its verdict.
+// waiting for its verdict, or has served too briefly for its verdict to
+// be on what it serves (Health.Early: its probers start when its pod is
+// bound, and find nothing listening until the proxy runs).
 func probedDown(in Input, running map[string]bool) []string {
 	var out []string
 	for _, n := range slices.Sorted(maps.Keys(running)) {
 		h, ok := in.Health[n]
-		if !ok || !h.Down || h.Pending {
+		if !ok || !h.Down || h.Pending || h.Early {
 			return nil
 		}
 		if node := in.Nodes[n]; node == nil || contract.Leaving(node) != "" {

@@ -445,3 +445,45 @@ func TestHealthy(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstAddressStaysFirst checks that a published address keeps its
+// place when one that sorts before it joins, and that the order of
+// families comes first: Kubernetes' LoadBalancer specs, and many scripts,
+// read ingress[0] as the Service's address.
+func TestFirstAddressStaysFirst(t *testing.T) {
+	nodes := nodeMap(node("a", "int:10.0.0.1", "int:fd00::1"), node("b", "int:10.0.0.2", "int:fd00::2"), node("c", "int:10.0.0.3", "int:fd00::3"))
+	in := Input{Service: svc(corev1.IPv4Protocol, corev1.IPv6Protocol), Nodes: nodes, AllDown: contract.AllDownPublishAll,
+		Pods: []*corev1.Pod{pod("b", "ready"), pod("a", "running"), pod("c", "running")}, Servable: true, EligibleNodes: 3, Now: now}
+	first := Decide(in)
+	if got := ingressIPs(first); !slices.Equal(got, []string{"10.0.0.2", "fd00::2"}) {
+		t.Fatalf("first ingress %v, want b's addresses", got)
+	}
+	in.Service = withResult(in.Service, first)
+	in.Pods = []*corev1.Pod{pod("b", "ready"), pod("a", "ready"), pod("c", "running")}
+	second := Decide(in)
+	if got := ingressIPs(second); !slices.Equal(got, []string{"10.0.0.2", "10.0.0.1", "fd00::2", "fd00::1"}) {
+		t.Errorf("with a joining: %v, want b's addresses first in each family", got)
+	}
+	in.Service = withResult(in.Service, second)
+	in.Pods = []*corev1.Pod{pod("b", "ready"), pod("a", "ready"), pod("c", "ready")}
+	third := Decide(in)
+	if got := ingressIPs(third); !slices.Equal(got, []string{"10.0.0.2", "10.0.0.1", "10.0.0.3", "fd00::2", "fd00::1", "fd00::3"}) {
+		t.Errorf("with c joining: %v, want it last in each family", got)
+	}
+	// b fails: the next in place comes first; when b is back it follows.
+	in.Service = withResult(in.Service, third)
+	in.Health = map[string]Health{"b": {Down: true}}
+	fourth := Decide(in)
+	if got := ingressIPs(fourth); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.3", "fd00::1", "fd00::3"}) {
+		t.Errorf("without b: %v", got)
+	}
+	in.Service, in.Health = withResult(in.Service, fourth), nil
+	if got := ingressIPs(Decide(in)); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.3", "10.0.0.2", "fd00::1", "fd00::3", "fd00::2"}) {
+		t.Errorf("b back: %v, want it last", got)
+	}
+	// A Service that was never published is sorted by address.
+	in.Service = svc(corev1.IPv6Protocol, corev1.IPv4Protocol)
+	if got := ingressIPs(Decide(in)); !slices.Equal(got, []string{"fd00::1", "fd00::2", "fd00::3", "10.0.0.1", "10.0.0.2", "10.0.0.3"}) {
+		t.Errorf("new Service: %v, want IPv6 first, each family sorted", got)
+	}
+}

@@ -159,8 +159,8 @@ func TestDecideExternalBackUp(t *testing.T) {
 	held := Decide(in)
 	in.Service, in.External = withResult(in.Service, held), External{Vantages: 1, Fresh: 1}
 	back := Decide(in)
-	if got := ingressIPs(back); !slices.Equal(got, []string{"203.0.113.1", "203.0.113.2"}) {
-		t.Errorf("ingress = %v, want both addresses back", got)
+	if got := ingressIPs(back); !slices.Equal(got, []string{"203.0.113.2", "203.0.113.1"}) {
+		t.Errorf("ingress = %v, want both addresses back, the one that stayed first", got)
 	}
 	if back.Annotations[contract.AnnotationExternalUnreachable] != "" {
 		t.Errorf("%s = %q, want empty", contract.AnnotationExternalUnreachable, back.Annotations[contract.AnnotationExternalUnreachable])
