@@ -2,6 +2,9 @@ package release
 
 import (
 	"debug/elf"
+	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/pulselb/pulselb/release/oci"
 )
@@ -38,4 +41,34 @@ var Platforms = []Platform{
 		Machine: elf.EM_AARCH64, Class: elf.ELFCLASS64, Loader: "/lib/ld-linux-aarch64.so.1", QEMU: "qemu-aarch64-static"},
 	{Platform: oci.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}, GOARCH: "arm", GOARM: "7", Debian: "armhf",
 		Machine: elf.EM_ARM, Class: elf.ELFCLASS32, Loader: "/lib/ld-linux-armhf.so.3", QEMU: "qemu-arm-static"},
+}
+
+// SelectPlatforms returns the Platforms named in names, a comma-separated
+// list of Platform.Name values (linux-amd64,linux-arm64), in the order of
+// Platforms; all of them when names is empty. `make test` builds and
+// checks a release of two (the ARMv7 cross-compile is left to `make
+// release` and `make release-check`).
+func SelectPlatforms(names string) ([]Platform, error) {
+	if strings.TrimSpace(names) == "" {
+		return Platforms, nil
+	}
+	want := map[string]bool{}
+	for n := range strings.SplitSeq(names, ",") {
+		n = strings.TrimSpace(n)
+		if !slices.ContainsFunc(Platforms, func(p Platform) bool { return p.Name() == n }) {
+			var known []string
+			for _, p := range Platforms {
+				known = append(known, p.Name())
+			}
+			return nil, fmt.Errorf("unknown platform %q: want some of %s", n, strings.Join(known, ","))
+		}
+		want[n] = true
+	}
+	var out []Platform
+	for _, p := range Platforms {
+		if want[p.Name()] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }

@@ -71,3 +71,17 @@ func TestCheckManifests(t *testing.T) {
 		t.Errorf("CheckManifests(99.0.0) = %v, want an error naming the chart, deploy/base and the fix", err)
 	}
 }
+
+func TestSelectPlatforms(t *testing.T) {
+	all, err := SelectPlatforms("")
+	if err != nil || len(all) != len(Platforms) {
+		t.Fatalf("SelectPlatforms(\"\") = %d platforms, %v; want every one", len(all), err)
+	}
+	two, err := SelectPlatforms("linux-arm64, linux-amd64")
+	if err != nil || len(two) != 2 || two[0].Name() != "linux-amd64" || two[1].Name() != "linux-arm64" {
+		t.Errorf("SelectPlatforms = %v, %v; want amd64 then arm64", two, err)
+	}
+	if _, err := SelectPlatforms("linux-amd64,linux-riscv64"); err == nil || !strings.Contains(err.Error(), `"linux-riscv64"`) || !strings.Contains(err.Error(), "linux-armv7") {
+		t.Errorf("an unknown platform: %v, want an error naming it and the known ones", err)
+	}
+}

@@ -1,7 +1,7 @@
 // Command pulselb-release builds and prepares pulselb's releases (see
 // package release and docs/operations.md "Releases and versions").
 //
-//	go run ./release/cmd/pulselb-release build [-out dist] [-rev HEAD] [-no-image]
+//	go run ./release/cmd/pulselb-release build [-out dist] [-rev HEAD] [-no-image] [-platforms linux-amd64,...]
 //	go run ./release/cmd/pulselb-release describe [-rev HEAD]   # prints "VERSION COMMIT"
 //	go run ./release/cmd/pulselb-release prepare -version 0.2.0 # sets the chart's versions
 package main
@@ -35,10 +35,15 @@ func main() {
 		out := fs.String("out", "dist", "the directory to write the release to")
 		work := fs.String("work", "", "keep the source tree and Debian packages here (default: a temporary directory)")
 		noImage := fs.Bool("no-image", false, "build only the binaries")
+		platforms := fs.String("platforms", "", "build only these platforms, such as linux-amd64,linux-arm64 (default: every one)")
 		_ = fs.Parse(os.Args[2:])
 		start := time.Now()
 		var b release.Build
-		b, err = release.Make(ctx, release.Options{Repo: *repo, Rev: *rev, Out: *out, Work: *work, NoImage: *noImage, Log: os.Stdout})
+		var ps []release.Platform
+		if ps, err = release.SelectPlatforms(*platforms); err != nil {
+			break
+		}
+		b, err = release.Make(ctx, release.Options{Repo: *repo, Rev: *rev, Out: *out, Work: *work, Platforms: ps, NoImage: *noImage, Log: os.Stdout})
 		if err == nil {
 			fmt.Printf("release %s of %s built in %s\n", b.Version, b.Commit, time.Since(start).Round(time.Second))
 		}
