@@ -188,6 +188,12 @@ func TestPlannedChanges(t *testing.T) {
 			map[string]string{contract.AnnotationNodeSelector: corev1.LabelHostname + "!=" + env.BackendNode})
 	})
 
+	t.Run("FirstAddressStaysFirst", func(t *testing.T) {
+		low, high := env.ProxyNodes[0], env.ProxyNodes[1]
+		testFirstAddressStaysFirst(ctx, t, c.Client, planned.AppNamespace, map[string]string{"app": planned.Backend}, intstr.FromString("http"),
+			low, high, map[string]string{low: env.NodeIP(low), high: env.NodeIP(high)})
+	})
+
 	t.Run("OneProxyRolledInPlace", func(t *testing.T) {
 		testOneProxyRolledInPlace(ctx, t, c.Client, planned.AppNamespace, env.SharedProxyNode(ctx), map[string]string{"app": planned.Backend})
 	})
