@@ -68,6 +68,26 @@ func kubeletForwardingSysctls(ctx context.Context, t *testing.T, c *cluster.Clus
 	}); err != nil {
 		t.Fatalf("turning on --proxy-sysctls: %v", err)
 	}
+	// The Service comes once a controller with the flag leads: made by the
+	// one before, its DaemonSet would start with proxy-init, and the
+	// rollout to the new template, one node at a time, can stop for good
+	// at the node whose kubelet refuses the sysctl.
+	poll(ctx, t, 2*time.Minute, "the controllers rolled to --proxy-sysctls=true, one of them leading", func() bool {
+		pods := listPods(ctx, t, cs, systemNamespace, "app.kubernetes.io/name=pulselb-controller")
+		var names []string
+		for _, p := range pods {
+			if p.DeletionTimestamp != nil || !slices.Contains(p.Spec.Containers[0].Args, "--proxy-sysctls=true") || !contract.PodReady(&p) {
+				return false
+			}
+			names = append(names, p.Name)
+		}
+		lease, err := cs.CoordinationV1().Leases(systemNamespace).Get(ctx, "pulselb-controller", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil || len(names) == 0 {
+			return false
+		}
+		holder := *lease.Spec.HolderIdentity
+		return slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(holder, n+"_") })
+	})
 	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "fwd", Namespace: ns, Annotations: map[string]string{contract.AnnotationProxyMode: "daemonset"}},
 		Spec: corev1.ServiceSpec{
