@@ -31,7 +31,21 @@ func testFirstAddressStaysFirst(ctx context.Context, t *testing.T, cs kubernetes
 	if netip.MustParseAddr(ips[low]).Compare(netip.MustParseAddr(ips[high])) >= 0 {
 		t.Fatalf("%s's address %s does not sort before %s's %s", low, ips[low], high, ips[high])
 	}
-	blocker := createPod(ctx, t, cs, "holds-8092", low, []corev1.ContainerPort{{ContainerPort: 8080, HostPort: port}})
+	// A priority above the proxies' (system-cluster-critical), or the
+	// scheduler would preempt it to place the proxy.
+	blocker, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "holds-8092", Namespace: "default", Labels: map[string]string{"app": "holds-8092"}},
+		Spec: corev1.PodSpec{
+			NodeName:          low,
+			PriorityClassName: "system-node-critical",
+			Containers: []corev1.Container{{Name: "echo", Image: "registry.example/echo:1",
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080, HostPort: port}}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating the pod that holds port %d on %s: %v", port, low, err)
+	}
+	waitPodsRunning(ctx, t, cs, "app=holds-8092", 1)
 	defer func() {
 		_ = cs.CoreV1().Pods(blocker.Namespace).Delete(context.WithoutCancel(ctx), blocker.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	}()
