@@ -182,18 +182,24 @@ func Decide(in Input) Result {
 		// ports (the successor of a proxy replaced in place, as a
 		// one-proxy Service's rollout does: its node keeps the address
 		// from the old proxy's drain to the new one's start).
-		candidates := ready
-		if len(candidates) == 0 {
-			candidates = draining
+		withPinned := scheduled
+		if len(pinned) > 0 {
+			withPinned = maps.Clone(scheduled)
+			maps.Copy(withPinned, pinned)
 		}
+		levels := []map[string]bool{ready, draining, withPinned}
+		// Nodes labelled unhealthy (their beacon is Down: failed or cut
+		// off) are no one's fallback while a level further down has
+		// another: a proxy force-deleted with its failed node drains
+		// there, and failing open onto it alone would publish the one
+		// address that cannot answer (found by the e2e test of a
+		// leader's node cut off right after an API server outage, during
+		// which every node's backends were gone for 30 s).
+		candidates := firstNonEmpty(levels, func(n string) bool { return !in.unhealthy(n) })
 		if len(candidates) == 0 {
-			candidates = scheduled
-			if len(pinned) > 0 {
-				candidates = maps.Clone(scheduled)
-				maps.Copy(candidates, pinned)
-			}
+			candidates = firstNonEmpty(levels, func(string) bool { return true })
 		}
-		nodes, failOpen = Publish(reachable, slices.Sorted(maps.Keys(candidates)), in.AllDown)
+		nodes, failOpen = Publish(reachable, candidates, in.AllDown)
 	} else if backless := probedDown(in, running); len(backless) > 0 {
 		// An address before backends: nothing is published yet, and every
 		// running proxy was probed and found its Service not answering
@@ -382,6 +388,33 @@ func Publish(healthy, candidates []string, allDown string) (published []string, 
 	return candidates, true
 }
 
+// firstNonEmpty returns, sorted, the nodes of the first of levels that
+// has some node keep accepts.
+func firstNonEmpty(levels []map[string]bool, keep func(string) bool) []string {
+	for _, l := range levels {
+		var out []string
+		for _, n := range slices.Sorted(maps.Keys(l)) {
+			if keep(n) {
+				out = append(out, n)
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	return nil
+}
+
+// unhealthy reports whether node n is labelled pulselb.io/unhealthy.
+func (in Input) unhealthy(n string) bool {
+	node := in.Nodes[n]
+	if node == nil {
+		return false
+	}
+	_, ok := node.Labels[contract.LabelUnhealthy]
+	return ok
+}
+
 // podNodes returns the nodes of the pods that are scheduled (bound, not
 // terminating, not finished), of those the ones also Running and Ready, the
 // nodes of terminating pods whose containers still run ready (proxies that
@@ -448,7 +481,7 @@ func probedDown(in Input, running map[string]bool) []string {
 		if node := in.Nodes[n]; node == nil || contract.Leaving(node) != "" {
 			continue
 		}
-		if _, unhealthy := in.Nodes[n].Labels[contract.LabelUnhealthy]; unhealthy {
+		if in.unhealthy(n) {
 			continue
 		}
 		out = append(out, n)

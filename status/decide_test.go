@@ -487,3 +487,29 @@ func TestFirstAddressStaysFirst(t *testing.T) {
 		t.Errorf("new Service: %v, want IPv6 first, each family sorted", got)
 	}
 }
+
+// TestFailOpenSkipsUnhealthyNodes: failing open, a Service is not
+// published on a node labelled unhealthy (its proxy force-deleted and
+// draining there) while another node runs a proxy, however far down the
+// fallbacks; with every candidate unhealthy it still fails open onto them.
+func TestFailOpenSkipsUnhealthyNodes(t *testing.T) {
+	cut := node("n2", "int:198.18.1.2")
+	cut.Labels = map[string]string{contract.LabelUnhealthy: "true"}
+	nodes := nodeMap(node("n1", "int:198.18.1.1"), cut, node("n3", "int:198.18.1.3"))
+	down := Health{Down: true}
+	published := svc()
+	published.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.18.1.1"}, {IP: "198.18.1.2"}, {IP: "198.18.1.3"}}
+	in := Input{Service: published, Nodes: nodes, AllDown: contract.AllDownPublishAll, Servable: true, EligibleNodes: 3, Now: now,
+		// n1 and n3: proxies running, not ready (their nodes' pods marked
+		// not ready); n2: its proxy force-deleted, draining.
+		Pods:   []*corev1.Pod{pod("n1", "running"), pod("n2", "terminating"), pod("n3", "running")},
+		Health: map[string]Health{"n1": down, "n2": down, "n3": down}}
+	if got := ingressIPs(Decide(in)); !slices.Equal(got, []string{"198.18.1.1", "198.18.1.3"}) {
+		t.Errorf("ingress %v, want the two nodes not labelled unhealthy", got)
+	}
+	// Every candidate unhealthy: still failing open onto them.
+	in.Pods = []*corev1.Pod{pod("n2", "terminating")}
+	if got := ingressIPs(Decide(in)); !slices.Equal(got, []string{"198.18.1.2"}) {
+		t.Errorf("ingress %v, want n2: failing open onto what there is", got)
+	}
+}
