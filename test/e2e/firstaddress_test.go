@@ -64,17 +64,7 @@ func testFirstAddressStaysFirst(ctx context.Context, t *testing.T, cs kubernetes
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Services(ns).Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
 	})
-	ingress := func() []string {
-		svc, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil
-		}
-		var out []string
-		for _, in := range svc.Status.LoadBalancer.Ingress {
-			out = append(out, in.IP)
-		}
-		return out
-	}
+	ingress := func() []string { return ingressInOrder(ctx, cs, ns, name) }
 	poll(ctx, t, 60*time.Second, "the Service published on "+high+" alone", func() bool {
 		got := ingress()
 		return len(got) == 1 && got[0] == ips[high]

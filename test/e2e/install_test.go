@@ -547,6 +547,14 @@ func addressChanges(from []string, ws []scenario.StatusWrite) int {
 
 // ingressIPs returns the Service's ingress IPs, sorted.
 func ingressIPs(ctx context.Context, cs kubernetes.Interface, ns, name string) []string {
+	out := ingressInOrder(ctx, cs, ns, name)
+	slices.Sort(out)
+	return out
+}
+
+// ingressInOrder returns the Service's ingress IPs in the status' order;
+// nil when it cannot be read.
+func ingressInOrder(ctx context.Context, cs kubernetes.Interface, ns, name string) []string {
 	svc, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil
@@ -555,7 +563,6 @@ func ingressIPs(ctx context.Context, cs kubernetes.Interface, ns, name string) [
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
 		out = append(out, ing.IP)
 	}
-	slices.Sort(out)
 	return out
 }
 
